@@ -1,0 +1,9 @@
+find_package(Threads REQUIRED)
+find_package(nlohmann_json 3 REQUIRED)
+find_package(CLI11 CONFIG REQUIRED)
+find_package(ZLIB REQUIRED)
+find_package(PkgConfig REQUIRED)
+pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)
+
+add_library(lathe_deps INTERFACE)
+target_link_libraries(lathe_deps INTERFACE nlohmann_json::nlohmann_json CLI11::CLI11 ZLIB::ZLIB PkgConfig::PCRE2)

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Installs the Debian packages lathe builds against (skips what is already there).
+set -euo pipefail
+PKGS=(build-essential cmake pkg-config git nlohmann-json3-dev libcli11-dev libpcre2-dev zlib1g-dev
+      libgtest-dev libgmock-dev libbenchmark-dev clang-format xz-utils)
+missing=()
+for p in "${PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "installing: ${missing[*]}"
+  SUDO=""
+  [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}"
+fi

@@ -1,0 +1,87 @@
+// Per-layer attention caches. Each kind exposes its offset, an exact state (tensors + integer metadata) that can
+// be snapshotted and restored bit-for-bit, whether and how far it can be trimmed, and its size in bytes.
+// The state is what the KV file format persists.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "tensor/tensor.h"
+
+namespace lathe {
+
+struct CacheState {
+  std::string kind;                                   // "kv", "rotating", ...
+  std::vector<std::pair<std::string, Tensor>> tensors;  // e.g. {"keys", ...}, {"values", ...}
+  std::map<std::string, int64_t> meta;                // e.g. offset, idx, max_size
+};
+
+// What attention sees after an update: keys/values [S, Hkv, D] and each key's absolute position.
+struct KVView {
+  Tensor k, v;
+  int64_t pos0 = 0;                // position of key 0 when positions is empty
+  std::vector<int64_t> positions;  // explicit per-key positions (ring buffers)
+};
+
+class LayerCache {
+ public:
+  virtual ~LayerCache() = default;
+  virtual const char* kind() const = 0;
+  virtual int64_t offset() const = 0;  // tokens seen so far
+  // Appends k/v [T, Hkv, D] (f32) and returns everything attention must see for those T queries.
+  virtual KVView update(const Tensor& k, const Tensor& v) = 0;
+  virtual CacheState state() const = 0;
+  virtual void restore(const CacheState& s) = 0;  // throws on a state of another kind or shape
+  virtual bool can_trim(int64_t n) const = 0;
+  virtual int64_t trim(int64_t n) = 0;  // drops the last n tokens; returns how many were dropped
+  virtual size_t bytes() const = 0;
+};
+
+using CacheList = std::vector<std::unique_ptr<LayerCache>>;
+
+// Growing cache for full-attention layers.
+class KVCache : public LayerCache {
+ public:
+  const char* kind() const override { return "kv"; }
+  int64_t offset() const override { return offset_; }
+  KVView update(const Tensor& k, const Tensor& v) override;
+  CacheState state() const override;
+  void restore(const CacheState& s) override;
+  bool can_trim(int64_t n) const override { return n >= 0 && n <= offset_; }
+  int64_t trim(int64_t n) override;
+  size_t bytes() const override;
+
+ private:
+  void reserve(int64_t tokens, const Tensor& like_k, const Tensor& like_v);
+  Tensor keys_, values_;  // [capacity, Hkv, D]
+  int64_t offset_ = 0;
+};
+
+// Ring buffer of the last max_size tokens for sliding-window layers.
+class RotatingKVCache : public LayerCache {
+ public:
+  explicit RotatingKVCache(int64_t max_size) : max_size_(max_size) {}
+  const char* kind() const override { return "rotating"; }
+  int64_t offset() const override { return offset_; }
+  int64_t max_size() const { return max_size_; }
+  KVView update(const Tensor& k, const Tensor& v) override;
+  CacheState state() const override;
+  void restore(const CacheState& s) override;
+  // Only before the ring has dropped anything: then slot i still holds position i.
+  bool can_trim(int64_t n) const override { return n >= 0 && n <= offset_ && offset_ <= max_size_ && idx_ == filled_ % max_size_; }
+  int64_t trim(int64_t n) override;
+  size_t bytes() const override;
+
+ private:
+  Tensor ordered(const Tensor& ring) const;  // ring contents oldest-first
+  Tensor keys_, values_;                      // [max_size, Hkv, D]
+  int64_t max_size_;
+  int64_t offset_ = 0;  // tokens seen
+  int64_t filled_ = 0;  // slots holding tokens (≤ max_size)
+  int64_t idx_ = 0;     // next slot to write
+};
+
+}  // namespace lathe

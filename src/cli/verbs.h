@@ -1,0 +1,18 @@
+// Each CLI verb registers its subcommand and returns the action run when it is chosen.
+#pragma once
+#include <functional>
+
+#include <CLI/CLI.hpp>
+
+namespace lathe::cli {
+
+using Action = std::function<int()>;
+struct Verb {
+  CLI::App* command;
+  Action action;
+};
+
+Verb add_run(CLI::App& app);
+Verb add_synth(CLI::App& app);
+
+}  // namespace lathe::cli

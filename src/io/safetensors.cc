@@ -1,0 +1,164 @@
+#include "io/safetensors.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <nlohmann/json.hpp>
+
+#include "common/error.h"
+
+namespace lathe {
+namespace {
+
+constexpr uint64_t kMaxHeader = 100ull << 20;
+
+[[noreturn]] void corrupt(const std::string& path, const std::string& what) {
+  throw Error(ErrorKind::Corrupt, path + ": " + what);
+}
+
+}  // namespace
+
+std::shared_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) {
+  auto f = std::shared_ptr<SafetensorsFile>(new SafetensorsFile());
+  f->file_ = MappedFile::open(path);
+  const size_t size = f->file_->size();
+  if (size < 8) corrupt(path, "file is truncated (" + std::to_string(size) + " bytes; the 8-byte header length is missing)");
+  uint64_t hlen = 0;
+  std::memcpy(&hlen, f->file_->data(), 8);
+  if (hlen > kMaxHeader) corrupt(path, "header length " + std::to_string(hlen) + " is implausible (not a safetensors file?)");
+  if (hlen > size - 8)
+    corrupt(path, "file is truncated: header length " + std::to_string(hlen) + " exceeds the " +
+                      std::to_string(size - 8) + " bytes after it");
+  f->data_start_ = 8 + hlen;
+  const uint64_t data_size = size - f->data_start_;
+  nlohmann::json header;
+  try {
+    header = nlohmann::json::parse(f->file_->data() + 8, f->file_->data() + 8 + hlen);
+  } catch (const nlohmann::json::exception& e) {
+    corrupt(path, std::string("header is not valid JSON: ") + e.what());
+  }
+  if (!header.is_object()) corrupt(path, "header is not a JSON object");
+
+  for (auto it = header.begin(); it != header.end(); ++it) {
+    const std::string& name = it.key();
+    const auto& v = it.value();
+    if (name == "__metadata__") {
+      if (v.is_object())
+        for (auto m = v.begin(); m != v.end(); ++m)
+          if (m.value().is_string()) f->metadata_[m.key()] = m.value().get<std::string>();
+      continue;
+    }
+    const std::string where = "tensor '" + name + "'";
+    if (!v.is_object() || !v.contains("dtype") || !v.contains("shape") || !v.contains("data_offsets"))
+      corrupt(path, where + " lacks dtype/shape/data_offsets");
+    TensorInfo info;
+    info.name = name;
+    if (!v["dtype"].is_string()) corrupt(path, where + " has a non-string dtype");
+    const std::string dt = v["dtype"].get<std::string>();
+    if (!dtype_from_name(dt, &info.dtype))
+      throw Error(ErrorKind::Unsupported, path + ": " + where + " has unsupported dtype " + dt);
+    if (!v["shape"].is_array()) corrupt(path, where + " has a non-array shape");
+    for (const auto& d : v["shape"]) {
+      if (!d.is_number_integer() || d.get<int64_t>() < 0) corrupt(path, where + " has an invalid dimension");
+      info.shape.push_back(d.get<int64_t>());
+    }
+    const auto& off = v["data_offsets"];
+    if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() || !off[1].is_number_unsigned())
+      corrupt(path, where + " has invalid data_offsets");
+    info.begin = off[0].get<uint64_t>();
+    info.end = off[1].get<uint64_t>();
+    if (info.begin > info.end) corrupt(path, where + " has data_offsets with begin > end");
+    if (info.end > data_size)
+      corrupt(path, where + " data_offsets [" + std::to_string(info.begin) + ", " + std::to_string(info.end) +
+                        ") run past the end of the file (data section is " + std::to_string(data_size) +
+                        " bytes; truncated?)");
+    const uint64_t expect = static_cast<uint64_t>(shape_numel(info.shape)) * dtype_size(info.dtype);
+    if (info.end - info.begin != expect)
+      corrupt(path, where + " holds " + std::to_string(info.end - info.begin) + " bytes but " + dt +
+                        shape_str(info.shape) + " needs " + std::to_string(expect));
+    f->tensors_[name] = std::move(info);
+  }
+
+  std::vector<const TensorInfo*> by_offset;
+  for (const auto& [n, info] : f->tensors_) by_offset.push_back(&info);
+  std::sort(by_offset.begin(), by_offset.end(), [](auto* a, auto* b) { return a->begin < b->begin; });
+  const TensorInfo* last = nullptr;  // the non-empty tensor reaching furthest so far
+  for (const TensorInfo* t : by_offset) {
+    if (t->end == t->begin) continue;
+    if (last && t->begin < last->end)
+      corrupt(path, "tensors '" + last->name + "' and '" + t->name + "' overlap in the data section");
+    if (!last || t->end > last->end) last = t;
+  }
+  return f;
+}
+
+Tensor SafetensorsFile::get(const std::string& name) const {
+  auto it = tensors_.find(name);
+  if (it == tensors_.end()) throw Error(ErrorKind::NotFound, path() + ": no tensor named '" + name + "'");
+  const TensorInfo& info = it->second;
+  void* p = const_cast<unsigned char*>(file_->data() + data_start_ + info.begin);
+  return Tensor::alias(p, info.shape, info.dtype, file_);
+}
+
+void SafetensorsWriter::add(const std::string& name, DType dtype, const Shape& shape, Fill fill) {
+  entries_.push_back({name, dtype, shape, std::move(fill)});
+}
+
+void SafetensorsWriter::add(const std::string& name, const Tensor& t) {
+  Tensor c = t.device() == Device::CPU ? t.contiguous() : t.to(Device::CPU);
+  add(name, c.dtype(), c.shape(), [c](void* dst) { std::memcpy(dst, c.raw(), c.nbytes()); });
+}
+
+void SafetensorsWriter::write(const std::string& path) const {
+  nlohmann::ordered_json header = nlohmann::ordered_json::object();
+  if (!metadata_.empty()) header["__metadata__"] = metadata_;
+  uint64_t off = 0;
+  for (const auto& e : entries_) {
+    const uint64_t n = static_cast<uint64_t>(shape_numel(e.shape)) * dtype_size(e.dtype);
+    header[e.name] = {{"dtype", dtype_name(e.dtype)}, {"shape", e.shape}, {"data_offsets", {off, off + n}}};
+    off += n;
+  }
+  std::string h = header.dump();
+  while ((h.size() + 8) % 8 != 0) h.push_back(' ');  // keep the data section 8-byte aligned
+  const std::string tmp = path + ".tmp";
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw Error(ErrorKind::Io, tmp + ": " + std::strerror(errno));
+  auto write_all = [&](const void* data, size_t size) {
+    const char* p = static_cast<const char*>(data);
+    while (size > 0) {
+      ssize_t n = ::write(fd, p, size);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) {
+        int e = errno;
+        ::close(fd);
+        ::unlink(tmp.c_str());
+        throw Error(ErrorKind::Io, tmp + ": write failed: " + std::strerror(e));
+      }
+      p += n;
+      size -= static_cast<size_t>(n);
+    }
+  };
+  const uint64_t hlen = h.size();
+  write_all(&hlen, 8);
+  write_all(h.data(), h.size());
+  std::vector<char> buf;
+  for (const auto& e : entries_) {
+    const size_t n = static_cast<size_t>(shape_numel(e.shape)) * dtype_size(e.dtype);
+    buf.resize(n);
+    e.fill(buf.data());
+    write_all(buf.data(), n);
+  }
+  if (::fsync(fd) != 0 || ::close(fd) != 0) {
+    ::unlink(tmp.c_str());
+    throw Error(ErrorKind::Io, tmp + ": fsync/close failed");
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    ::unlink(tmp.c_str());
+    throw Error(ErrorKind::Io, "rename " + tmp + " -> " + path + ": " + std::strerror(errno));
+  }
+}
+
+}  // namespace lathe

@@ -1,0 +1,100 @@
+#include "model/decoder.h"
+
+#include <cmath>
+
+#include "common/error.h"
+#include "common/log.h"
+#include "model/layers/rope.h"
+
+namespace lathe {
+
+DecoderModel::DecoderModel(ModelConfig config, Checkpoint ckpt, const DecoderSpec& spec)
+    : Model(std::move(config), std::move(ckpt)), spec_(spec) {
+  const ModelConfig& c = config_;
+  WeightBinder b(ckpt_, c);
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  embed_ = b.embedding("model.embed_tokens", c.vocab_size, c.hidden_size);
+  const bool tied = c.tie_word_embeddings || !ckpt_.has("lm_head.weight");
+  lm_head_ = tied ? embed_ : b.linear("lm_head", c.vocab_size, c.hidden_size);
+  final_norm_ = {b.tensor("model.norm.weight", {c.hidden_size}), eps, spec.norm_plus_one};
+  layers_.resize(static_cast<size_t>(c.num_layers));
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    const std::string p = "model.layers." + std::to_string(i);
+    Layer& L = layers_[static_cast<size_t>(i)];
+    const std::string& type = c.layer_types[static_cast<size_t>(i)];
+    if (type != "full_attention" && type != "sliding_attention")
+      throw Error(ErrorKind::Unsupported, c.dir + "/config.json: layer type '" + type + "' is not supported by " + c.model_type);
+    AttentionSpec a;
+    a.hidden = c.hidden_size;
+    a.heads = c.num_heads;
+    a.kv_heads = c.num_kv_heads;
+    a.head_dim = c.head_dim;
+    a.qkv_bias = spec.qkv_bias;
+    a.qk_norm = spec.qk_norm;
+    a.norm_plus_one = spec.norm_plus_one;
+    a.norm_eps = eps;
+    a.scale = spec.attn_scale > 0 ? spec.attn_scale : 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+    a.softcap = spec.attn_softcap;
+    a.window = c.is_sliding(i) ? c.sliding_window : 0;
+    if (c.is_sliding(i) && c.sliding_window <= 0)
+      throw Error(ErrorKind::Corrupt, c.dir + "/config.json: sliding layers need a positive sliding_window");
+    a.rope = make_rope(c.rope_for_layer(i), c.head_dim);
+    L.attn = Attention(b, p + ".self_attn", a);
+    L.mlp = bind_gated_mlp(b, p + ".mlp", c.hidden_size, c.intermediate_size, spec.act, spec.mlp_bias);
+    L.input_norm = {b.tensor(p + ".input_layernorm.weight", {c.hidden_size}), eps, spec.norm_plus_one};
+    L.post_attn_norm = {b.tensor(p + ".post_attention_layernorm.weight", {c.hidden_size}), eps, spec.norm_plus_one};
+    if (spec.sandwich_norms) {
+      L.pre_ff_norm = {b.tensor(p + ".pre_feedforward_layernorm.weight", {c.hidden_size}), eps, spec.norm_plus_one};
+      L.post_ff_norm = {b.tensor(p + ".post_feedforward_layernorm.weight", {c.hidden_size}), eps, spec.norm_plus_one};
+    }
+  }
+  // Weights nobody asked for usually mean a config/checkpoint mismatch: say so, but keep going.
+  std::vector<std::string> unused;
+  for (const auto& n : ckpt_.names()) {
+    if (b.used().count(n) || n.rfind("vision_tower.", 0) == 0 || n.rfind("multi_modal_projector.", 0) == 0 ||
+        n.find("rotary_emb.inv_freq") != std::string::npos || (tied && n.rfind("lm_head.", 0) == 0))
+      continue;
+    unused.push_back(n);
+  }
+  if (!unused.empty())
+    log::warn(c.dir + ": " + std::to_string(unused.size()) + " checkpoint tensors are not used by " + c.model_type +
+              " (first: " + unused.front() + ")");
+}
+
+CacheList DecoderModel::make_cache() const {
+  CacheList caches;
+  for (int64_t i = 0; i < config_.num_layers; ++i) {
+    if (config_.is_sliding(i))
+      caches.push_back(std::make_unique<RotatingKVCache>(config_.sliding_window));
+    else
+      caches.push_back(std::make_unique<KVCache>());
+  }
+  return caches;
+}
+
+Tensor DecoderModel::forward(const std::vector<int32_t>& ids, CacheList& caches, bool all_logits) {
+  if (ids.empty()) throw Error(ErrorKind::InvalidArgument, "forward: no tokens");
+  if (caches.size() != layers_.size()) throw Error(ErrorKind::InvalidArgument, "forward: cache list does not match the model");
+  Tensor h = embedding(ids, embed_);
+  if (spec_.embed_scale != 1.0f) scale_inplace(h, spec_.embed_scale);
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    const Layer& L = layers_[i];
+    Tensor a = L.attn.forward(L.input_norm(h), *caches[i]);
+    if (spec_.sandwich_norms) {
+      a = L.post_attn_norm(a);
+      add_inplace(h, a);
+      Tensor m = L.post_ff_norm(L.mlp(L.pre_ff_norm(h)));
+      add_inplace(h, m);
+    } else {
+      add_inplace(h, a);
+      Tensor m = L.mlp(L.post_attn_norm(h));
+      add_inplace(h, m);
+    }
+  }
+  if (!all_logits) h = h.slice(0, h.dim(0) - 1, h.dim(0));
+  Tensor logits = linear(final_norm_(h), lm_head_);
+  if (spec_.final_softcap > 0) softcap_inplace(logits, spec_.final_softcap);
+  return logits;
+}
+
+}  // namespace lathe

@@ -1,0 +1,36 @@
+#include "model/layers/modules.h"
+
+#include "common/error.h"
+
+namespace lathe {
+
+Linear bind_linear(WeightBinder& b, const std::string& module, int64_t out, int64_t in, bool with_bias) {
+  Linear l;
+  l.w = b.linear(module, out, in);
+  if (with_bias) l.bias = b.tensor(module + ".bias", {out});
+  return l;
+}
+
+Activation parse_activation(const std::string& name) {
+  if (name == "silu" || name == "swish") return Activation::SiLU;
+  if (name == "gelu_pytorch_tanh" || name == "gelu_tanh" || name == "gelu_new" || name == "gelu_approx")
+    return Activation::GeluTanh;
+  throw Error(ErrorKind::Unsupported, "activation '" + name + "' is not supported (silu, gelu_pytorch_tanh)");
+}
+
+Tensor GatedMLP::operator()(const Tensor& x) const {
+  const Tensor g = gate(x), u = up(x);
+  return down(act == Activation::SiLU ? silu_mul(g, u) : gelu_tanh_mul(g, u));
+}
+
+GatedMLP bind_gated_mlp(WeightBinder& b, const std::string& prefix, int64_t hidden, int64_t inter, Activation act,
+                        bool bias) {
+  GatedMLP m;
+  m.gate = bind_linear(b, prefix + ".gate_proj", inter, hidden, bias);
+  m.up = bind_linear(b, prefix + ".up_proj", inter, hidden, bias);
+  m.down = bind_linear(b, prefix + ".down_proj", hidden, inter, bias);
+  m.act = act;
+  return m;
+}
+
+}  // namespace lathe

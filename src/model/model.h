@@ -1,0 +1,33 @@
+// The model interface the engine drives: make caches, run ids through (prefill or decode), get logits.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cache/layer_cache.h"
+#include "io/checkpoint.h"
+#include "model/config.h"
+
+namespace lathe {
+
+class Model {
+ public:
+  virtual ~Model() = default;
+  const ModelConfig& config() const { return config_; }
+  const Checkpoint& checkpoint() const { return ckpt_; }
+
+  virtual CacheList make_cache() const = 0;
+  // Runs ids after what the caches hold. Returns f32 logits [T, vocab] (all_logits) or [1, vocab] (last).
+  virtual Tensor forward(const std::vector<int32_t>& ids, CacheList& caches, bool all_logits = true) = 0;
+
+ protected:
+  Model(ModelConfig config, Checkpoint ckpt) : config_(std::move(config)), ckpt_(std::move(ckpt)) {}
+  ModelConfig config_;
+  Checkpoint ckpt_;  // keeps the weight mappings alive
+};
+
+// Reads DIR/config.json, picks the architecture by model_type and binds the weights.
+std::unique_ptr<Model> load_model(const std::string& dir);
+std::vector<std::string> supported_model_types();
+
+}  // namespace lathe

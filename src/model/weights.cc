@@ -1,0 +1,76 @@
+#include "model/weights.h"
+
+#include "common/error.h"
+
+namespace lathe {
+namespace {
+bool valid_bits(int b) { return b == 2 || b == 4 || b == 8; }
+bool valid_group(int g) { return g == 32 || g == 64 || g == 128; }
+}  // namespace
+
+Tensor WeightBinder::tensor(const std::string& name, const Shape& shape) {
+  if (!ckpt_.has(name)) throw Error(ErrorKind::NotFound, ckpt_.dir() + ": missing tensor '" + name + "'");
+  Tensor t = ckpt_.get(name);
+  if (!is_float(t.dtype()))
+    throw Error(ErrorKind::Corrupt, where(name) + " has dtype " + dtype_name(t.dtype()) + ", expected a float type");
+  if (t.shape() != shape)
+    throw Error(ErrorKind::Corrupt, where(name) + " has shape " + shape_str(t.shape()) + ", but config.json implies " +
+                                        shape_str(shape));
+  used_.insert(name);
+  return t;
+}
+
+Tensor WeightBinder::optional_tensor(const std::string& name, const Shape& shape) {
+  return ckpt_.has(name) ? tensor(name, shape) : Tensor();
+}
+
+Weight WeightBinder::linear(const std::string& module, int64_t out, int64_t in) {
+  const std::string wname = module + ".weight", sname = module + ".scales", bname = module + ".biases";
+  Weight w;
+  if (!ckpt_.has(wname)) throw Error(ErrorKind::NotFound, ckpt_.dir() + ": missing tensor '" + wname + "'");
+  if (!ckpt_.has(sname)) {
+    w.dense = tensor(wname, {out, in});
+    return w;
+  }
+  // Quantized: the config must say how.
+  auto spec = config_.quant_for(module);
+  if (!spec)
+    throw Error(ErrorKind::Corrupt, where(sname) + " exists, but config.json has no quantization entry for '" + module + "'");
+  if (!valid_bits(spec->bits))
+    throw Error(ErrorKind::Unsupported, config_.dir + "/config.json: " + std::to_string(spec->bits) +
+                                            "-bit quantization of '" + module + "' is not supported (2, 4 or 8)");
+  if (!valid_group(spec->group_size))
+    throw Error(ErrorKind::Unsupported, config_.dir + "/config.json: group size " + std::to_string(spec->group_size) +
+                                            " of '" + module + "' is not supported (32, 64 or 128)");
+  if (in % spec->group_size != 0)
+    throw Error(ErrorKind::Corrupt, where(sname) + ": input size " + std::to_string(in) +
+                                        " is not a multiple of the group size " + std::to_string(spec->group_size));
+  if (!ckpt_.has(bname)) throw Error(ErrorKind::NotFound, ckpt_.dir() + ": missing tensor '" + bname + "'");
+  Tensor q = ckpt_.get(wname), s = ckpt_.get(sname), b = ckpt_.get(bname);
+  const Shape wshape{out, in * spec->bits / 32}, sshape{out, in / spec->group_size};
+  if (q.dtype() != DType::U32)
+    throw Error(ErrorKind::Corrupt, where(wname) + " has dtype " + dtype_name(q.dtype()) + ", a quantized weight must be U32");
+  if (q.shape() != wshape)
+    throw Error(ErrorKind::Corrupt, where(wname) + " has shape " + shape_str(q.shape()) + ", but " +
+                                        std::to_string(spec->bits) + "-bit [" + std::to_string(out) + ", " +
+                                        std::to_string(in) + "] needs " + shape_str(wshape));
+  for (const auto& [name, t] : {std::pair{sname, s}, std::pair{bname, b}}) {
+    if (t.dtype() != DType::BF16 && t.dtype() != DType::F16 && t.dtype() != DType::F32)
+      throw Error(ErrorKind::Corrupt, where(name) + " has dtype " + dtype_name(t.dtype()) + ", expected bf16/f16/f32");
+    if (t.shape() != sshape)
+      throw Error(ErrorKind::Corrupt, where(name) + " has shape " + shape_str(t.shape()) + ", but group size " +
+                                          std::to_string(spec->group_size) + " needs " + shape_str(sshape));
+  }
+  used_.insert(wname);
+  used_.insert(sname);
+  used_.insert(bname);
+  w.quantized = true;
+  w.q.w = q;
+  w.q.scales = s;
+  w.q.biases = b;
+  w.q.bits = spec->bits;
+  w.q.group_size = spec->group_size;
+  return w;
+}
+
+}  // namespace lathe

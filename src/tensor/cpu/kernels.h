@@ -1,0 +1,27 @@
+// CPU kernels behind ops.h. Inputs are validated by ops.cc; kernels assume CPU, f32 activations.
+#pragma once
+#include <cstdint>
+
+#include "tensor/ops.h"
+
+namespace lathe::cpu {
+
+// y[M, N] = x[M, K] · w[N, K]ᵀ for dense f32/bf16/f16 weights.
+void linear_dense(const Tensor& x, const Tensor& w, Tensor& y);
+// The same over an MLX affine-quantized weight.
+void linear_quantized(const Tensor& x, const QuantizedMatrix& w, Tensor& y);
+// Rows [row0, row0 + n) of a quantized matrix as f32, row-major into out[n * cols].
+void dequantize_rows(const QuantizedMatrix& w, int64_t row0, int64_t n, float* out);
+// One dense row (any float dtype) as f32.
+void dense_row_to_f32(const Tensor& w, int64_t row, float* out);
+
+// Dot-product block: y[m * ldy + r] = Σ_k x[m*K + k] · wrows[r*K + k] for m < M, r < R.
+void gemm_block_f32(const float* x, int64_t M, int64_t K, const float* wrows, int64_t R, float* y, int64_t ldy);
+
+void rms_norm(const Tensor& x, const Tensor& w, float eps, bool plus_one, Tensor& out);
+void rope_inplace(Tensor& x, const RopeTable& rope, int64_t pos0);
+void attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionParams& p, Tensor& out);
+void silu_mul(const Tensor& gate, const Tensor& up, Tensor& out);
+void gelu_tanh_mul(const Tensor& gate, const Tensor& up, Tensor& out);
+
+}  // namespace lathe::cpu

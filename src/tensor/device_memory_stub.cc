@@ -1,0 +1,18 @@
+// Fallback when lathe is built without CUDA: every device request fails with a message that says why.
+#ifndef LATHE_HAVE_CUDA
+#include "common/error.h"
+#include "tensor/device_memory.h"
+
+namespace lathe {
+namespace {
+[[noreturn]] void no_cuda() {
+  throw Error(ErrorKind::Unsupported, "this lathe binary was built without the CUDA backend (nvcc was not found)");
+}
+}  // namespace
+bool cuda_available() { return false; }
+void* device_alloc(size_t) { no_cuda(); }
+void device_free(void*) {}
+void device_memset_zero(void*, size_t) { no_cuda(); }
+void device_copy(void*, const void*, size_t, Device, Device) { no_cuda(); }
+}  // namespace lathe
+#endif

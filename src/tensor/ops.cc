@@ -1,0 +1,161 @@
+// Op entry points: check shapes and dtypes once, allocate outputs, dispatch to the device's kernels.
+#include "tensor/ops.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "common/error.h"
+#include "tensor/cpu/kernels.h"
+
+namespace lathe {
+namespace {
+
+void require_cpu(const Tensor& t, const char* op) {
+  if (t.device() != Device::CPU)
+    throw Error(ErrorKind::Unsupported, std::string(op) + ": no kernel for device " + device_name(t.device()));
+}
+
+void require_f32_rows(const Tensor& x, const char* op) {
+  if (x.dtype() != DType::F32)
+    throw Error(ErrorKind::InvalidArgument, std::string(op) + ": activations must be F32, got " + x.describe());
+}
+
+}  // namespace
+
+Tensor linear(const Tensor& x_in, const Weight& w, const Tensor* bias) {
+  require_cpu(x_in, "linear");
+  require_f32_rows(x_in, "linear");
+  const Tensor x = x_in.contiguous();
+  if (x.ndim() != 2 || x.dim(1) != w.in_features())
+    throw Error(ErrorKind::InvalidArgument, "linear: input " + x.describe() + " does not match weight [" +
+                                                std::to_string(w.out_features()) + ", " +
+                                                std::to_string(w.in_features()) + "]");
+  Tensor y = Tensor::empty({x.dim(0), w.out_features()}, DType::F32);
+  if (w.quantized)
+    cpu::linear_quantized(x, w.q, y);
+  else
+    cpu::linear_dense(x, w.dense, y);
+  if (bias && bias->defined()) {
+    const std::vector<float> b = bias->to_floats();
+    float* yp = y.data<float>();
+    const int64_t N = y.dim(1);
+    for (int64_t m = 0; m < y.dim(0); ++m)
+      for (int64_t n = 0; n < N; ++n) yp[m * N + n] += b[static_cast<size_t>(n)];
+  }
+  return y;
+}
+
+Tensor dequantize(const QuantizedMatrix& q, int64_t row0, int64_t n) {
+  if (n < 0) n = q.rows() - row0;
+  LATHE_CHECK(row0 >= 0 && row0 + n <= q.rows(), "dequantize: rows out of range");
+  Tensor out = Tensor::empty({n, q.cols()}, DType::F32);
+  cpu::dequantize_rows(q, row0, n, out.data<float>());
+  return out;
+}
+
+Tensor embedding(const std::vector<int32_t>& ids, const Weight& table) {
+  const int64_t vocab = table.out_features(), dim = table.in_features();
+  Tensor out = Tensor::empty({static_cast<int64_t>(ids.size()), dim}, DType::F32);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (ids[i] < 0 || ids[i] >= vocab)
+      throw Error(ErrorKind::InvalidArgument,
+                  "token id " + std::to_string(ids[i]) + " is out of range for a vocabulary of " + std::to_string(vocab));
+    float* row = out.data<float>() + static_cast<int64_t>(i) * dim;
+    if (table.quantized)
+      cpu::dequantize_rows(table.q, ids[i], 1, row);
+    else
+      cpu::dense_row_to_f32(table.dense, ids[i], row);
+  }
+  return out;
+}
+
+Tensor rms_norm(const Tensor& x_in, const Tensor& weight, float eps, bool plus_one) {
+  require_cpu(x_in, "rms_norm");
+  require_f32_rows(x_in, "rms_norm");
+  const Tensor x = x_in.contiguous();
+  if (weight.defined() && weight.numel() != x.dim(-1))
+    throw Error(ErrorKind::InvalidArgument, "rms_norm: weight " + weight.describe() + " vs input " + x.describe());
+  Tensor out = Tensor::empty(x.shape(), DType::F32);
+  cpu::rms_norm(x, weight, eps, plus_one, out);
+  return out;
+}
+
+void rope_inplace(Tensor& x, const RopeTable& rope, int64_t pos0) {
+  require_cpu(x, "rope");
+  LATHE_CHECK(x.ndim() == 3 && x.is_contiguous() && x.dtype() == DType::F32, "rope: expects contiguous F32 [T, H, D]");
+  LATHE_CHECK(rope.dims <= x.dim(2) && static_cast<int64_t>(rope.inv_freq.size()) == rope.dims / 2,
+              "rope: table does not fit the head size");
+  cpu::rope_inplace(x, rope, pos0);
+}
+
+Tensor attention(const Tensor& q_in, const Tensor& k, const Tensor& v, const AttentionParams& p) {
+  require_cpu(q_in, "attention");
+  const Tensor q = q_in.contiguous();
+  LATHE_CHECK(q.ndim() == 3 && k.ndim() == 3 && v.ndim() == 3, "attention: expects [T, H, D] tensors");
+  LATHE_CHECK(k.stride(2) == 1 && v.stride(2) == 1, "attention: head dim must be dense");
+  LATHE_CHECK(q.dim(2) == k.dim(2) && k.dim(0) == v.dim(0) && k.dim(1) == v.dim(1), "attention: q/k/v shapes");
+  LATHE_CHECK(k.dim(1) > 0 && q.dim(1) % k.dim(1) == 0, "attention: query heads must be a multiple of kv heads");
+  LATHE_CHECK(!p.k_pos || static_cast<int64_t>(p.k_pos->size()) == k.dim(0), "attention: key positions");
+  Tensor out = Tensor::empty({q.dim(0), q.dim(1), v.dim(2)}, DType::F32);
+  cpu::attention(q, k, v, p, out);
+  return out;
+}
+
+Tensor silu_mul(const Tensor& gate, const Tensor& up) {
+  require_cpu(gate, "silu_mul");
+  LATHE_CHECK(gate.shape() == up.shape(), "silu_mul: shapes differ");
+  Tensor out = Tensor::empty(gate.shape(), DType::F32);
+  cpu::silu_mul(gate.contiguous(), up.contiguous(), out);
+  return out;
+}
+
+Tensor gelu_tanh_mul(const Tensor& gate, const Tensor& up) {
+  require_cpu(gate, "gelu_tanh_mul");
+  LATHE_CHECK(gate.shape() == up.shape(), "gelu_tanh_mul: shapes differ");
+  Tensor out = Tensor::empty(gate.shape(), DType::F32);
+  cpu::gelu_tanh_mul(gate.contiguous(), up.contiguous(), out);
+  return out;
+}
+
+Tensor add(const Tensor& a, const Tensor& b) {
+  Tensor out = a.contiguous().clone();
+  add_inplace(out, b);
+  return out;
+}
+
+void add_inplace(Tensor& a, const Tensor& b_in) {
+  require_cpu(a, "add");
+  LATHE_CHECK(a.shape() == b_in.shape() && a.is_contiguous() && a.dtype() == DType::F32, "add: shapes differ");
+  const Tensor b = b_in.contiguous();
+  float* ap = a.data<float>();
+  const float* bp = b.data<float>();
+  for (int64_t i = 0, n = a.numel(); i < n; ++i) ap[i] += bp[i];
+}
+
+void scale_inplace(Tensor& x, float s) {
+  require_cpu(x, "scale");
+  LATHE_CHECK(x.is_contiguous() && x.dtype() == DType::F32, "scale: expects contiguous F32");
+  float* p = x.data<float>();
+  for (int64_t i = 0, n = x.numel(); i < n; ++i) p[i] *= s;
+}
+
+void softcap_inplace(Tensor& x, float cap) {
+  require_cpu(x, "softcap");
+  LATHE_CHECK(x.is_contiguous() && x.dtype() == DType::F32, "softcap: expects contiguous F32");
+  float* p = x.data<float>();
+  for (int64_t i = 0, n = x.numel(); i < n; ++i) p[i] = std::tanh(p[i] / cap) * cap;
+}
+
+std::vector<int32_t> argmax_rows(const Tensor& x_in) {
+  const Tensor x = x_in.device() == Device::CPU ? x_in.contiguous() : x_in.to(Device::CPU);
+  LATHE_CHECK(x.ndim() == 2 && x.dtype() == DType::F32, "argmax_rows: expects F32 [rows, cols]");
+  std::vector<int32_t> out(static_cast<size_t>(x.dim(0)));
+  const int64_t C = x.dim(1);
+  for (int64_t r = 0; r < x.dim(0); ++r) {
+    const float* row = x.data<float>() + r * C;
+    out[static_cast<size_t>(r)] = static_cast<int32_t>(std::max_element(row, row + C) - row);
+  }
+  return out;
+}
+
+}  // namespace lathe

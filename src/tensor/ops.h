@@ -1,0 +1,77 @@
+// The operations a decoder needs, as free functions over Tensors. Each dispatches on the device of its
+// inputs (CPU kernels in tensor/cpu/, CUDA kernels in tensor/cuda/). Activations are [T, features] rows;
+// the CPU computes them in f32.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "tensor/tensor.h"
+
+namespace lathe {
+
+// MLX affine-quantized matrix [rows, cols]: `w` is U32 [rows, cols*bits/32] (element j of each word at
+// bit offset bits*j), `scales`/`biases` are bf16/f16/f32 [rows, cols/group_size]; value = scale*q + bias.
+struct QuantizedMatrix {
+  Tensor w, scales, biases;
+  int bits = 4;
+  int group_size = 64;
+  int64_t rows() const { return w.dim(0); }
+  int64_t cols() const { return w.dim(1) * 32 / bits; }
+};
+
+// A linear layer's weight [out, in]: dense (f32/bf16/f16) or quantized.
+struct Weight {
+  Tensor dense;
+  QuantizedMatrix q;
+  bool quantized = false;
+  int64_t out_features() const { return quantized ? q.rows() : dense.dim(0); }
+  int64_t in_features() const { return quantized ? q.cols() : dense.dim(1); }
+  Device device() const { return quantized ? q.w.device() : dense.device(); }
+};
+
+// y = x · Wᵀ (+ bias). x: [M, in] f32; returns [M, out] f32.
+Tensor linear(const Tensor& x, const Weight& w, const Tensor* bias = nullptr);
+// Row gather: returns [ids.size(), dim] f32 from a dense or quantized table [vocab, dim].
+Tensor embedding(const std::vector<int32_t>& ids, const Weight& table);
+// Dequantize rows [row0, row0+n) of a quantized matrix to f32 [n, cols].
+Tensor dequantize(const QuantizedMatrix& q, int64_t row0 = 0, int64_t n = -1);
+
+// RMSNorm over the last dim; weight may be undefined (weightless); plus_one uses (1 + w) (Gemma).
+Tensor rms_norm(const Tensor& x, const Tensor& weight, float eps, bool plus_one = false);
+
+// Rotary embedding with rotate-half pairing (i, i + dims/2) over the first `dims` features of each head.
+// inv_freq has dims/2 entries (0 means identity for that pair).
+struct RopeTable {
+  int dims = 0;
+  std::vector<float> inv_freq;
+  float attention_scaling = 1.0f;  // multiplies cos/sin (yarn-style mscale); 1 for the common types
+};
+// x: [T, heads, head_dim] f32 contiguous, token t at position pos0 + t. In place.
+void rope_inplace(Tensor& x, const RopeTable& rope, int64_t pos0);
+
+// Scaled dot-product attention with GQA. q: [T, Hq, D]; k: [S, Hkv, D]; v: [S, Hkv, Dv] (views allowed).
+// Query t sits at position q_pos0 + t; key j at k_pos[j] when given, else k_pos0 + j. A key is visible
+// when its position ≤ the query's (causal) and, with window > 0, query_pos - key_pos < window.
+struct AttentionParams {
+  float scale = 1.0f;
+  float softcap = 0.0f;  // 0 = off; else scores = tanh(s / cap) * cap
+  int64_t window = 0;
+  bool causal = true;
+  int64_t q_pos0 = 0;
+  int64_t k_pos0 = 0;
+  const std::vector<int64_t>* k_pos = nullptr;
+};
+Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionParams& p);
+
+// Gated activations: act(gate) * up, elementwise. gelu is the tanh approximation.
+Tensor silu_mul(const Tensor& gate, const Tensor& up);
+Tensor gelu_tanh_mul(const Tensor& gate, const Tensor& up);
+
+Tensor add(const Tensor& a, const Tensor& b);
+void add_inplace(Tensor& a, const Tensor& b);
+void scale_inplace(Tensor& x, float s);
+void softcap_inplace(Tensor& x, float cap);  // tanh(x / cap) * cap
+// Index of the largest value of each row of a [rows, cols] f32 tensor (first on ties).
+std::vector<int32_t> argmax_rows(const Tensor& x);
+
+}  // namespace lathe
