@@ -67,7 +67,8 @@ CacheState KVCache::state() const {
 }
 
 void KVCache::restore(const CacheState& s) {
-  if (s.kind != kind()) throw Error(ErrorKind::InvalidArgument, "cannot restore a '" + s.kind + "' state into a kv cache");
+  if (s.kind != kind())
+    throw Error(ErrorKind::InvalidArgument, "cannot restore a '" + s.kind + "' state into a kv cache");
   const int64_t off = find_meta(s, "offset");
   keys_ = Tensor();
   values_ = Tensor();

@@ -14,9 +14,9 @@
 namespace lathe {
 
 struct CacheState {
-  std::string kind;                                   // "kv", "rotating", ...
+  std::string kind;                                     // "kv", "rotating", ...
   std::vector<std::pair<std::string, Tensor>> tensors;  // e.g. {"keys", ...}, {"values", ...}
-  std::map<std::string, int64_t> meta;                // e.g. offset, idx, max_size
+  std::map<std::string, int64_t> meta;                  // e.g. offset, idx, max_size
 };
 
 // What attention sees after an update: keys/values [S, Hkv, D] and each key's absolute position.
@@ -71,13 +71,15 @@ class RotatingKVCache : public LayerCache {
   CacheState state() const override;
   void restore(const CacheState& s) override;
   // Only before the ring has dropped anything: then slot i still holds position i.
-  bool can_trim(int64_t n) const override { return n >= 0 && n <= offset_ && offset_ <= max_size_ && idx_ == filled_ % max_size_; }
+  bool can_trim(int64_t n) const override {
+    return n >= 0 && n <= offset_ && offset_ <= max_size_ && idx_ == filled_ % max_size_;
+  }
   int64_t trim(int64_t n) override;
   size_t bytes() const override;
 
  private:
   Tensor ordered(const Tensor& ring) const;  // ring contents oldest-first
-  Tensor keys_, values_;                      // [max_size, Hkv, D]
+  Tensor keys_, values_;                     // [max_size, Hkv, D]
   int64_t max_size_;
   int64_t offset_ = 0;  // tokens seen
   int64_t filled_ = 0;  // slots holding tokens (≤ max_size)

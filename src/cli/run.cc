@@ -99,12 +99,18 @@ int run(const RunOptions& o) {
   for (const auto& c : cache) kv_bytes += c->bytes();
 
   if (o.json) {
-    nlohmann::json j = {{"model", o.model},          {"prompt_tokens", prompt.size()},
-                        {"generated", generated},    {"load_ms", load_ms},
-                        {"prefill_ms", prefill_ms},  {"prefill_tok_s", prefill_tps},
-                        {"decode_steps", step_ms.size()}, {"decode_ms", decode_ms},
-                        {"decode_tok_s", decode_tps}, {"step_ms", step_ms},
-                        {"rss_after_load_mib", rss_after_load}, {"weights_file_mib", file_mib},
+    nlohmann::json j = {{"model", o.model},
+                        {"prompt_tokens", prompt.size()},
+                        {"generated", generated},
+                        {"load_ms", load_ms},
+                        {"prefill_ms", prefill_ms},
+                        {"prefill_tok_s", prefill_tps},
+                        {"decode_steps", step_ms.size()},
+                        {"decode_ms", decode_ms},
+                        {"decode_tok_s", decode_tps},
+                        {"step_ms", step_ms},
+                        {"rss_after_load_mib", rss_after_load},
+                        {"weights_file_mib", file_mib},
                         {"kv_cache_bytes", kv_bytes}};
     std::printf("%s\n", j.dump().c_str());
     return 0;
@@ -113,7 +119,8 @@ int run(const RunOptions& o) {
   for (size_t i = 0; i < generated.size(); ++i) std::printf("%s%d", i ? "," : " ", generated[i]);
   std::printf("\n");
   for (size_t i = 0; i < step_ms.size(); ++i) std::printf("step %zu: %.2f ms\n", i + 1, step_ms[i]);
-  std::printf("load: %.1f ms, resident after load: %.1f MiB (weight files %.1f MiB)\n", load_ms, rss_after_load, file_mib);
+  std::printf("load: %.1f ms, resident after load: %.1f MiB (weight files %.1f MiB)\n", load_ms, rss_after_load,
+              file_mib);
   std::printf("prefill: %zu tokens in %.2f ms (%.1f tok/s)\n", prompt.size(), prefill_ms, prefill_tps);
   std::printf("decode: %zu tokens in %.2f ms (%.1f tok/s)\n", step_ms.size(), decode_ms, decode_tps);
   return 0;
@@ -126,7 +133,9 @@ Verb add_run(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("run", "greedy-generate from token ids (parity and speed checks)");
   cmd->add_option("--model", o->model, "checkpoint directory")->required();
   cmd->add_option("--ids", o->ids, "prompt token ids, comma-separated")->required();
-  cmd->add_option("--max-tokens", o->max_tokens, "tokens to generate")->capture_default_str()->check(CLI::NonNegativeNumber);
+  cmd->add_option("--max-tokens", o->max_tokens, "tokens to generate")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--logits-out", o->logits_out, "write prompt logits [T, vocab] f32 to this safetensors file");
   cmd->add_flag("--ignore-eos", o->ignore_eos, "keep generating past end-of-sequence tokens");
   cmd->add_flag("--json", o->json, "print one JSON object with ids and timings");

@@ -30,42 +30,73 @@ struct SynthOptions {
 json base_config(const std::string& like) {
   if (like == "qwen3-0.6b" || like == "qwen3-4b") {
     const bool big = like == "qwen3-4b";
-    return {{"architectures", {"Qwen3ForCausalLM"}}, {"model_type", "qwen3"},
-            {"hidden_size", big ? 2560 : 1024},      {"intermediate_size", big ? 9728 : 3072},
-            {"num_hidden_layers", big ? 36 : 28},    {"num_attention_heads", big ? 32 : 16},
-            {"num_key_value_heads", 8},              {"head_dim", 128},
-            {"vocab_size", 151936},                  {"max_position_embeddings", 40960},
-            {"rms_norm_eps", 1e-6},                  {"rope_theta", 1000000.0},
-            {"hidden_act", "silu"},                  {"tie_word_embeddings", true},
-            {"bos_token_id", 151643},                {"eos_token_id", 151645}};
+    return {{"architectures", {"Qwen3ForCausalLM"}},
+            {"model_type", "qwen3"},
+            {"hidden_size", big ? 2560 : 1024},
+            {"intermediate_size", big ? 9728 : 3072},
+            {"num_hidden_layers", big ? 36 : 28},
+            {"num_attention_heads", big ? 32 : 16},
+            {"num_key_value_heads", 8},
+            {"head_dim", 128},
+            {"vocab_size", 151936},
+            {"max_position_embeddings", 40960},
+            {"rms_norm_eps", 1e-6},
+            {"rope_theta", 1000000.0},
+            {"hidden_act", "silu"},
+            {"tie_word_embeddings", true},
+            {"bos_token_id", 151643},
+            {"eos_token_id", 151645}};
   }
   if (like == "llama-3.1-8b") {
-    return {{"architectures", {"LlamaForCausalLM"}}, {"model_type", "llama"},
-            {"hidden_size", 4096},                   {"intermediate_size", 14336},
-            {"num_hidden_layers", 32},               {"num_attention_heads", 32},
-            {"num_key_value_heads", 8},              {"head_dim", 128},
-            {"vocab_size", 128256},                  {"max_position_embeddings", 131072},
-            {"rms_norm_eps", 1e-5},                  {"rope_theta", 500000.0},
-            {"rope_scaling", {{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 1.0},
-                              {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 8192}}},
-            {"hidden_act", "silu"},                  {"tie_word_embeddings", false},
-            {"bos_token_id", 128000},                {"eos_token_id", {128001, 128008, 128009}}};
+    return {{"architectures", {"LlamaForCausalLM"}},
+            {"model_type", "llama"},
+            {"hidden_size", 4096},
+            {"intermediate_size", 14336},
+            {"num_hidden_layers", 32},
+            {"num_attention_heads", 32},
+            {"num_key_value_heads", 8},
+            {"head_dim", 128},
+            {"vocab_size", 128256},
+            {"max_position_embeddings", 131072},
+            {"rms_norm_eps", 1e-5},
+            {"rope_theta", 500000.0},
+            {"rope_scaling",
+             {{"rope_type", "llama3"},
+              {"factor", 8.0},
+              {"low_freq_factor", 1.0},
+              {"high_freq_factor", 4.0},
+              {"original_max_position_embeddings", 8192}}},
+            {"hidden_act", "silu"},
+            {"tie_word_embeddings", false},
+            {"bos_token_id", 128000},
+            {"eos_token_id", {128001, 128008, 128009}}};
   }
   if (like == "gemma3-1b") {
     json types = json::array();
     for (int i = 0; i < 26; ++i) types.push_back((i + 1) % 6 == 0 ? "full_attention" : "sliding_attention");
-    return {{"architectures", {"Gemma3ForCausalLM"}}, {"model_type", "gemma3_text"},
-            {"hidden_size", 1152},                    {"intermediate_size", 6912},
-            {"num_hidden_layers", 26},                {"num_attention_heads", 4},
-            {"num_key_value_heads", 1},               {"head_dim", 256},
-            {"vocab_size", 262144},                   {"max_position_embeddings", 32768},
-            {"rms_norm_eps", 1e-6},                   {"rope_theta", 1000000.0},
-            {"rope_local_base_freq", 10000.0},        {"sliding_window", 512},
-            {"layer_types", types},                   {"query_pre_attn_scalar", 256},
-            {"hidden_activation", "gelu_pytorch_tanh"}, {"tie_word_embeddings", true},
-            {"bos_token_id", 2},                      {"eos_token_id", {1, 106}}};
+    return {{"architectures", {"Gemma3ForCausalLM"}},
+            {"model_type", "gemma3_text"},
+            {"hidden_size", 1152},
+            {"intermediate_size", 6912},
+            {"num_hidden_layers", 26},
+            {"num_attention_heads", 4},
+            {"num_key_value_heads", 1},
+            {"head_dim", 256},
+            {"vocab_size", 262144},
+            {"max_position_embeddings", 32768},
+            {"rms_norm_eps", 1e-6},
+            {"rope_theta", 1000000.0},
+            {"rope_local_base_freq", 10000.0},
+            {"sliding_window", 512},
+            {"layer_types", types},
+            {"query_pre_attn_scalar", 256},
+            {"hidden_activation", "gelu_pytorch_tanh"},
+            {"tie_word_embeddings", true},
+            {"bos_token_id", 2},
+            {"eos_token_id", {1, 106}}};
   }
-  throw Error(ErrorKind::InvalidArgument, "--like '" + like + "': choose qwen3-0.6b, qwen3-4b, llama-3.1-8b or gemma3-1b");
+  throw Error(ErrorKind::InvalidArgument,
+              "--like '" + like + "': choose qwen3-0.6b, qwen3-4b, llama-3.1-8b or gemma3-1b");
 }
 
 // xorshift64*: fast, seeded, good enough for random weights.

@@ -26,8 +26,8 @@ class Error : public std::runtime_error {
 };
 
 // Throws Error(Internal) when an invariant does not hold; for programmer errors, not user input.
-#define LATHE_CHECK(cond, msg)                                                                  \
-  do {                                                                                          \
+#define LATHE_CHECK(cond, msg)                                                                          \
+  do {                                                                                                  \
     if (!(cond)) throw ::lathe::Error(::lathe::ErrorKind::Internal, std::string(msg) + " (" #cond ")"); \
   } while (0)
 

@@ -35,7 +35,8 @@ Checkpoint Checkpoint::open(const std::string& dir) {
     weight_map = j["weight_map"];
     std::set<std::string> seen;
     for (auto it = weight_map.begin(); it != weight_map.end(); ++it) {
-      if (!it.value().is_string()) throw Error(ErrorKind::Corrupt, index.string() + ": weight_map entry '" + it.key() + "' is not a file name");
+      if (!it.value().is_string())
+        throw Error(ErrorKind::Corrupt, index.string() + ": weight_map entry '" + it.key() + "' is not a file name");
       std::string shard = it.value().get<std::string>();
       if (shard.find('/') != std::string::npos || shard.find("..") != std::string::npos)
         throw Error(ErrorKind::Corrupt, index.string() + ": shard name '" + shard + "' is not a plain file name");

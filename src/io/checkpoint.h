@@ -17,7 +17,7 @@ class Checkpoint {
 
   const std::string& dir() const { return dir_; }
   bool has(const std::string& name) const { return where_.count(name) != 0; }
-  Tensor get(const std::string& name) const;        // throws NotFound naming the checkpoint
+  Tensor get(const std::string& name) const;           // throws NotFound naming the checkpoint
   std::string file_of(const std::string& name) const;  // the shard holding it, for error messages
   std::vector<std::string> names() const;
   size_t total_file_bytes() const;

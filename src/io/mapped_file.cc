@@ -16,8 +16,7 @@ namespace lathe {
 
 std::shared_ptr<MappedFile> MappedFile::open(const std::string& path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0)
-    throw Error(errno == ENOENT ? ErrorKind::NotFound : ErrorKind::Io, path + ": " + std::strerror(errno));
+  if (fd < 0) throw Error(errno == ENOENT ? ErrorKind::NotFound : ErrorKind::Io, path + ": " + std::strerror(errno));
   struct stat st {};
   if (::fstat(fd, &st) != 0) {
     int e = errno;

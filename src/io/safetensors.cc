@@ -25,10 +25,12 @@ std::shared_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) 
   auto f = std::shared_ptr<SafetensorsFile>(new SafetensorsFile());
   f->file_ = MappedFile::open(path);
   const size_t size = f->file_->size();
-  if (size < 8) corrupt(path, "file is truncated (" + std::to_string(size) + " bytes; the 8-byte header length is missing)");
+  if (size < 8)
+    corrupt(path, "file is truncated (" + std::to_string(size) + " bytes; the 8-byte header length is missing)");
   uint64_t hlen = 0;
   std::memcpy(&hlen, f->file_->data(), 8);
-  if (hlen > kMaxHeader) corrupt(path, "header length " + std::to_string(hlen) + " is implausible (not a safetensors file?)");
+  if (hlen > kMaxHeader)
+    corrupt(path, "header length " + std::to_string(hlen) + " is implausible (not a safetensors file?)");
   if (hlen > size - 8)
     corrupt(path, "file is truncated: header length " + std::to_string(hlen) + " exceeds the " +
                       std::to_string(size - 8) + " bytes after it");

@@ -14,8 +14,10 @@ using json = nlohmann::json;
 
 RopeParams parse_rope(const json& d, RopeParams r) {
   if (!d.is_object()) return r;
-  if (d.contains("rope_type") && d["rope_type"].is_string()) r.type = d["rope_type"].get<std::string>();
-  else if (d.contains("type") && d["type"].is_string()) r.type = d["type"].get<std::string>();
+  if (d.contains("rope_type") && d["rope_type"].is_string())
+    r.type = d["rope_type"].get<std::string>();
+  else if (d.contains("type") && d["type"].is_string())
+    r.type = d["type"].get<std::string>();
   auto num = [&](const char* k, double& out) {
     if (d.contains(k) && d[k].is_number()) out = d[k].get<double>();
   };
@@ -117,7 +119,7 @@ ModelConfig parse_model_config(const json& root, const std::string& dir) {
   c.max_position_embeddings = c.get_int("max_position_embeddings", 0);
   c.rms_norm_eps = c.get_double("rms_norm_eps", 1e-6);
   c.tie_word_embeddings = c.has("tie_word_embeddings") ? c.get_bool("tie_word_embeddings", false)
-                                                         : root.value("tie_word_embeddings", false);
+                                                       : root.value("tie_word_embeddings", false);
   c.hidden_act = c.get_string("hidden_activation", c.get_string("hidden_act", "silu"));
   c.sliding_window = c.has("sliding_window") ? c.get_int("sliding_window", 0) : 0;
   if (c.num_kv_heads <= 0 || c.num_heads % c.num_kv_heads != 0)

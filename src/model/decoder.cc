@@ -23,7 +23,8 @@ DecoderModel::DecoderModel(ModelConfig config, Checkpoint ckpt, const DecoderSpe
     Layer& L = layers_[static_cast<size_t>(i)];
     const std::string& type = c.layer_types[static_cast<size_t>(i)];
     if (type != "full_attention" && type != "sliding_attention")
-      throw Error(ErrorKind::Unsupported, c.dir + "/config.json: layer type '" + type + "' is not supported by " + c.model_type);
+      throw Error(ErrorKind::Unsupported,
+                  c.dir + "/config.json: layer type '" + type + "' is not supported by " + c.model_type);
     AttentionSpec a;
     a.hidden = c.hidden_size;
     a.heads = c.num_heads;
@@ -74,7 +75,8 @@ CacheList DecoderModel::make_cache() const {
 
 Tensor DecoderModel::forward(const std::vector<int32_t>& ids, CacheList& caches, bool all_logits) {
   if (ids.empty()) throw Error(ErrorKind::InvalidArgument, "forward: no tokens");
-  if (caches.size() != layers_.size()) throw Error(ErrorKind::InvalidArgument, "forward: cache list does not match the model");
+  if (caches.size() != layers_.size())
+    throw Error(ErrorKind::InvalidArgument, "forward: cache list does not match the model");
   Tensor h = embedding(ids, embed_);
   if (spec_.embed_scale != 1.0f) scale_inplace(h, spec_.embed_scale);
   for (size_t i = 0; i < layers_.size(); ++i) {

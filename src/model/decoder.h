@@ -17,8 +17,8 @@ struct DecoderSpec {
   bool qkv_bias = false;        // Qwen2
   bool mlp_bias = false;
   Activation act = Activation::SiLU;
-  float embed_scale = 1.0f;      // Gemma: sqrt(hidden)
-  float attn_scale = 0.0f;       // 0 = head_dim^-1/2
+  float embed_scale = 1.0f;  // Gemma: sqrt(hidden)
+  float attn_scale = 0.0f;   // 0 = head_dim^-1/2
   float attn_softcap = 0.0f;
   float final_softcap = 0.0f;
 };

@@ -13,8 +13,8 @@ using Builder = std::function<std::unique_ptr<Model>(ModelConfig, Checkpoint)>;
 
 const std::map<std::string, Builder>& builders() {
   static const std::map<std::string, Builder> m = {
-      {"llama", arch::build_llama},   {"mistral", arch::build_llama},      {"qwen2", arch::build_qwen2},
-      {"qwen3", arch::build_qwen3},   {"gemma3", arch::build_gemma3},      {"gemma3_text", arch::build_gemma3},
+      {"llama", arch::build_llama}, {"mistral", arch::build_llama}, {"qwen2", arch::build_qwen2},
+      {"qwen3", arch::build_qwen3}, {"gemma3", arch::build_gemma3}, {"gemma3_text", arch::build_gemma3},
   };
   return m;
 }
@@ -33,8 +33,8 @@ std::unique_ptr<Model> load_model(const std::string& dir) {
   if (it == builders().end()) {
     std::string list;
     for (const auto& t : supported_model_types()) list += (list.empty() ? "" : ", ") + t;
-    throw Error(ErrorKind::Unsupported, dir + "/config.json: unknown model_type '" + config.model_type +
-                                            "' (supported: " + list + ")");
+    throw Error(ErrorKind::Unsupported,
+                dir + "/config.json: unknown model_type '" + config.model_type + "' (supported: " + list + ")");
   }
   Checkpoint ckpt = Checkpoint::open(dir);
   return it->second(std::move(config), std::move(ckpt));

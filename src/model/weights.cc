@@ -14,8 +14,8 @@ Tensor WeightBinder::tensor(const std::string& name, const Shape& shape) {
   if (!is_float(t.dtype()))
     throw Error(ErrorKind::Corrupt, where(name) + " has dtype " + dtype_name(t.dtype()) + ", expected a float type");
   if (t.shape() != shape)
-    throw Error(ErrorKind::Corrupt, where(name) + " has shape " + shape_str(t.shape()) + ", but config.json implies " +
-                                        shape_str(shape));
+    throw Error(ErrorKind::Corrupt,
+                where(name) + " has shape " + shape_str(t.shape()) + ", but config.json implies " + shape_str(shape));
   used_.insert(name);
   return t;
 }
@@ -35,7 +35,8 @@ Weight WeightBinder::linear(const std::string& module, int64_t out, int64_t in) 
   // Quantized: the config must say how.
   auto spec = config_.quant_for(module);
   if (!spec)
-    throw Error(ErrorKind::Corrupt, where(sname) + " exists, but config.json has no quantization entry for '" + module + "'");
+    throw Error(ErrorKind::Corrupt,
+                where(sname) + " exists, but config.json has no quantization entry for '" + module + "'");
   if (!valid_bits(spec->bits))
     throw Error(ErrorKind::Unsupported, config_.dir + "/config.json: " + std::to_string(spec->bits) +
                                             "-bit quantization of '" + module + "' is not supported (2, 4 or 8)");
@@ -49,7 +50,8 @@ Weight WeightBinder::linear(const std::string& module, int64_t out, int64_t in) 
   Tensor q = ckpt_.get(wname), s = ckpt_.get(sname), b = ckpt_.get(bname);
   const Shape wshape{out, in * spec->bits / 32}, sshape{out, in / spec->group_size};
   if (q.dtype() != DType::U32)
-    throw Error(ErrorKind::Corrupt, where(wname) + " has dtype " + dtype_name(q.dtype()) + ", a quantized weight must be U32");
+    throw Error(ErrorKind::Corrupt,
+                where(wname) + " has dtype " + dtype_name(q.dtype()) + ", a quantized weight must be U32");
   if (q.shape() != wshape)
     throw Error(ErrorKind::Corrupt, where(wname) + " has shape " + shape_str(q.shape()) + ", but " +
                                         std::to_string(spec->bits) + "-bit [" + std::to_string(out) + ", " +

@@ -4,16 +4,27 @@ namespace lathe {
 
 size_t dtype_size(DType d) {
   switch (d) {
-    case DType::F32: case DType::U32: case DType::I32: return 4;
-    case DType::F16: case DType::BF16: case DType::U16: case DType::I16: return 2;
-    case DType::I64: case DType::F64: return 8;
-    case DType::U8: case DType::I8: case DType::Bool: return 1;
+    case DType::F32:
+    case DType::U32:
+    case DType::I32: return 4;
+    case DType::F16:
+    case DType::BF16:
+    case DType::U16:
+    case DType::I16: return 2;
+    case DType::I64:
+    case DType::F64: return 8;
+    case DType::U8:
+    case DType::I8:
+    case DType::Bool: return 1;
   }
   return 0;
 }
 
 namespace {
-struct NameEntry { DType d; const char* name; };
+struct NameEntry {
+  DType d;
+  const char* name;
+};
 constexpr NameEntry kNames[] = {
     {DType::F32, "F32"}, {DType::F16, "F16"}, {DType::BF16, "BF16"}, {DType::U32, "U32"},
     {DType::I32, "I32"}, {DType::I64, "I64"}, {DType::U8, "U8"},     {DType::I8, "I8"},
@@ -46,7 +57,10 @@ float f16_to_f32(uint16_t h) {
       bits = sign;
     } else {  // subnormal: renormalise
       int e = -1;
-      do { ++e; mant <<= 1; } while ((mant & 0x400u) == 0);
+      do {
+        ++e;
+        mant <<= 1;
+      } while ((mant & 0x400u) == 0);
       bits = sign | static_cast<uint32_t>(127 - 15 - e) << 23 | (mant & 0x3ffu) << 13;
     }
   } else if (exp == 31) {

@@ -11,7 +11,7 @@ namespace lathe {
 enum class DType : uint8_t { F32, F16, BF16, U32, I32, I64, U8, I8, U16, I16, F64, Bool };
 
 size_t dtype_size(DType d);
-const char* dtype_name(DType d);                  // safetensors spelling: "F32", "BF16", ...
+const char* dtype_name(DType d);  // safetensors spelling: "F32", "BF16", ...
 bool dtype_from_name(std::string_view name, DType* out);
 inline bool is_float(DType d) { return d == DType::F32 || d == DType::F16 || d == DType::BF16 || d == DType::F64; }
 

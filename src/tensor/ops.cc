@@ -58,8 +58,8 @@ Tensor embedding(const std::vector<int32_t>& ids, const Weight& table) {
   Tensor out = Tensor::empty({static_cast<int64_t>(ids.size()), dim}, DType::F32);
   for (size_t i = 0; i < ids.size(); ++i) {
     if (ids[i] < 0 || ids[i] >= vocab)
-      throw Error(ErrorKind::InvalidArgument,
-                  "token id " + std::to_string(ids[i]) + " is out of range for a vocabulary of " + std::to_string(vocab));
+      throw Error(ErrorKind::InvalidArgument, "token id " + std::to_string(ids[i]) +
+                                                  " is out of range for a vocabulary of " + std::to_string(vocab));
     float* row = out.data<float>() + static_cast<int64_t>(i) * dim;
     if (table.quantized)
       cpu::dequantize_rows(table.q, ids[i], 1, row);

@@ -53,7 +53,9 @@ class Tensor {
 
   void* raw() const { return static_cast<char*>(storage_->data) + offset_bytes_; }
   template <class T>
-  T* data() const { return static_cast<T*>(raw()); }
+  T* data() const {
+    return static_cast<T*>(raw());
+  }
 
   // Views (no copy).
   Tensor reshape(const Shape& shape) const;  // requires contiguous; one dim may be -1
@@ -64,8 +66,8 @@ class Tensor {
   // Copies.
   Tensor contiguous() const;
   Tensor clone() const;
-  Tensor to(DType dtype) const;    // CPU conversion between float types (and int widths)
-  Tensor to(Device device) const;  // host <-> device copy
+  Tensor to(DType dtype) const;          // CPU conversion between float types (and int widths)
+  Tensor to(Device device) const;        // host <-> device copy
   std::vector<float> to_floats() const;  // any float dtype, any strides, CPU or device
 
   std::string describe() const;  // "BF16[4, 64]"

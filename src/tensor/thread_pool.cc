@@ -112,7 +112,9 @@ void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, in
     return;
   }
   t_in_parallel = true;
-  struct Reset { ~Reset() { t_in_parallel = false; } } reset;
+  struct Reset {
+    ~Reset() { t_in_parallel = false; }
+  } reset;
   pool().run(n, grain, fn);
 }
 

@@ -15,7 +15,8 @@ std::unique_ptr<Model> build_gemma3(ModelConfig c, Checkpoint ckpt) {
   s.qk_norm = true;
   s.act = parse_activation(c.get_string("hidden_activation", "gelu_pytorch_tanh"));
   s.embed_scale = std::sqrt(static_cast<float>(c.hidden_size));
-  s.attn_scale = 1.0f / std::sqrt(static_cast<float>(c.get_double("query_pre_attn_scalar", static_cast<double>(c.head_dim))));
+  s.attn_scale =
+      1.0f / std::sqrt(static_cast<float>(c.get_double("query_pre_attn_scalar", static_cast<double>(c.head_dim))));
   s.attn_softcap = static_cast<float>(c.get_double("attn_logit_softcapping", 0.0));
   s.final_softcap = static_cast<float>(c.get_double("final_logit_softcapping", 0.0));
   c.tie_word_embeddings = true;

@@ -51,7 +51,8 @@ RopeTable make_rope(const RopeParams& p, int64_t head_dim) {
     }
     return r;
   }
-  throw Error(ErrorKind::Unsupported, "rope type '" + p.type + "' is not supported (default, linear, llama3, proportional)");
+  throw Error(ErrorKind::Unsupported,
+              "rope type '" + p.type + "' is not supported (default, linear, llama3, proportional)");
 }
 
 }  // namespace lathe

@@ -62,7 +62,8 @@ void gemm_block_f32(const float* x, int64_t M, int64_t K, const float* w, int64_
 
 void dense_row_to_f32(const Tensor& w, int64_t row, float* out) {
   const int64_t K = w.dim(1);
-  const char* base = static_cast<const char*>(w.raw()) + row * w.stride(0) * static_cast<int64_t>(dtype_size(w.dtype()));
+  const char* base =
+      static_cast<const char*>(w.raw()) + row * w.stride(0) * static_cast<int64_t>(dtype_size(w.dtype()));
   switch (w.dtype()) {
     case DType::F32: std::memcpy(out, base, static_cast<size_t>(K) * 4); break;
     case DType::BF16: {

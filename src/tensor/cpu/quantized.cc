@@ -48,9 +48,7 @@ void row_to_f32(const Tensor& t, int64_t row, int64_t n, float* out) {
   }
 }
 
-const uint32_t* row_words(const QuantizedMatrix& q, int64_t row) {
-  return q.w.data<uint32_t>() + row * q.w.stride(0);
-}
+const uint32_t* row_words(const QuantizedMatrix& q, int64_t row) { return q.w.data<uint32_t>() + row * q.w.stride(0); }
 
 // Dequantizes one row (natural order) given its scales/biases in f32.
 void dequant_row(const Geometry& g, const uint32_t* w, const float* sc, const float* bi, float* out) {
@@ -145,7 +143,8 @@ void gemv(const Geometry& g, const QuantizedMatrix& q, const float* x, float* y,
         total += s * part;
       }
       float bias_term = 0.f;
-      for (int64_t grp = 0; grp < g.G; ++grp) bias_term += bi[static_cast<size_t>(grp)] * xsum[static_cast<size_t>(grp)];
+      for (int64_t grp = 0; grp < g.G; ++grp)
+        bias_term += bi[static_cast<size_t>(grp)] * xsum[static_cast<size_t>(grp)];
       y[n] = total + bias_term;
     }
   });

@@ -46,7 +46,8 @@ inline void axpy_f32(float a, const float* x, float* y, int64_t n) {
   int64_t i = 0;
 #ifdef LATHE_AVX2
   __m256 va = _mm256_set1_ps(a);
-  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
 #endif
   for (; i < n; ++i) y[i] += a * x[i];
 }
