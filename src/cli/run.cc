@@ -95,6 +95,7 @@ int run(const RunOptions& o) {
   for (double s : step_ms) decode_ms += s;
   const double prefill_tps = prompt.size() / (prefill_ms / 1000.0);
   const double decode_tps = step_ms.empty() ? 0.0 : step_ms.size() / (decode_ms / 1000.0);
+  const double rss_after_decode = resident_mib();  // mapped weight pages now touched: ≈ file size if not copied
   size_t kv_bytes = 0;
   for (const auto& c : cache) kv_bytes += c->bytes();
 
@@ -110,6 +111,7 @@ int run(const RunOptions& o) {
                         {"decode_tok_s", decode_tps},
                         {"step_ms", step_ms},
                         {"rss_after_load_mib", rss_after_load},
+                        {"rss_after_decode_mib", rss_after_decode},
                         {"weights_file_mib", file_mib},
                         {"kv_cache_bytes", kv_bytes}};
     std::printf("%s\n", j.dump().c_str());
@@ -119,8 +121,8 @@ int run(const RunOptions& o) {
   for (size_t i = 0; i < generated.size(); ++i) std::printf("%s%d", i ? "," : " ", generated[i]);
   std::printf("\n");
   for (size_t i = 0; i < step_ms.size(); ++i) std::printf("step %zu: %.2f ms\n", i + 1, step_ms[i]);
-  std::printf("load: %.1f ms, resident after load: %.1f MiB (weight files %.1f MiB)\n", load_ms, rss_after_load,
-              file_mib);
+  std::printf("load: %.1f ms, resident after load %.1f MiB, after decode %.1f MiB (weight files %.1f MiB)\n", load_ms,
+              rss_after_load, rss_after_decode, file_mib);
   std::printf("prefill: %zu tokens in %.2f ms (%.1f tok/s)\n", prompt.size(), prefill_ms, prefill_tps);
   std::printf("decode: %zu tokens in %.2f ms (%.1f tok/s)\n", step_ms.size(), decode_ms, decode_tps);
   return 0;

@@ -1,0 +1,45 @@
+// Turns one step's logits into a token: processors, log-softmax (where logprobs are taken), then greedy or
+// top-p → min-p → XTC → top-k → categorical(logprobs / T), as mlx-lm orders them. Randomness is a pure function
+// of (seed, step), with independent streams for XTC and the categorical draw, so a seeded request reproduces.
+#pragma once
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "engine/sampling_params.h"
+
+namespace lathe {
+
+struct TokenLogprob {
+  int32_t id;
+  float logprob;
+};
+
+struct SampleResult {
+  int32_t token = 0;
+  float logprob = 0.0f;           // of the chosen token, after processors, before temperature/filters
+  std::vector<TokenLogprob> top;  // the top_logprobs most likely tokens at that point
+};
+
+class Sampler {
+ public:
+  // xtc_exempt: tokens XTC never removes (EOS ids, newline).
+  explicit Sampler(SamplingParams params, std::vector<int32_t> xtc_exempt = {});
+
+  SampleResult sample(std::span<const float> logits, std::span<const int32_t> history, int top_logprobs = 0);
+  const SamplingParams& params() const { return p_; }
+
+ private:
+  SamplingParams p_;
+  std::vector<int32_t> xtc_exempt_;
+  uint64_t seed_;
+  uint64_t step_ = 0;
+};
+
+// Filters over log-probabilities; removed entries become -inf. Exposed for tests.
+void filter_top_p(std::vector<float>& logprobs, float top_p);
+void filter_min_p(std::vector<float>& logprobs, float min_p);
+void filter_top_k(std::vector<float>& logprobs, int k);
+void filter_xtc(std::vector<float>& logprobs, float threshold, std::span<const int32_t> exempt);
+
+}  // namespace lathe

@@ -1,0 +1,196 @@
+// Sampler and logits processors: the documented properties, not just "runs".
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <set>
+
+#include "common/error.h"
+#include "engine/logits_processors.h"
+#include "engine/sampler.h"
+#include "engine/stop_matcher.h"
+
+namespace lathe {
+namespace {
+
+const std::vector<float> kLogits = {1.0f, 3.0f, 2.5f, -1.0f, 0.5f, 2.9f, -3.0f, 0.0f};
+
+std::vector<float> log_probs(std::vector<float> x) {
+  float mx = *std::max_element(x.begin(), x.end());
+  double s = 0;
+  for (float v : x) s += std::exp(v - mx);
+  for (float& v : x) v = v - mx - static_cast<float>(std::log(s));
+  return x;
+}
+
+std::vector<int32_t> draw(SamplingParams p, int n, const std::vector<float>& logits = kLogits) {
+  Sampler s(p);
+  std::vector<int32_t> out;
+  for (int i = 0; i < n; ++i) out.push_back(s.sample(logits, {}).token);
+  return out;
+}
+
+TEST(Sampler, TemperatureZeroIsArgmax) {
+  for (int32_t t : draw({}, 5)) EXPECT_EQ(t, 1);
+}
+
+TEST(Sampler, TopKOneIsGreedyAtAnyTemperature) {
+  SamplingParams p;
+  p.temperature = 5.0f;
+  p.top_k = 1;
+  p.seed = 3;
+  for (int32_t t : draw(p, 50)) EXPECT_EQ(t, 1);
+}
+
+TEST(Sampler, SameSeedSameTokensDifferentSeedDifferentDraws) {
+  SamplingParams p;
+  p.temperature = 1.5f;
+  p.seed = 42;
+  const auto a = draw(p, 64), b = draw(p, 64);
+  EXPECT_EQ(a, b);
+  p.seed = 43;
+  EXPECT_NE(a, draw(p, 64));
+}
+
+TEST(Sampler, DrawFrequenciesFollowTheDistribution) {
+  SamplingParams p;
+  p.temperature = 1.0f;
+  p.seed = 7;
+  Sampler s(p);
+  std::map<int32_t, int> count;
+  const int n = 20000;
+  for (int i = 0; i < n; ++i) ++count[s.sample(kLogits, {}).token];
+  const auto lp = log_probs(kLogits);
+  for (size_t i = 0; i < kLogits.size(); ++i)
+    EXPECT_NEAR(count[static_cast<int32_t>(i)] / static_cast<double>(n), std::exp(lp[i]), 0.015) << "token " << i;
+}
+
+TEST(Filters, TopPKeepsSmallestSetWithEnoughMass) {
+  auto lp = log_probs(kLogits);
+  const auto orig = lp;
+  filter_top_p(lp, 0.6f);
+  // Sorted probabilities: token 1, 5, 2, ... ; keep the shortest prefix with cumulative mass ≥ 0.6.
+  std::vector<size_t> order = {1, 5, 2, 0, 4, 7, 3, 6};
+  double mass = 0;
+  size_t needed = 0;
+  while (mass < 0.6) mass += std::exp(orig[order[needed++]]);
+  for (size_t r = 0; r < order.size(); ++r) EXPECT_EQ(std::isinf(lp[order[r]]), r >= needed) << "rank " << r;
+}
+
+TEST(Filters, MinPThresholdIsRelativeToTheTopToken) {
+  auto lp = log_probs(kLogits);
+  const auto orig = lp;
+  filter_min_p(lp, 0.2f);
+  const double pmax = std::exp(orig[1]);
+  for (size_t i = 0; i < lp.size(); ++i) EXPECT_EQ(std::isinf(lp[i]), std::exp(orig[i]) < 0.2 * pmax) << i;
+}
+
+TEST(Filters, TopKKeepsKLargest) {
+  auto lp = log_probs(kLogits);
+  filter_top_k(lp, 3);
+  std::set<size_t> kept;
+  for (size_t i = 0; i < lp.size(); ++i)
+    if (!std::isinf(lp[i])) kept.insert(i);
+  EXPECT_EQ(kept, (std::set<size_t>{1, 2, 5}));
+}
+
+TEST(Filters, XtcRemovesAllButTheLeastLikelyAboveThreshold) {
+  auto lp = log_probs(kLogits);  // tokens 1, 5, 2 are each above 0.15
+  filter_xtc(lp, 0.15f, {});
+  EXPECT_TRUE(std::isinf(lp[1]));
+  EXPECT_TRUE(std::isinf(lp[5]));
+  EXPECT_FALSE(std::isinf(lp[2]));
+  auto exempt = log_probs(kLogits);
+  const std::vector<int32_t> ex = {1};
+  filter_xtc(exempt, 0.15f, ex);
+  EXPECT_FALSE(std::isinf(exempt[1]));
+}
+
+TEST(Processors, PenaltyFormulas) {
+  SamplingParams p;
+  p.repetition_penalty = 2.0f;
+  std::vector<float> l = {4.0f, -4.0f, 1.0f};
+  const std::vector<int32_t> hist = {0, 1, 1};
+  apply_logits_processors(l, p, hist);
+  EXPECT_FLOAT_EQ(l[0], 2.0f);   // positive: divided
+  EXPECT_FLOAT_EQ(l[1], -8.0f);  // negative: multiplied, once per distinct token
+  EXPECT_FLOAT_EQ(l[2], 1.0f);
+
+  SamplingParams q;
+  q.presence_penalty = 0.5f;
+  q.frequency_penalty = 0.25f;
+  std::vector<float> m = {0.0f, 0.0f, 0.0f};
+  apply_logits_processors(m, q, hist);
+  EXPECT_FLOAT_EQ(m[0], -0.5f - 0.25f);
+  EXPECT_FLOAT_EQ(m[1], -0.5f - 0.5f);
+  EXPECT_FLOAT_EQ(m[2], 0.0f);
+
+  SamplingParams w;  // the window only sees the last N tokens
+  w.frequency_penalty = 1.0f;
+  w.frequency_context_size = 1;
+  std::vector<float> n = {0.0f, 0.0f};
+  apply_logits_processors(n, w, hist);
+  EXPECT_FLOAT_EQ(n[0], 0.0f);
+  EXPECT_FLOAT_EQ(n[1], -1.0f);
+}
+
+TEST(Processors, LogitBiasCanForceAToken) {
+  SamplingParams p;
+  p.logit_bias[6] = 100.0f;
+  EXPECT_EQ(draw(p, 1)[0], 6);
+}
+
+TEST(Sampler, LogprobsAreTakenAfterProcessorsBeforeFilters) {
+  SamplingParams p;
+  p.logit_bias[0] = 10.0f;
+  p.temperature = 0.7f;
+  p.top_k = 1;
+  p.seed = 1;
+  Sampler s(p);
+  std::vector<float> biased = kLogits;
+  biased[0] += 10.0f;
+  const auto lp = log_probs(biased);
+  const SampleResult r = s.sample(kLogits, {}, 3);
+  EXPECT_EQ(r.token, 0);
+  EXPECT_NEAR(r.logprob, lp[0], 1e-5);
+  ASSERT_EQ(r.top.size(), 3u);
+  EXPECT_EQ(r.top[0].id, 0);
+  EXPECT_EQ(r.top[1].id, 1);
+  EXPECT_NEAR(r.top[1].logprob, lp[1], 1e-5);
+}
+
+TEST(Sampler, InvalidParamsNameTheField) {
+  SamplingParams p;
+  p.top_p = 1.5f;
+  try {
+    Sampler s(p);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("top_p"), std::string::npos);
+  }
+  SamplingParams t;
+  t.temperature = -1;
+  EXPECT_THROW(Sampler{t}, Error);
+}
+
+TEST(StopMatcher, CatchesStopsSplitAcrossTokensAndExcludesThem) {
+  StopMatcher m({"</end>", "STOP"});
+  std::string out;
+  for (const char* piece : {"Hello <", "/e", "nd> tail"}) out += m.push(piece);
+  EXPECT_TRUE(m.stopped());
+  EXPECT_EQ(m.matched(), "</end>");
+  EXPECT_EQ(out, "Hello ");
+  EXPECT_EQ(m.flush(), "");
+}
+
+TEST(StopMatcher, ReleasesHeldTextThatTurnsOutNotToStop) {
+  StopMatcher m({"STOP"});
+  EXPECT_EQ(m.push("abc ST"), "abc ");
+  EXPECT_EQ(m.push("ILL"), "STILL");
+  EXPECT_EQ(m.push("S"), "");
+  EXPECT_FALSE(m.stopped());
+  EXPECT_EQ(m.flush(), "S");
+}
+
+}  // namespace
+}  // namespace lathe
