@@ -27,9 +27,8 @@ double copy_bandwidth_gbs() {
   double best = 0;
   for (int rep = 0; rep < 5; ++rep) {
     const auto t = Clock::now();
-    parallel_for(static_cast<int64_t>(n), 1 << 20, [&](int64_t s, int64_t e) {
-      std::memcpy(b.data() + s, a.data() + s, static_cast<size_t>(e - s));
-    });
+    parallel_for(static_cast<int64_t>(n), 1 << 20,
+                 [&](int64_t s, int64_t e) { std::memcpy(b.data() + s, a.data() + s, static_cast<size_t>(e - s)); });
     best = std::max(best, 2.0 * static_cast<double>(n) / seconds_since(t) / 1e9);
   }
   return best;
@@ -81,9 +80,15 @@ int main() {
     const double gbs = static_cast<double>(bytes) / sec / 1e9;
     std::printf("%2d-bit g%-3d [%5ld x %5ld]: %7.3f ms  %6.1f GB/s  (%4.0f%% of copy bandwidth)\n", s.bits, s.group,
                 static_cast<long>(s.out), static_cast<long>(s.in), sec * 1e3, gbs, 100.0 * gbs / copy_gbs);
-    results.push_back({{"bits", s.bits}, {"group", s.group}, {"out", s.out}, {"in", s.in}, {"ms", sec * 1e3},
-                       {"gb_s", gbs}, {"pct_copy", 100.0 * gbs / copy_gbs}});
+    results.push_back({{"bits", s.bits},
+                       {"group", s.group},
+                       {"out", s.out},
+                       {"in", s.in},
+                       {"ms", sec * 1e3},
+                       {"gb_s", gbs},
+                       {"pct_copy", 100.0 * gbs / copy_gbs}});
   }
-  std::printf("%s\n", nlohmann::json{{"copy_gb_s", copy_gbs}, {"threads", num_threads()}, {"gemv", results}}.dump().c_str());
+  std::printf("%s\n",
+              nlohmann::json{{"copy_gb_s", copy_gbs}, {"threads", num_threads()}, {"gemv", results}}.dump().c_str());
   return 0;
 }

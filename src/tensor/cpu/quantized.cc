@@ -124,7 +124,8 @@ inline __m256i block_dot(__m256i v, const int16_t* xp, __m256i acc) {
   if constexpr (J < CPL) {
     __m256i c = J == 0 ? v : _mm256_srli_epi16(v, BITS * J);
     if constexpr (J != CPL - 1) c = _mm256_and_si256(c, _mm256_set1_epi16((1 << BITS) - 1));
-    acc = _mm256_add_epi32(acc, _mm256_madd_epi16(c, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xp + J * 16))));
+    acc =
+        _mm256_add_epi32(acc, _mm256_madd_epi16(c, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xp + J * 16))));
     return block_dot<BITS, J + 1>(v, xp, acc);
   }
   return acc;
@@ -210,7 +211,8 @@ void gemv(const Geometry& g, const QuantizedMatrix& q, const float* x, float* y,
 #ifdef LATHE_AVX2
       for (int r = 0; r < rows; ++r)
         for (int64_t grp = 0; grp < g.G; ++grp)
-          ws[static_cast<size_t>(r * g.G + grp)] = sc[static_cast<size_t>(r * g.G + grp)] * xq.scale[static_cast<size_t>(grp)];
+          ws[static_cast<size_t>(r * g.G + grp)] =
+              sc[static_cast<size_t>(r * g.G + grp)] * xq.scale[static_cast<size_t>(grp)];
       switch (g.bits) {
         case 2: gemv_rows_dispatch<2>(rows, g, w, wsp, xq.perm.data(), nblocks, total); break;
         case 4: gemv_rows_dispatch<4>(rows, g, w, wsp, xq.perm.data(), nblocks, total); break;
