@@ -85,101 +85,66 @@ void dequant_row(const Geometry& g, const uint32_t* w, const float* sc, const fl
 }
 
 #ifdef LATHE_AVX2
-// The AVX2 GEMV works in 16-bit integers: x is quantized per group to int16 (relative error ≤ 1.5e-5 of the
-// group's largest |x|, far inside the parity bound), codes are unpacked into 16-bit lanes with one shift and
-// one mask, and vpmaddwd multiplies and pairs them into int32 — about half the instructions of a
-// convert-to-float path on a core whose vector ports are the limit. Lane m of a 256-bit block holds the
-// 16/bits codes of elements m·(16/bits)…; x is permuted once per call to match.
-struct XInt16 {
-  std::vector<int16_t> perm;  // permuted, per 8-word block
-  std::vector<float> scale;   // per group: x ≈ scale · x16
-};
-
-XInt16 quantize_x(const Geometry& g, const float* x, int64_t nblocks) {
-  XInt16 xq;
-  const int cpl = 16 / g.bits;  // codes per 16-bit lane
-  const int64_t EB = 8 * g.epw;
-  xq.scale.resize(static_cast<size_t>(g.G));
-  std::vector<int16_t> q16(static_cast<size_t>(g.K));
-  for (int64_t grp = 0; grp < g.G; ++grp) {
-    float amax = 0.f;
-    for (int k = 0; k < g.gs; ++k) amax = std::max(amax, std::abs(x[grp * g.gs + k]));
-    const float sc = amax > 0.f ? amax / 32767.f : 1.f;
-    xq.scale[static_cast<size_t>(grp)] = sc;
-    for (int k = 0; k < g.gs; ++k)
-      q16[static_cast<size_t>(grp * g.gs + k)] = static_cast<int16_t>(std::nearbyint(x[grp * g.gs + k] / sc));
-  }
-  xq.perm.resize(static_cast<size_t>(nblocks * EB));
-  for (int64_t b = 0; b < nblocks; ++b)
-    for (int m = 0; m < 16; ++m)
-      for (int j = 0; j < cpl; ++j)
-        xq.perm[static_cast<size_t>(b * EB + j * 16 + m)] = q16[static_cast<size_t>(b * EB + m * cpl + j)];
-  return xq;
-}
-
-// Σ over one block of codes·x16 into int32 lanes; lane i covers word i of the block.
+// Σ over one 8-word block of codes · permuted x, for element position J of every word (lane i = word i).
+// Shifts are compile-time constants, so a position costs shift + mask + convert + FMA. Exact f32: the decode
+// path must match the reference as tightly as prefill does (recurrent layers amplify activation rounding).
 template <int BITS, int J>
-inline __m256i block_dot(__m256i v, const int16_t* xp, __m256i acc) {
-  constexpr int CPL = 16 / BITS;
-  if constexpr (J < CPL) {
-    __m256i c = J == 0 ? v : _mm256_srli_epi16(v, BITS * J);
-    if constexpr (J != CPL - 1) c = _mm256_and_si256(c, _mm256_set1_epi16((1 << BITS) - 1));
-    acc =
-        _mm256_add_epi32(acc, _mm256_madd_epi16(c, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xp + J * 16))));
-    return block_dot<BITS, J + 1>(v, xp, acc);
+inline void block_positions(__m256i v, const float* xp, __m256& p0, __m256& p1) {
+  constexpr int EPW = 32 / BITS;
+  if constexpr (J < EPW) {
+    __m256i c = J == 0 ? v : _mm256_srli_epi32(v, BITS * J);
+    if constexpr (J != EPW - 1) c = _mm256_and_si256(c, _mm256_set1_epi32((1 << BITS) - 1));
+    if constexpr (J % 2 == 0)
+      p0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(c), _mm256_loadu_ps(xp + J * 8), p0);
+    else
+      p1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(c), _mm256_loadu_ps(xp + J * 8), p1);
+    block_positions<BITS, J + 1>(v, xp, p0, p1);
   }
-  return acc;
 }
 
-// Whole-block part of R rows (R ≤ 4): out[r] = Σ_groups (scale·x_scale) · Σ codes·x16. Rows share the x loads.
-// ws[r] holds row r's per-group scale·x_scale.
+// Whole-block part of R rows (R ≤ 4): out[r] = Σ_blocks scale · Σ codes·x. The rows share the x loads and give
+// the core independent FMA chains to overlap.
 template <int BITS, int R>
-void gemv_rows_blocks(const Geometry& g, const uint32_t* const* w, const float* const* ws, const int16_t* xperm,
+void gemv_rows_blocks(const Geometry& g, const uint32_t* const* w, const float* const* sc, const float* xperm,
                       int64_t nblocks, float* out) {
   constexpr int EB = 8 * (32 / BITS);
   __m256 acc[R];
   for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
-  if (g.wpg >= 8) {  // a group is one or more whole blocks: integer sums run across the group
-    const int64_t bpg = g.wpg / 8;
-    for (int64_t b0 = 0; b0 < nblocks; b0 += bpg) {
-      __m256i isum[R];
-      for (int r = 0; r < R; ++r) isum[r] = _mm256_setzero_si256();
-      for (int64_t b = b0; b < b0 + bpg; ++b) {
-        const int16_t* xp = xperm + b * EB;
-        for (int r = 0; r < R; ++r)
-          isum[r] = block_dot<BITS, 0>(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[r] + b * 8)), xp, isum[r]);
-      }
-      for (int r = 0; r < R; ++r)
-        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r]), _mm256_set1_ps(ws[r][b0 / bpg]), acc[r]);
-    }
-  } else {  // groups smaller than a block: lane i (word i) takes its own group's scale
-    for (int64_t b = 0; b < nblocks; ++b) {
-      const int16_t* xp = xperm + b * EB;
-      for (int r = 0; r < R; ++r) {
-        const __m256i isum = block_dot<BITS, 0>(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[r] + b * 8)), xp,
-                                                _mm256_setzero_si256());
+  const bool broadcast = g.wpg >= 8;
+  const int bpg_shift = broadcast ? __builtin_ctz(static_cast<unsigned>(g.wpg / 8)) : 0;
+  for (int64_t b = 0; b < nblocks; ++b) {
+    const float* xp = xperm + b * EB;
+    for (int r = 0; r < R; ++r) {
+      __m256 p0 = _mm256_setzero_ps(), p1 = _mm256_setzero_ps();
+      block_positions<BITS, 0>(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[r] + b * 8)), xp, p0, p1);
+      __m256 s;
+      if (broadcast) {
+        s = _mm256_set1_ps(sc[r][b >> bpg_shift]);
+      } else {  // groups smaller than a block: each lane (word) takes its own group's scale
         alignas(32) float l[8];
-        for (int i = 0; i < 8; ++i) l[i] = ws[r][(b * 8 + i) / g.wpg];
-        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_load_ps(l), acc[r]);
+        for (int i = 0; i < 8; ++i) l[i] = sc[r][(b * 8 + i) / g.wpg];
+        s = _mm256_load_ps(l);
       }
+      acc[r] = _mm256_fmadd_ps(s, _mm256_add_ps(p0, p1), acc[r]);
     }
   }
   for (int r = 0; r < R; ++r) out[r] = hsum(acc[r]);
 }
 
 template <int BITS>
-void gemv_rows_dispatch(int rows, const Geometry& g, const uint32_t* const* w, const float* const* ws,
-                        const int16_t* xperm, int64_t nblocks, float* out) {
+void gemv_rows_dispatch(int rows, const Geometry& g, const uint32_t* const* w, const float* const* sc,
+                        const float* xperm, int64_t nblocks, float* out) {
   switch (rows) {
-    case 4: gemv_rows_blocks<BITS, 4>(g, w, ws, xperm, nblocks, out); break;
-    case 3: gemv_rows_blocks<BITS, 3>(g, w, ws, xperm, nblocks, out); break;
-    case 2: gemv_rows_blocks<BITS, 2>(g, w, ws, xperm, nblocks, out); break;
-    default: gemv_rows_blocks<BITS, 1>(g, w, ws, xperm, nblocks, out); break;
+    case 4: gemv_rows_blocks<BITS, 4>(g, w, sc, xperm, nblocks, out); break;
+    case 3: gemv_rows_blocks<BITS, 3>(g, w, sc, xperm, nblocks, out); break;
+    case 2: gemv_rows_blocks<BITS, 2>(g, w, sc, xperm, nblocks, out); break;
+    default: gemv_rows_blocks<BITS, 1>(g, w, sc, xperm, nblocks, out); break;
   }
 }
 #endif
 
 // Fused GEMV for one row of x: y[n] = Σ_k x[k] · (s·q + b) = Σ_g s_g Σ_{k∈g} q_k x_k + Σ_g b_g xsum_g.
+// x is permuted once per call so the 8 lanes of a 256-bit load of 8 words line up with position j of each word.
 void gemv(const Geometry& g, const QuantizedMatrix& q, const float* x, float* y, int64_t N) {
   std::vector<float> xsum(static_cast<size_t>(g.G));
   for (int64_t grp = 0; grp < g.G; ++grp) {
@@ -188,48 +153,46 @@ void gemv(const Geometry& g, const QuantizedMatrix& q, const float* x, float* y,
     xsum[static_cast<size_t>(grp)] = s;
   }
   int64_t nblocks = 0;
+  std::vector<float> xperm;
 #ifdef LATHE_AVX2
-  // Whole blocks must not split a group's integer sum: when groups span several blocks, use whole groups.
-  nblocks = g.wpg >= 8 ? (g.W / g.wpg) * (g.wpg / 8) : g.W / 8;
-  const XInt16 xq = quantize_x(g, x, nblocks);
+  nblocks = g.W / 8;
+  const int64_t EB = 8 * g.epw;
+  xperm.resize(static_cast<size_t>(nblocks * EB));
+  for (int64_t b = 0; b < nblocks; ++b)
+    for (int i = 0; i < 8; ++i)
+      for (int j = 0; j < g.epw; ++j) xperm[static_cast<size_t>(b * EB + j * 8 + i)] = x[b * EB + i * g.epw + j];
 #endif
   constexpr int kRows = 4;
   parallel_for(N, 16, [&](int64_t n0, int64_t n1) {
-    std::vector<float> sc(static_cast<size_t>(kRows * g.G)), bi(static_cast<size_t>(kRows * g.G)),
-        ws(static_cast<size_t>(kRows * g.G));
+    std::vector<float> sc(static_cast<size_t>(kRows * g.G)), bi(static_cast<size_t>(kRows * g.G));
     for (int64_t n = n0; n < n1; n += kRows) {
       const int rows = static_cast<int>(std::min<int64_t>(kRows, n1 - n));
       const uint32_t* w[kRows];
-      const float* wsp[kRows];
+      const float* s[kRows];
       for (int r = 0; r < rows; ++r) {
         row_to_f32(q.scales, n + r, g.G, sc.data() + r * g.G);
         row_to_f32(q.biases, n + r, g.G, bi.data() + r * g.G);
         w[r] = row_words(q, n + r);
-        wsp[r] = ws.data() + r * g.G;
+        s[r] = sc.data() + r * g.G;
       }
       float total[kRows] = {0.f, 0.f, 0.f, 0.f};
 #ifdef LATHE_AVX2
-      for (int r = 0; r < rows; ++r)
-        for (int64_t grp = 0; grp < g.G; ++grp)
-          ws[static_cast<size_t>(r * g.G + grp)] =
-              sc[static_cast<size_t>(r * g.G + grp)] * xq.scale[static_cast<size_t>(grp)];
       switch (g.bits) {
-        case 2: gemv_rows_dispatch<2>(rows, g, w, wsp, xq.perm.data(), nblocks, total); break;
-        case 4: gemv_rows_dispatch<4>(rows, g, w, wsp, xq.perm.data(), nblocks, total); break;
-        default: gemv_rows_dispatch<8>(rows, g, w, wsp, xq.perm.data(), nblocks, total); break;
+        case 2: gemv_rows_dispatch<2>(rows, g, w, s, xperm.data(), nblocks, total); break;
+        case 4: gemv_rows_dispatch<4>(rows, g, w, s, xperm.data(), nblocks, total); break;
+        default: gemv_rows_dispatch<8>(rows, g, w, s, xperm.data(), nblocks, total); break;
       }
 #endif
       const int64_t covered = nblocks * 8;  // words handled by whole blocks
       for (int r = 0; r < rows; ++r) {
-        const float* rs = sc.data() + r * g.G;
         const float* rb = bi.data() + r * g.G;
-        // Words not covered by whole blocks (and the whole row without AVX2), exact f32 in natural order.
+        // Words not covered by whole blocks (and the whole row without AVX2), natural order.
         for (int64_t wi = covered; wi < g.W; ++wi) {
           const uint32_t word = w[r][wi];
           float part = 0.f;
           for (int j = 0; j < g.epw; ++j)
             part += static_cast<float>((word >> (g.bits * j)) & g.mask) * x[wi * g.epw + j];
-          total[r] += rs[wi / g.wpg] * part;
+          total[r] += s[r][wi / g.wpg] * part;
         }
         float bias_term = 0.f;
         for (int64_t grp = 0; grp < g.G; ++grp) bias_term += rb[grp] * xsum[static_cast<size_t>(grp)];
