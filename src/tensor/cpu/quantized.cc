@@ -93,6 +93,7 @@ void dequant_row(const Geometry& g, const uint32_t* w, const float* sc, const fl
 struct XInt16 {
   std::vector<int16_t> perm;  // permuted, per 8-word block
   std::vector<float> scale;   // per group: x ≈ scale · x16
+  std::vector<float> sum;     // per group: Σ scale · x16, for the bias term
 };
 
 XInt16 quantize_x(const Geometry& g, const float* x, int64_t nblocks) {
@@ -106,8 +107,12 @@ XInt16 quantize_x(const Geometry& g, const float* x, int64_t nblocks) {
     for (int k = 0; k < g.gs; ++k) amax = std::max(amax, std::abs(x[grp * g.gs + k]));
     const float sc = amax > 0.f ? amax / 32767.f : 1.f;
     xq.scale[static_cast<size_t>(grp)] = sc;
-    for (int k = 0; k < g.gs; ++k)
+    int64_t isum = 0;
+    for (int k = 0; k < g.gs; ++k) {
       q16[static_cast<size_t>(grp * g.gs + k)] = static_cast<int16_t>(std::nearbyint(x[grp * g.gs + k] / sc));
+      isum += q16[static_cast<size_t>(grp * g.gs + k)];
+    }
+    xq.sum.push_back(sc * static_cast<float>(isum));
   }
   xq.perm.resize(static_cast<size_t>(nblocks * EB));
   for (int64_t b = 0; b < nblocks; ++b)
@@ -192,6 +197,10 @@ void gemv(const Geometry& g, const QuantizedMatrix& q, const float* x, float* y,
   // Whole blocks must not split a group's integer sum: when groups span several blocks, use whole groups.
   nblocks = g.wpg >= 8 ? (g.W / g.wpg) * (g.wpg / 8) : g.W / 8;
   const XInt16 xq = quantize_x(g, x, nblocks);
+  // The bias term must see the same (int16) x as the codes of its group: with the exact x, the code and bias
+  // terms (which largely cancel for zero-centred weights) would each carry the rounding separately.
+  for (int64_t grp = 0; grp < g.G && (grp + 1) * g.wpg <= nblocks * 8; ++grp)
+    xsum[static_cast<size_t>(grp)] = xq.sum[static_cast<size_t>(grp)];
 #endif
   constexpr int kRows = 4;
   parallel_for(N, 16, [&](int64_t n0, int64_t n1) {
