@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "tensor/ops.h"
 #include "tensor/tensor.h"
 
 namespace lathe {
@@ -19,9 +20,13 @@ struct CacheState {
   std::map<std::string, int64_t> meta;                  // e.g. offset, idx, max_size
 };
 
-// What attention sees after an update: keys/values [S, Hkv, D] and each key's absolute position.
+// What attention sees after an update: keys/values [S, Hkv, D] and each key's absolute position. Quantized
+// caches hand out their MLX triples instead (qk/qv rows s·kv_heads + h), which attention reads directly.
 struct KVView {
   Tensor k, v;
+  bool quantized = false;
+  QuantizedMatrix qk, qv;
+  int64_t kv_heads = 0;
   int64_t pos0 = 0;                // position of key 0 when positions is empty
   std::vector<int64_t> positions;  // explicit per-key positions (ring buffers)
 };
@@ -41,6 +46,17 @@ class LayerCache {
 };
 
 using CacheList = std::vector<std::unique_ptr<LayerCache>>;
+
+// How a model builds its attention caches: kv_bits 0 keeps K/V in f32; 4 or 8 stores them as MLX affine
+// triples with kv_group_size (32 or 64) values per group.
+struct CacheOptions {
+  int kv_bits = 0;
+  int kv_group_size = 64;
+};
+// The attention cache for one layer: rotating (window > 0) or growing, quantized per the options.
+std::unique_ptr<LayerCache> make_attention_cache(int64_t window, const CacheOptions& options);
+// Throws InvalidArgument unless bits is 0, 4 or 8 and the group size 32 or 64.
+void validate_cache_options(const CacheOptions& options);
 
 // Growing cache for full-attention layers.
 class KVCache : public LayerCache {

@@ -26,6 +26,7 @@ struct RunOptions {
   std::string logits_out;
   bool ignore_eos = false;
   bool json = false;
+  CacheOptions cache;
 };
 
 std::vector<int32_t> parse_ids(const std::string& text) {
@@ -67,7 +68,8 @@ int run(const RunOptions& o) {
   const double rss_after_load = resident_mib();
   const double file_mib = static_cast<double>(model->checkpoint().total_file_bytes()) / (1024.0 * 1024.0);
   const std::vector<int32_t> prompt = parse_ids(o.ids);
-  CacheList cache = model->make_cache();
+  validate_cache_options(o.cache);
+  CacheList cache = model->make_cache(o.cache);
 
   const bool want_logits = !o.logits_out.empty();
   const auto t_prefill = Clock::now();
@@ -113,7 +115,8 @@ int run(const RunOptions& o) {
                         {"rss_after_load_mib", rss_after_load},
                         {"rss_after_decode_mib", rss_after_decode},
                         {"weights_file_mib", file_mib},
-                        {"kv_cache_bytes", kv_bytes}};
+                        {"kv_cache_bytes", kv_bytes},
+                        {"kv_bits", o.cache.kv_bits}};
     std::printf("%s\n", j.dump().c_str());
     return 0;
   }
@@ -141,6 +144,11 @@ Verb add_run(CLI::App& app) {
   cmd->add_option("--logits-out", o->logits_out, "write prompt logits [T, vocab] f32 to this safetensors file");
   cmd->add_flag("--ignore-eos", o->ignore_eos, "keep generating past end-of-sequence tokens");
   cmd->add_flag("--json", o->json, "print one JSON object with ids and timings");
+  cmd->add_option("--kv-bits", o->cache.kv_bits, "store the KV cache quantized to 4 or 8 bits (default: f32)")
+      ->check(CLI::IsMember({4, 8}));
+  cmd->add_option("--kv-group-size", o->cache.kv_group_size, "values per quantization group of the KV cache")
+      ->capture_default_str()
+      ->check(CLI::IsMember({32, 64}));
   return {cmd, [o] { return run(*o); }};
 }
 

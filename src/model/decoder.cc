@@ -62,14 +62,10 @@ DecoderModel::DecoderModel(ModelConfig config, Checkpoint ckpt, const DecoderSpe
               " (first: " + unused.front() + ")");
 }
 
-CacheList DecoderModel::make_cache() const {
+CacheList DecoderModel::make_cache(const CacheOptions& options) const {
   CacheList caches;
-  for (int64_t i = 0; i < config_.num_layers; ++i) {
-    if (config_.is_sliding(i))
-      caches.push_back(std::make_unique<RotatingKVCache>(config_.sliding_window));
-    else
-      caches.push_back(std::make_unique<KVCache>());
-  }
+  for (int64_t i = 0; i < config_.num_layers; ++i)
+    caches.push_back(make_attention_cache(config_.is_sliding(i) ? config_.sliding_window : 0, options));
   return caches;
 }
 

@@ -26,7 +26,7 @@ struct DecoderSpec {
 class DecoderModel : public Model {
  public:
   DecoderModel(ModelConfig config, Checkpoint ckpt, const DecoderSpec& spec);
-  CacheList make_cache() const override;
+  CacheList make_cache(const CacheOptions& options = {}) const override;
   Tensor forward(const std::vector<int32_t>& ids, CacheList& caches, bool all_logits) override;
 
  private:

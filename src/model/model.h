@@ -16,7 +16,8 @@ class Model {
   const ModelConfig& config() const { return config_; }
   const Checkpoint& checkpoint() const { return ckpt_; }
 
-  virtual CacheList make_cache() const = 0;
+  // One cache per layer that keeps state (KV-shared layers have none); options pick quantized KV storage.
+  virtual CacheList make_cache(const CacheOptions& options = {}) const = 0;
   // Runs ids after what the caches hold. Returns f32 logits [T, vocab] (all_logits) or [1, vocab] (last).
   virtual Tensor forward(const std::vector<int32_t>& ids, CacheList& caches, bool all_logits = true) = 0;
 

@@ -1,4 +1,5 @@
-// model_type -> architecture builder. Aliases follow mlx-lm's remapping (mistral -> llama, gemma3_text -> gemma3).
+// model_type -> architecture builder. Aliases follow mlx-lm's remapping (mistral -> llama, gemma3_text -> gemma3,
+// gemma4_text -> gemma4, qwen3_5_text -> qwen3_5).
 #include <functional>
 #include <map>
 
@@ -13,8 +14,10 @@ using Builder = std::function<std::unique_ptr<Model>(ModelConfig, Checkpoint)>;
 
 const std::map<std::string, Builder>& builders() {
   static const std::map<std::string, Builder> m = {
-      {"llama", arch::build_llama}, {"mistral", arch::build_llama}, {"qwen2", arch::build_qwen2},
-      {"qwen3", arch::build_qwen3}, {"gemma3", arch::build_gemma3}, {"gemma3_text", arch::build_gemma3},
+      {"llama", arch::build_llama},          {"mistral", arch::build_llama},      {"qwen2", arch::build_qwen2},
+      {"qwen3", arch::build_qwen3},          {"gemma3", arch::build_gemma3},      {"gemma3_text", arch::build_gemma3},
+      {"gemma4", arch::build_gemma4},        {"gemma4_text", arch::build_gemma4}, {"qwen3_5", arch::build_qwen3_5},
+      {"qwen3_5_text", arch::build_qwen3_5},
   };
   return m;
 }

@@ -75,4 +75,65 @@ Weight WeightBinder::linear(const std::string& module, int64_t out, int64_t in) 
   return w;
 }
 
+QuantSpec WeightBinder::quant_spec(const std::string& module, int64_t in) const {
+  const std::string sname = module + ".scales";
+  auto spec = config_.quant_for(module);
+  if (!spec)
+    throw Error(ErrorKind::Corrupt,
+                where(sname) + " exists, but config.json has no quantization entry for '" + module + "'");
+  if (!valid_bits(spec->bits))
+    throw Error(ErrorKind::Unsupported, config_.dir + "/config.json: " + std::to_string(spec->bits) +
+                                            "-bit quantization of '" + module + "' is not supported (2, 4 or 8)");
+  if (!valid_group(spec->group_size))
+    throw Error(ErrorKind::Unsupported, config_.dir + "/config.json: group size " + std::to_string(spec->group_size) +
+                                            " of '" + module + "' is not supported (32, 64 or 128)");
+  if (in % spec->group_size != 0)
+    throw Error(ErrorKind::Corrupt, where(sname) + ": input size " + std::to_string(in) +
+                                        " is not a multiple of the group size " + std::to_string(spec->group_size));
+  return *spec;
+}
+
+void WeightBinder::check_quantized(const std::string& module, const std::string& wname, const Shape& wshape,
+                                   const Shape& sshape) const {
+  const std::string sname = module + ".scales", bname = module + ".biases";
+  if (!ckpt_.has(bname)) throw Error(ErrorKind::NotFound, ckpt_.dir() + ": missing tensor '" + bname + "'");
+  const Tensor q = ckpt_.get(wname);
+  if (q.dtype() != DType::U32)
+    throw Error(ErrorKind::Corrupt,
+                where(wname) + " has dtype " + dtype_name(q.dtype()) + ", a quantized weight must be U32");
+  if (q.shape() != wshape)
+    throw Error(ErrorKind::Corrupt, where(wname) + " has shape " + shape_str(q.shape()) +
+                                        ", but the quantized layout needs " + shape_str(wshape));
+  for (const std::string& name : {sname, bname}) {
+    const Tensor t = ckpt_.get(name);
+    if (t.dtype() != DType::BF16 && t.dtype() != DType::F16 && t.dtype() != DType::F32)
+      throw Error(ErrorKind::Corrupt, where(name) + " has dtype " + dtype_name(t.dtype()) + ", expected bf16/f16/f32");
+    if (t.shape() != sshape)
+      throw Error(ErrorKind::Corrupt, where(name) + " has shape " + shape_str(t.shape()) +
+                                          ", but the group size needs " + shape_str(sshape));
+  }
+}
+
+std::vector<Weight> WeightBinder::stacked_linear(const std::string& module, int64_t experts, int64_t out, int64_t in) {
+  const std::string wname = ckpt_.has(module) ? module : module + ".weight";
+  const std::string sname = module + ".scales", bname = module + ".biases";
+  if (!ckpt_.has(wname)) throw Error(ErrorKind::NotFound, ckpt_.dir() + ": missing tensor '" + module + "'");
+  std::vector<Weight> stack(static_cast<size_t>(experts));
+  if (!ckpt_.has(sname)) {
+    const Tensor t = tensor(wname, {experts, out, in});
+    for (int64_t e = 0; e < experts; ++e) stack[static_cast<size_t>(e)].dense = t.select(0, e);
+    return stack;
+  }
+  const QuantSpec spec = quant_spec(module, in);
+  check_quantized(module, wname, {experts, out, in * spec.bits / 32}, {experts, out, in / spec.group_size});
+  const Tensor q = ckpt_.get(wname), s = ckpt_.get(sname), b = ckpt_.get(bname);
+  for (const auto& n : {wname, sname, bname}) used_.insert(n);
+  for (int64_t e = 0; e < experts; ++e) {
+    Weight& w = stack[static_cast<size_t>(e)];
+    w.quantized = true;
+    w.q = {q.select(0, e), s.select(0, e), b.select(0, e), spec.bits, spec.group_size};
+  }
+  return stack;
+}
+
 }  // namespace lathe

@@ -4,6 +4,7 @@
 #pragma once
 #include <set>
 #include <string>
+#include <vector>
 
 #include "io/checkpoint.h"
 #include "model/config.h"
@@ -19,14 +20,22 @@ class WeightBinder {
   Weight linear(const std::string& module, int64_t out, int64_t in);
   // An embedding table [vocab, dim], dense or quantized (module.weight + module.scales).
   Weight embedding(const std::string& module, int64_t vocab, int64_t dim) { return linear(module, vocab, dim); }
+  // A stack of E matrices [E, out, in] (MoE experts) stored as one 3-D tensor named `module` or
+  // `module.weight`, dense or quantized (`module.scales`/`.biases` present); one Weight view per matrix.
+  std::vector<Weight> stacked_linear(const std::string& module, int64_t experts, int64_t out, int64_t in);
   // A dense float vector/matrix of the given shape (norm weights, biases).
   Tensor tensor(const std::string& name, const Shape& shape);
   Tensor optional_tensor(const std::string& name, const Shape& shape);
   bool has(const std::string& name) const { return ckpt_.has(name); }
+  Shape shape_of(const std::string& name) const { return ckpt_.get(name).shape(); }  // throws NotFound
 
   const std::set<std::string>& used() const { return used_; }
 
  private:
+  // The quantization spec of a module whose .scales exist, validated against its input size.
+  QuantSpec quant_spec(const std::string& module, int64_t in) const;
+  void check_quantized(const std::string& module, const std::string& wname, const Shape& wshape,
+                       const Shape& sshape) const;
   std::string where(const std::string& name) const { return ckpt_.file_of(name) + ": tensor '" + name + "'"; }
   const Checkpoint& ckpt_;
   const ModelConfig& config_;

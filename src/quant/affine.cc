@@ -31,6 +31,14 @@ QuantizedMatrix quantize(const float* w, int64_t rows, int64_t cols, int bits, i
   if (!supported_bits(bits) || !supported_group_size(group_size))
     throw Error(ErrorKind::Unsupported, "quantize: " + std::to_string(bits) + "-bit, group " +
                                             std::to_string(group_size) + " is not supported");
+  return quantize_kv_rows(w, rows, cols, bits, group_size, scale_dtype);
+}
+
+QuantizedMatrix quantize_kv_rows(const float* w, int64_t rows, int64_t cols, int bits, int group_size,
+                                 DType scale_dtype) {
+  if (!supported_bits(bits) || group_size <= 0 || (group_size * bits) % 32 != 0)
+    throw Error(ErrorKind::Unsupported, "quantize: " + std::to_string(bits) + "-bit, group " +
+                                            std::to_string(group_size) + " is not supported");
   if (cols % group_size != 0)
     throw Error(ErrorKind::InvalidArgument,
                 "quantize: " + std::to_string(cols) + " columns is not a multiple of the group size");

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "common/error.h"
 #include "tensor/cpu/kernels.h"
@@ -99,6 +100,108 @@ Tensor attention(const Tensor& q_in, const Tensor& k, const Tensor& v, const Att
   Tensor out = Tensor::empty({q.dim(0), q.dim(1), v.dim(2)}, DType::F32);
   cpu::attention(q, k, v, p, out);
   return out;
+}
+
+Tensor attention_quantized(const Tensor& q_in, const QuantizedMatrix& k, const QuantizedMatrix& v, int64_t kv_heads,
+                           const AttentionParams& p) {
+  require_cpu(q_in, "attention_quantized");
+  const Tensor q = q_in.contiguous();
+  LATHE_CHECK(q.ndim() == 3 && kv_heads > 0 && q.dim(1) % kv_heads == 0, "attention_quantized: head layout");
+  LATHE_CHECK(k.rows() == v.rows() && k.rows() % kv_heads == 0 && k.cols() == q.dim(2),
+              "attention_quantized: key/value rows");
+  LATHE_CHECK(!p.k_pos || static_cast<int64_t>(p.k_pos->size()) * kv_heads == k.rows(),
+              "attention_quantized: key positions");
+  Tensor out = Tensor::empty({q.dim(0), q.dim(1), v.cols()}, DType::F32);
+  cpu::attention_quantized(q, k, v, kv_heads, p, out);
+  return out;
+}
+
+Tensor sigmoid_mul(const Tensor& x, const Tensor& gate) {
+  require_cpu(x, "sigmoid_mul");
+  LATHE_CHECK(x.shape() == gate.shape(), "sigmoid_mul: shapes differ");
+  Tensor out = Tensor::empty(x.shape(), DType::F32);
+  cpu::sigmoid_mul(x.contiguous(), gate.contiguous(), out);
+  return out;
+}
+
+Tensor l2_normalize(const Tensor& x_in, float eps) {
+  require_cpu(x_in, "l2_normalize");
+  require_f32_rows(x_in, "l2_normalize");
+  const Tensor x = x_in.contiguous();
+  Tensor out = Tensor::empty(x.shape(), DType::F32);
+  cpu::l2_normalize(x, eps, out);
+  return out;
+}
+
+Tensor rms_norm_gated(const Tensor& x_in, const Tensor& z, const Tensor& weight, float eps) {
+  require_cpu(x_in, "rms_norm_gated");
+  require_f32_rows(x_in, "rms_norm_gated");
+  const Tensor x = x_in.contiguous();
+  LATHE_CHECK(x.shape() == z.shape() && weight.numel() == x.dim(-1), "rms_norm_gated: shapes");
+  Tensor out = Tensor::empty(x.shape(), DType::F32);
+  cpu::rms_norm_gated(x, z.contiguous(), weight, eps, out);
+  return out;
+}
+
+Tensor causal_conv1d_silu(const Tensor& x_in, const Tensor& weight, Tensor& state) {
+  require_cpu(x_in, "causal_conv1d");
+  require_f32_rows(x_in, "causal_conv1d");
+  const Tensor x = x_in.contiguous();
+  LATHE_CHECK(x.ndim() == 2 && weight.ndim() == 2 && weight.dim(0) == x.dim(1) && weight.dtype() == DType::F32 &&
+                  weight.is_contiguous(),
+              "causal_conv1d: weight must be F32 [C, K]");
+  LATHE_CHECK(state.dtype() == DType::F32 && state.is_contiguous() && state.ndim() == 2 &&
+                  state.dim(0) == weight.dim(1) - 1 && state.dim(1) == x.dim(1),
+              "causal_conv1d: state must be F32 [K-1, C]");
+  Tensor out = Tensor::empty(x.shape(), DType::F32);
+  cpu::causal_conv1d_silu(x, weight, state, out);
+  return out;
+}
+
+Tensor gated_delta_rule(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, const Tensor& g_in,
+                        const Tensor& beta_in, Tensor& state) {
+  require_cpu(q_in, "gated_delta_rule");
+  const Tensor q = q_in.contiguous(), k = k_in.contiguous(), v = v_in.contiguous(), g = g_in.contiguous(),
+               beta = beta_in.contiguous();
+  LATHE_CHECK(
+      q.ndim() == 3 && q.shape() == k.shape() && v.ndim() == 3 && v.dim(0) == q.dim(0) && v.dim(1) % q.dim(1) == 0,
+      "gated_delta_rule: q/k/v shapes");
+  LATHE_CHECK(g.numel() == v.dim(0) * v.dim(1) && beta.numel() == g.numel(), "gated_delta_rule: g/beta shapes");
+  LATHE_CHECK(
+      state.dtype() == DType::F32 && state.is_contiguous() && state.shape() == Shape({v.dim(1), v.dim(2), q.dim(2)}),
+      "gated_delta_rule: state must be F32 [Hv, Dv, Dk]");
+  Tensor out = Tensor::empty(v.shape(), DType::F32);
+  cpu::gated_delta_rule(q, k, v, g, beta, state, out);
+  return out;
+}
+
+Tensor gather_rows(const Tensor& x_in, const std::vector<int32_t>& idx) {
+  require_cpu(x_in, "gather_rows");
+  const Tensor x = x_in.contiguous();
+  const int64_t D = x.numel() / std::max<int64_t>(x.dim(0), 1);
+  Tensor out = Tensor::empty({static_cast<int64_t>(idx.size()), D}, x.dtype());
+  const size_t row = static_cast<size_t>(D) * dtype_size(x.dtype());
+  for (size_t i = 0; i < idx.size(); ++i) {
+    LATHE_CHECK(idx[i] >= 0 && idx[i] < x.dim(0), "gather_rows: index out of range");
+    std::memcpy(static_cast<char*>(out.raw()) + i * row, static_cast<const char*>(x.raw()) + idx[i] * row, row);
+  }
+  return out;
+}
+
+void scatter_add_rows(Tensor& out, const std::vector<int32_t>& idx, const Tensor& x_in, const std::vector<float>& w) {
+  require_cpu(out, "scatter_add_rows");
+  const Tensor x = x_in.contiguous();
+  LATHE_CHECK(out.is_contiguous() && out.dtype() == DType::F32 && x.dtype() == DType::F32 && out.ndim() == 2 &&
+                  x.ndim() == 2 && x.dim(1) == out.dim(1) && x.dim(0) == static_cast<int64_t>(idx.size()) &&
+                  w.size() == idx.size(),
+              "scatter_add_rows: shapes");
+  const int64_t D = x.dim(1);
+  for (size_t i = 0; i < idx.size(); ++i) {
+    LATHE_CHECK(idx[i] >= 0 && idx[i] < out.dim(0), "scatter_add_rows: index out of range");
+    float* o = out.data<float>() + idx[i] * D;
+    const float* r = x.data<float>() + static_cast<int64_t>(i) * D;
+    for (int64_t d = 0; d < D; ++d) o[d] += w[i] * r[d];
+  }
 }
 
 Tensor silu_mul(const Tensor& gate, const Tensor& up) {

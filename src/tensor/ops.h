@@ -63,9 +63,35 @@ struct AttentionParams {
 };
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionParams& p);
 
+// Attention over MLX affine-quantized keys/values: k and v are [S * kv_heads, D] quantized along D (row
+// s * kv_heads + h holds key s of head h). Same visibility rules and output as attention().
+Tensor attention_quantized(const Tensor& q, const QuantizedMatrix& k, const QuantizedMatrix& v, int64_t kv_heads,
+                           const AttentionParams& p);
+
 // Gated activations: act(gate) * up, elementwise. gelu is the tanh approximation.
 Tensor silu_mul(const Tensor& gate, const Tensor& up);
 Tensor gelu_tanh_mul(const Tensor& gate, const Tensor& up);
+
+// x * sigmoid(gate), elementwise (Qwen3.5 attention output gate).
+Tensor sigmoid_mul(const Tensor& x, const Tensor& gate);
+// x / sqrt(sum(x^2) + eps) over the last dim.
+Tensor l2_normalize(const Tensor& x, float eps);
+// RMSNorm(x) * weight * silu(z) over the last dim (gated RMSNorm of Gated DeltaNet); x and z same shape.
+Tensor rms_norm_gated(const Tensor& x, const Tensor& z, const Tensor& weight, float eps);
+
+// Depthwise causal conv1d + SiLU over time. x: [T, C]; weight: [C, K] f32; state: [K-1, C] f32, the inputs
+// before x (zeros at the start), replaced by the last K-1 inputs on return. Returns [T, C].
+Tensor causal_conv1d_silu(const Tensor& x, const Tensor& weight, Tensor& state);
+// Gated delta rule, one step per token with an f32 state S [Hv, Dv, Dk] updated in place:
+//   S *= exp(g_t); d = (v_t - S k_t) * beta_t; S += d k_tᵀ; y_t = S q_t.
+// q, k: [T, Hk, Dk] (v head h reads k head h / (Hv/Hk)); v: [T, Hv, Dv]; g, beta: [T, Hv]. Returns [T, Hv, Dv].
+Tensor gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
+                        Tensor& state);
+
+// Rows of x [N, D] picked by idx: [idx.size(), D].
+Tensor gather_rows(const Tensor& x, const std::vector<int32_t>& idx);
+// out[idx[i]] += w[i] * x[i] for rows of x [n, D] into out [N, D].
+void scatter_add_rows(Tensor& out, const std::vector<int32_t>& idx, const Tensor& x, const std::vector<float>& w);
 
 Tensor add(const Tensor& a, const Tensor& b);
 void add_inplace(Tensor& a, const Tensor& b);

@@ -1,40 +1,78 @@
 #include "model/layers/attention.h"
 
+#include "common/error.h"
+
 namespace lathe {
 
+Tensor attend(const Tensor& q, const KVView& kv, const AttentionParams& params) {
+  AttentionParams ap = params;
+  ap.k_pos0 = kv.pos0;
+  ap.k_pos = kv.positions.empty() ? nullptr : &kv.positions;
+  if (kv.quantized) return attention_quantized(q, kv.qk, kv.qv, kv.kv_heads, ap);
+  return attention(q, kv.k, kv.v, ap);
+}
+
 Attention::Attention(WeightBinder& b, const std::string& p, const AttentionSpec& s) : spec_(s) {
-  q_ = bind_linear(b, p + ".q_proj", s.heads * s.head_dim, s.hidden, s.qkv_bias);
-  k_ = bind_linear(b, p + ".k_proj", s.kv_heads * s.head_dim, s.hidden, s.qkv_bias);
-  v_ = bind_linear(b, p + ".v_proj", s.kv_heads * s.head_dim, s.hidden, s.qkv_bias);
+  const int64_t q_out = s.heads * s.head_dim * (s.q_gate ? 2 : 1);
+  q_ = bind_linear(b, p + ".q_proj", q_out, s.hidden, s.qkv_bias);
+  if (!s.kv_shared) {
+    k_ = bind_linear(b, p + ".k_proj", s.kv_heads * s.head_dim, s.hidden, s.qkv_bias);
+    if (!s.k_eq_v) v_ = bind_linear(b, p + ".v_proj", s.kv_heads * s.head_dim, s.hidden, s.qkv_bias);
+  }
   o_ = bind_linear(b, p + ".o_proj", s.hidden, s.heads * s.head_dim, s.o_bias);
   if (s.qk_norm) {
     q_norm_ = {b.tensor(p + ".q_norm.weight", {s.head_dim}), s.norm_eps, s.norm_plus_one};
-    k_norm_ = {b.tensor(p + ".k_norm.weight", {s.head_dim}), s.norm_eps, s.norm_plus_one};
+    if (!s.kv_shared) k_norm_ = {b.tensor(p + ".k_norm.weight", {s.head_dim}), s.norm_eps, s.norm_plus_one};
   }
+  v_norm_ = {Tensor(), s.norm_eps, false};
 }
 
-Tensor Attention::forward(const Tensor& x, LayerCache& cache) const {
-  const int64_t T = x.dim(0);
-  const int64_t pos0 = cache.offset();
-  Tensor q = q_(x).reshape({T, spec_.heads, spec_.head_dim});
-  Tensor k = k_(x).reshape({T, spec_.kv_heads, spec_.head_dim});
-  Tensor v = v_(x).reshape({T, spec_.kv_heads, spec_.head_dim});
-  if (spec_.qk_norm) {
-    q = q_norm_(q);
-    k = k_norm_(k);
+Tensor Attention::project_q(const Tensor& x, int64_t pos0, Tensor* gate) const {
+  const int64_t T = x.dim(0), H = spec_.heads, D = spec_.head_dim;
+  Tensor q = q_(x);
+  if (spec_.q_gate) {  // per head: [query (D) | gate (D)]
+    const Tensor qg = q.reshape({T, H, 2 * D});
+    *gate = qg.slice(2, D, 2 * D).contiguous().reshape({T, H * D});
+    q = qg.slice(2, 0, D).contiguous();
+  } else {
+    q = q.reshape({T, H, D});
   }
+  if (spec_.qk_norm) q = q_norm_(q);
   rope_inplace(q, spec_.rope, pos0);
-  rope_inplace(k, spec_.rope, pos0);
-  const KVView kv = cache.update(k, v);
+  return q;
+}
+
+Tensor Attention::finish(const Tensor& q, const Tensor& gate, const KVView& kv, int64_t pos0) const {
+  const int64_t T = q.dim(0);
   AttentionParams ap;
   ap.scale = spec_.scale;
   ap.softcap = spec_.softcap;
   ap.window = spec_.window;
   ap.q_pos0 = pos0;
-  ap.k_pos0 = kv.pos0;
-  ap.k_pos = kv.positions.empty() ? nullptr : &kv.positions;
-  const Tensor out = attention(q, kv.k, kv.v, ap);
-  return o_(out.reshape({T, spec_.heads * spec_.head_dim}));
+  Tensor out = attend(q, kv, ap).reshape({T, spec_.heads * spec_.head_dim});
+  if (spec_.q_gate) out = sigmoid_mul(out, gate);
+  return o_(out);
+}
+
+Tensor Attention::forward(const Tensor& x, LayerCache& cache, KVView* kv_out) const {
+  LATHE_CHECK(!spec_.kv_shared, "a KV-shared attention layer has no cache of its own");
+  const int64_t T = x.dim(0), pos0 = cache.offset();
+  Tensor gate;
+  const Tensor q = project_q(x, pos0, &gate);
+  const Tensor k_raw = k_(x).reshape({T, spec_.kv_heads, spec_.head_dim});
+  Tensor v = spec_.k_eq_v ? k_raw : v_(x).reshape({T, spec_.kv_heads, spec_.head_dim});
+  Tensor k = spec_.qk_norm ? k_norm_(k_raw) : k_raw.clone();
+  if (spec_.v_norm) v = v_norm_(v);
+  rope_inplace(k, spec_.rope, pos0);
+  const KVView kv = cache.update(k, v);
+  if (kv_out) *kv_out = kv;
+  return finish(q, gate, kv, pos0);
+}
+
+Tensor Attention::forward_shared(const Tensor& x, const KVView& kv, int64_t pos0) const {
+  Tensor gate;
+  const Tensor q = project_q(x, pos0, &gate);
+  return finish(q, gate, kv, pos0);
 }
 
 }  // namespace lathe

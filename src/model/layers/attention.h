@@ -1,5 +1,7 @@
 // Multi-head attention with GQA: q/k/v projections (optional bias), optional per-head q/k RMSNorm, RoPE,
-// causal or sliding-window softmax attention through a layer cache, output projection.
+// causal or sliding-window softmax attention through a layer cache, output projection. Variants used by
+// newer families: a weightless v norm and K reused as V (Gemma 4), a sigmoid output gate carried by q_proj
+// (Qwen3.5), and KV-shared layers that attend over another layer's K/V (Gemma 4).
 #pragma once
 #include <string>
 
@@ -13,6 +15,10 @@ struct AttentionSpec {
   bool qkv_bias = false, o_bias = false;
   bool qk_norm = false;
   bool norm_plus_one = false;
+  bool v_norm = false;     // weightless RMSNorm on V (Gemma 4)
+  bool k_eq_v = false;     // no v_proj: V is the k_proj output (normed, not roped)
+  bool q_gate = false;     // q_proj emits [query | gate] per head; output *= sigmoid(gate) (Qwen3.5)
+  bool kv_shared = false;  // no k/v projections: attends over a donor layer's K/V
   float norm_eps = 1e-6f;
   float scale = 1.0f;
   float softcap = 0.0f;
@@ -20,18 +26,26 @@ struct AttentionSpec {
   RopeTable rope;
 };
 
+// Softmax attention of q [T, H, D] over what a cache update returned (f32 or quantized K/V).
+Tensor attend(const Tensor& q, const KVView& kv, const AttentionParams& params);
+
 class Attention {
  public:
   Attention() = default;
   Attention(WeightBinder& b, const std::string& prefix, const AttentionSpec& spec);
-  // x: [T, hidden]; returns [T, hidden]. Positions continue from cache.offset().
-  Tensor forward(const Tensor& x, LayerCache& cache) const;
+  // x: [T, hidden]; returns [T, hidden]. Positions continue from cache.offset(). When kv_out is given it
+  // receives the K/V view this layer attended over (for KV-shared layers later in the same forward).
+  Tensor forward(const Tensor& x, LayerCache& cache, KVView* kv_out = nullptr) const;
+  // A KV-shared layer: queries at positions pos0.. attend over a donor's view from the same forward.
+  Tensor forward_shared(const Tensor& x, const KVView& kv, int64_t pos0) const;
   const AttentionSpec& spec() const { return spec_; }
 
  private:
+  Tensor project_q(const Tensor& x, int64_t pos0, Tensor* gate) const;
+  Tensor finish(const Tensor& q, const Tensor& gate, const KVView& kv, int64_t pos0) const;
   AttentionSpec spec_;
   Linear q_, k_, v_, o_;
-  RMSNorm q_norm_, k_norm_;
+  RMSNorm q_norm_, k_norm_, v_norm_;
 };
 
 }  // namespace lathe

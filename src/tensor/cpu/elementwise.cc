@@ -29,3 +29,16 @@ void gelu_tanh_mul(const Tensor& gate, const Tensor& up, Tensor& out) {
 }
 
 }  // namespace lathe::cpu
+
+namespace lathe::cpu {
+
+void sigmoid_mul(const Tensor& x, const Tensor& gate, Tensor& out) {
+  const float* a = x.data<float>();
+  const float* g = gate.data<float>();
+  float* o = out.data<float>();
+  parallel_for(x.numel(), 4096, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) o[i] = a[i] / (1.0f + std::exp(-g[i]));
+  });
+}
+
+}  // namespace lathe::cpu

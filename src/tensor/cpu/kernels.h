@@ -21,6 +21,14 @@ void gemm_block_f32(const float* x, int64_t M, int64_t K, const float* wrows, in
 void rms_norm(const Tensor& x, const Tensor& w, float eps, bool plus_one, Tensor& out);
 void rope_inplace(Tensor& x, const RopeTable& rope, int64_t pos0);
 void attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionParams& p, Tensor& out);
+void attention_quantized(const Tensor& q, const QuantizedMatrix& k, const QuantizedMatrix& v, int64_t kv_heads,
+                         const AttentionParams& p, Tensor& out);
+void rms_norm_gated(const Tensor& x, const Tensor& z, const Tensor& w, float eps, Tensor& out);
+void l2_normalize(const Tensor& x, float eps, Tensor& out);
+void sigmoid_mul(const Tensor& x, const Tensor& gate, Tensor& out);
+void causal_conv1d_silu(const Tensor& x, const Tensor& weight, Tensor& state, Tensor& out);
+void gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
+                      Tensor& state, Tensor& out);
 void silu_mul(const Tensor& gate, const Tensor& up, Tensor& out);
 void gelu_tanh_mul(const Tensor& gate, const Tensor& up, Tensor& out);
 

@@ -1,0 +1,58 @@
+// KV caches that store keys and values as MLX affine triples (packed U32 codes + scales/biases per group of
+// head_dim values, in the activations' dtype as MLX does: f32 on the CPU), quantized as tokens arrive;
+// attention reads the triples (KVView::quantized).
+// Storage per token and head: D·bits/8 bytes of codes + 2·(D/group)·4 bytes of scales and biases, for K and V.
+// A head narrower than the group size is quantized as one group.
+#pragma once
+#include "cache/layer_cache.h"
+#include "cache/row_tensors.h"
+
+namespace lathe {
+
+// Growing quantized cache for full-attention layers (mlx-lm QuantizedKVCache).
+class QuantizedKVCache : public LayerCache {
+ public:
+  QuantizedKVCache(int bits, int group_size);
+  const char* kind() const override { return "quantized"; }
+  int64_t offset() const override { return offset_; }
+  int bits() const { return bits_; }
+  int group_size() const { return group_size_; }
+  KVView update(const Tensor& k, const Tensor& v) override;
+  CacheState state() const override;
+  void restore(const CacheState& s) override;
+  bool can_trim(int64_t n) const override { return n >= 0 && n <= offset_; }
+  int64_t trim(int64_t n) override;
+  size_t bytes() const override { return buf_.nbytes(); }
+
+ private:
+  int bits_, group_size_;
+  RowTensors buf_;  // k codes, k scales, k biases, v codes, v scales, v biases; [capacity, Hkv, ...]
+  int64_t offset_ = 0;
+};
+
+// Ring buffer of the last max_size tokens, quantized (sliding-window layers); the ring mechanics match
+// RotatingKVCache, applied to the triples.
+class RotatingQuantizedKVCache : public LayerCache {
+ public:
+  RotatingQuantizedKVCache(int64_t max_size, int bits, int group_size);
+  const char* kind() const override { return "rotating_quantized"; }
+  int64_t offset() const override { return offset_; }
+  int64_t max_size() const { return max_size_; }
+  KVView update(const Tensor& k, const Tensor& v) override;
+  CacheState state() const override;
+  void restore(const CacheState& s) override;
+  bool can_trim(int64_t n) const override {
+    return n >= 0 && n <= offset_ && offset_ <= max_size_ && idx_ == filled_ % max_size_;
+  }
+  int64_t trim(int64_t n) override;
+  size_t bytes() const override { return ring_.nbytes(); }
+
+ private:
+  RowTensors ordered() const;  // ring contents oldest-first
+  int bits_, group_size_;
+  int64_t max_size_;
+  RowTensors ring_;  // [max_size, Hkv, ...] x 6
+  int64_t offset_ = 0, filled_ = 0, idx_ = 0;
+};
+
+}  // namespace lathe

@@ -1,0 +1,57 @@
+#include "model/layers/gated_delta.h"
+
+#include <cmath>
+
+#include "common/error.h"
+
+namespace lathe {
+
+GatedDeltaNet::GatedDeltaNet(WeightBinder& b, const std::string& p, const GatedDeltaSpec& s) : spec_(s) {
+  const int64_t key_dim = s.k_heads * s.k_dim, value_dim = s.v_heads * s.v_dim;
+  const int64_t C = 2 * key_dim + value_dim, K = s.conv_kernel;
+  if (s.k_heads <= 0 || s.v_heads % s.k_heads != 0)
+    throw Error(ErrorKind::Corrupt, "config.json: linear_num_value_heads must be a multiple of linear_num_key_heads");
+  in_qkv_ = bind_linear(b, p + ".in_proj_qkv", C, s.hidden);
+  in_z_ = bind_linear(b, p + ".in_proj_z", value_dim, s.hidden);
+  in_a_ = bind_linear(b, p + ".in_proj_a", s.v_heads, s.hidden);
+  in_b_ = bind_linear(b, p + ".in_proj_b", s.v_heads, s.hidden);
+  out_ = bind_linear(b, p + ".out_proj", s.hidden, value_dim);
+  const std::string conv = p + ".conv1d.weight";
+  hf_layout_ = b.has(conv) && b.shape_of(conv) == Shape({C, 1, K});
+  conv_w_ = b.tensor(conv, hf_layout_ ? Shape{C, 1, K} : Shape{C, K, 1}).to(DType::F32).contiguous().reshape({C, K});
+  neg_a_ = b.tensor(p + ".A_log", {s.v_heads}).to_floats();
+  for (float& v : neg_a_) v = -std::exp(v);
+  dt_bias_ = b.tensor(p + ".dt_bias", {s.v_heads}).to_floats();
+  norm_w_ = b.tensor(p + ".norm.weight", {s.v_dim});
+}
+
+Tensor GatedDeltaNet::forward(const Tensor& x, SSMCache& cache) const {
+  const int64_t T = x.dim(0), Hk = spec_.k_heads, Hv = spec_.v_heads, Dk = spec_.k_dim, Dv = spec_.v_dim;
+  const int64_t key_dim = Hk * Dk;
+  Tensor& conv_state = cache.conv_state(spec_.conv_kernel - 1, conv_w_.dim(0));
+  const Tensor mixed = causal_conv1d_silu(in_qkv_(x), conv_w_, conv_state);
+  Tensor q = l2_normalize(mixed.slice(1, 0, key_dim).reshape({T, Hk, Dk}), 1e-6f);
+  const Tensor k = l2_normalize(mixed.slice(1, key_dim, 2 * key_dim).reshape({T, Hk, Dk}), 1e-6f);
+  const Tensor v = mixed.slice(1, 2 * key_dim, mixed.dim(1)).reshape({T, Hv, Dv});
+  scale_inplace(q, 1.0f / std::sqrt(static_cast<float>(Dk)));
+
+  // Per token and value head: decay (log space) and the delta rule's step size.
+  const std::vector<float> a = in_a_(x).to_floats(), bl = in_b_(x).to_floats();
+  std::vector<float> g(a.size()), beta(bl.size());
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t h = 0; h < Hv; ++h) {
+      const size_t i = static_cast<size_t>(t * Hv + h);
+      const float u = a[i] + dt_bias_[static_cast<size_t>(h)];
+      const float softplus = u > 20.f ? u : std::log1p(std::exp(u));
+      g[i] = neg_a_[static_cast<size_t>(h)] * softplus;
+      beta[i] = 1.0f / (1.0f + std::exp(-bl[i]));
+    }
+  Tensor& state = cache.recurrent_state(Hv, Dv, Dk);
+  const Tensor y =
+      gated_delta_rule(q, k, v, Tensor::from_floats(g, {T, Hv}), Tensor::from_floats(beta, {T, Hv}), state);
+  cache.advance(T);
+  const Tensor z = in_z_(x).reshape({T, Hv, Dv});
+  return out_(rms_norm_gated(y, z, norm_w_, spec_.norm_eps).reshape({T, Hv * Dv}));
+}
+
+}  // namespace lathe
