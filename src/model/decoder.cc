@@ -77,7 +77,7 @@ Tensor DecoderModel::forward(const std::vector<int32_t>& ids, CacheList& caches,
   if (ids.empty()) throw Error(ErrorKind::InvalidArgument, "forward: no tokens");
   if (caches.size() != layers_.size())
     throw Error(ErrorKind::InvalidArgument, "forward: cache list does not match the model");
-  Tensor h = embedding(ids, embed_);
+  Tensor h = embedding(ids, embed_, config_.load.dtype);
   if (spec_.embed_scale != 1.0f) scale_inplace(h, spec_.embed_scale);
   for (size_t i = 0; i < layers_.size(); ++i) {
     const Layer& L = layers_[i];
@@ -94,7 +94,7 @@ Tensor DecoderModel::forward(const std::vector<int32_t>& ids, CacheList& caches,
     }
   }
   if (!all_logits) h = h.slice(0, h.dim(0) - 1, h.dim(0));
-  Tensor logits = linear(final_norm_(h), lm_head_);
+  Tensor logits = linear(final_norm_(h), lm_head_, nullptr, /*f32_out=*/true);
   if (spec_.final_softcap > 0) softcap_inplace(logits, spec_.final_softcap);
   return logits;
 }

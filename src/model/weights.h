@@ -27,6 +27,7 @@ class WeightBinder {
   const std::set<std::string>& used() const { return used_; }
 
  private:
+  Tensor checked(const std::string& name, const Shape& shape);  // validated, still where the file has it
   std::string where(const std::string& name) const { return ckpt_.file_of(name) + ": tensor '" + name + "'"; }
   const Checkpoint& ckpt_;
   const ModelConfig& config_;
