@@ -1,5 +1,5 @@
-// Shared helpers for the CUDA tests: fixture location (overridable on the device machine) and a skip when no
-// GPU is present, so the binary passes cleanly on CI machines.
+// Shared helpers for the CUDA tests: a skip when no GPU is present (so the binary passes cleanly on CI
+// machines) and random inputs. Fixture locations come from support/fixtures.h.
 #pragma once
 #include <gtest/gtest.h>
 
@@ -12,12 +12,6 @@
 #include "tensor/tensor.h"
 
 namespace lathe::testing_cuda {
-
-// LATHE_FIXTURES_DIR in the environment wins over the path compiled in (the build tree moves to the device).
-inline std::string fixtures_dir() {
-  const char* env = std::getenv("LATHE_FIXTURES_DIR");
-  return env && *env ? std::string(env) : std::string(LATHE_FIXTURES_DIR);
-}
 
 #define LATHE_REQUIRE_GPU()                                                           \
   do {                                                                                \
