@@ -77,7 +77,9 @@ TEST_P(CudaParity, Bf16KeepsArgmax) {
   RecordProperty("argmax_agreement", std::to_string(agree));
   EXPECT_GE(agree, 0.98) << GetParam() << ": " << rows - mismatches << "/" << rows << " positions agree";
   const std::vector<int32_t> got = greedy_decode(*model, ref.prompts.at("chat"), ref.greedy.size());
-  if (GetParam().find("-bf16") != std::string::npos) EXPECT_EQ(got, ref.greedy) << GetParam();
+  if (GetParam().find("-bf16") != std::string::npos) {
+    EXPECT_EQ(got, ref.greedy) << GetParam();
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaParity, ::testing::ValuesIn(kFixtures),
