@@ -19,7 +19,7 @@ case "$1" in
   test)
     # ctest files name the build tree where it was built: recreate that path as links into .device.
     b=$(cat "$dev/build_dir")
-    mkdir -p "$b/tests" && cp "$dev"/ctest/CTestTestfile.cmake "$b/" && cp "$dev"/ctest/tests/* "$b/tests/"
+    mkdir -p "$b/tests" "$b/bench" && touch "$b/bench/CTestTestfile.cmake" && cp "$dev"/ctest/CTestTestfile.cmake "$b/" && cp "$dev"/ctest/tests/* "$b/tests/"
     (cd "$b" && ctest -L cuda --output-on-failure --timeout 300 2>&1 | tee "$out/ctest.log" | tail -25)
     ;;
   kernels) "$dev/bin/cuda_kernels" | tee "$out/kernels.json" ;;

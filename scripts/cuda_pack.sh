@@ -12,8 +12,8 @@ cp "$build/lathe" "$build/tests/lathe_cuda_tests" "$build/bench/cuda_e2e" "$buil
 cp bench/peers/hf_transformers.py scripts/cuda_device.sh "$dest/"
 # CTest files reference the build tree by absolute path; cuda_device.sh recreates that path as a link.
 cp "$build/CTestTestfile.cmake" "$dest/ctest/"
-cp "$build"/tests/CTestTestfile.cmake "$build"/tests/lathe_cuda_tests*tests.cmake "$dest/ctest/tests/" 2>/dev/null || true
-cp "$build/tests/lathe_cuda_tests" "$dest/ctest/tests/"
+cp "$build"/tests/lathe_cuda_tests* "$dest/ctest/tests/"
+grep -F 'lathe_cuda_tests' "$build/tests/CTestTestfile.cmake" > "$dest/ctest/tests/CTestTestfile.cmake"  # cuda only
 echo "$(cd "$build" && pwd)" > "$dest/build_dir"
 echo "$src_root" > "$dest/source_dir"
 du -sh "$dest"

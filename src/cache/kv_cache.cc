@@ -78,6 +78,11 @@ int64_t KVCache::trim(int64_t n) {
   return n;
 }
 
+const void* KVCache::replay_buffer() const {
+  if (!keys_.defined() || keys_.device() == Device::CPU || offset_ + 1 > keys_.dim(0)) return nullptr;
+  return keys_.raw();
+}
+
 size_t KVCache::bytes() const { return keys_.defined() ? keys_.nbytes() + values_.nbytes() : 0; }
 
 // ---- RotatingKVCache ----

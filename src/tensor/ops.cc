@@ -86,8 +86,11 @@ Tensor embedding(const std::vector<int32_t>& ids, const Weight& table, DType out
   return out;
 }
 
-Tensor rms_norm(const Tensor& x_in, const Tensor& weight, float eps, bool plus_one) {
-  LATHE_ON_CUDA(x_in, gpu::rms_norm(x_in, weight, eps, plus_one));
+Tensor rms_norm(const Tensor& x_in, const Tensor& weight, float eps, bool plus_one, std::optional<DType> out_type) {
+  LATHE_ON_CUDA(x_in, gpu::rms_norm(x_in, weight, eps, plus_one, out_type.value_or(x_in.dtype())));
+  if (out_type && *out_type != DType::F32)
+    throw Error(ErrorKind::Unsupported,
+                std::string("the cpu computes activations in F32, not ") + dtype_name(*out_type));
   require_cpu(x_in, "rms_norm");
   require_f32_rows(x_in, "rms_norm");
   const Tensor x = x_in.contiguous();
@@ -204,10 +207,15 @@ void copy_rows(Tensor& dst, int64_t dst_row, const Tensor& src_in, int64_t src_r
   LATHE_CHECK(src_row + n <= src.dim(0) && dst_row + n <= dst.dim(0), "copy_rows: rows out of range");
   char* d = static_cast<char*>(dst.raw()) + static_cast<size_t>(dst_row) * row;
   const char* s = static_cast<const char*>(src.raw()) + static_cast<size_t>(src_row) * row;
-  if (dst.device() == Device::CPU)
+  if (dst.device() == Device::CPU) {
     std::memcpy(d, s, static_cast<size_t>(n) * row);
-  else
-    device_copy(d, s, static_cast<size_t>(n) * row, dst.device(), src.device());
+    return;
+  }
+#ifdef LATHE_HAVE_CUDA
+  gpu::copy_rows(dst.raw(), dst_row, s, n, row);  // a kernel, so graph replays can shift the rows
+#else
+  device_copy(d, s, static_cast<size_t>(n) * row, dst.device(), src.device());
+#endif
 }
 
 }  // namespace lathe

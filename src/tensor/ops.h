@@ -4,6 +4,7 @@
 // element type unless an op says otherwise.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "tensor/tensor.h"
@@ -38,8 +39,10 @@ Tensor embedding(const std::vector<int32_t>& ids, const Weight& table, DType out
 // Dequantize rows [row0, row0+n) of a quantized matrix to f32 [n, cols].
 Tensor dequantize(const QuantizedMatrix& q, int64_t row0 = 0, int64_t n = -1);
 
-// RMSNorm over the last dim; weight may be undefined (weightless); plus_one uses (1 + w) (Gemma).
-Tensor rms_norm(const Tensor& x, const Tensor& weight, float eps, bool plus_one = false);
+// RMSNorm over the last dim; weight may be undefined (weightless); plus_one uses (1 + w) (Gemma). The output
+// has x's type, or `out` when given (CUDA: an F32 residual stream normalised into BF16 matmul inputs).
+Tensor rms_norm(const Tensor& x, const Tensor& weight, float eps, bool plus_one = false,
+                std::optional<DType> out = std::nullopt);
 
 // Rotary embedding with rotate-half pairing (i, i + dims/2) over the first `dims` features of each head.
 // inv_freq has dims/2 entries (0 means identity for that pair).
@@ -70,7 +73,7 @@ Tensor silu_mul(const Tensor& gate, const Tensor& up);
 Tensor gelu_tanh_mul(const Tensor& gate, const Tensor& up);
 
 Tensor add(const Tensor& a, const Tensor& b);
-void add_inplace(Tensor& a, const Tensor& b);
+void add_inplace(Tensor& a, const Tensor& b);  // on CUDA b may be BF16 while a is F32
 void scale_inplace(Tensor& x, float s);
 void softcap_inplace(Tensor& x, float cap);  // tanh(x / cap) * cap
 // Index of the largest value of each row of a [rows, cols] tensor (first on ties).

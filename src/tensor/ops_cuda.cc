@@ -47,12 +47,19 @@ cuda::QuantView view(const QuantizedMatrix& q) {
   return v;
 }
 
-Tensor upload_ids(const std::vector<int32_t>& ids, int64_t vocab) {
+// Token ids on the device. While a decode step is captured into a graph they come from the step buffer that
+// each replay rewrites (a synchronous upload cannot be captured).
+const int32_t* upload_ids(const std::vector<int32_t>& ids, int64_t vocab, Tensor& holder) {
   for (int32_t id : ids)
     if (id < 0 || id >= vocab)
       throw Error(ErrorKind::InvalidArgument,
                   "token id " + std::to_string(id) + " is out of range for a vocabulary of " + std::to_string(vocab));
-  return Tensor::from_ints(ids, {static_cast<int64_t>(ids.size())}).to(Device::CUDA);
+  if (cuda::capturing()) {
+    LATHE_CHECK(ids.size() == 1, "graph capture: one token per step");
+    return cuda::step_ids();
+  }
+  holder = Tensor::from_ints(ids, {static_cast<int64_t>(ids.size())}).to(Device::CUDA);
+  return holder.data<int32_t>();
 }
 
 }  // namespace
@@ -89,13 +96,14 @@ Tensor linear(const Tensor& x_in, const Weight& w, const Tensor* bias, bool f32_
 
 Tensor embedding(const std::vector<int32_t>& ids, const Weight& table, DType out) {
   const int64_t n = static_cast<int64_t>(ids.size()), dim = table.in_features();
-  const Tensor dev_ids = upload_ids(ids, table.out_features());
+  Tensor holder;
+  const int32_t* dev_ids = upload_ids(ids, table.out_features(), holder);
   Tensor y = Tensor::empty({n, dim}, out, Device::CUDA);
   if (table.quantized) {
-    cuda::embedding_quantized(view(table.q), dev_ids.data<int32_t>(), n, y.raw(), out);
+    cuda::embedding_quantized(view(table.q), dev_ids, n, y.raw(), out);
   } else {
     LATHE_CHECK(table.dense.is_contiguous(), "embedding: table must be contiguous");
-    cuda::embedding_dense(table.dense.raw(), table.dense.dtype(), dim, dev_ids.data<int32_t>(), n, y.raw(), out);
+    cuda::embedding_dense(table.dense.raw(), table.dense.dtype(), dim, dev_ids, n, y.raw(), out);
   }
   return y;
 }
@@ -106,12 +114,13 @@ Tensor dequantize(const QuantizedMatrix& q, int64_t row0, int64_t n, DType out) 
   return y;
 }
 
-Tensor rms_norm(const Tensor& x_in, const Tensor& weight, float eps, bool plus_one) {
+Tensor rms_norm(const Tensor& x_in, const Tensor& weight, float eps, bool plus_one, DType out_type) {
   require_act(x_in, "rms_norm");
   const Tensor x = x_in.contiguous();
-  Tensor out = Tensor::empty(x.shape(), x.dtype(), Device::CUDA);
+  Tensor out = Tensor::empty(x.shape(), out_type, Device::CUDA);
   const int64_t D = x.dim(-1);
-  cuda::rms_norm(x.raw(), out.raw(), x.dtype(), x.numel() / D, D, f32_ptr(&weight, "rms_norm"), eps, plus_one);
+  cuda::rms_norm(x.raw(), x.dtype(), out.raw(), out_type, x.numel() / D, D, f32_ptr(&weight, "rms_norm"), eps,
+                 plus_one);
   return out;
 }
 
@@ -159,6 +168,8 @@ Tensor attention(const Tensor& q_in, const Tensor& k, const Tensor& v, const Att
     std::copy(p.k_pos->begin(), p.k_pos->end(), pos.data<int64_t>());
     pos = pos.to(Device::CUDA);
     a.k_pos = pos.data<int64_t>();
+  } else {
+    a.delta = cuda::step_delta();  // linear positions: a replayed step shifts them on the device
   }
   cuda::attention(a);
   return out;
@@ -175,9 +186,9 @@ Tensor gated(const Tensor& gate, const Tensor& up, bool gelu) {
 
 void add_inplace(Tensor& a, const Tensor& b_in) {
   require_act(a, "add");
-  LATHE_CHECK(a.dtype() == b_in.dtype(), "add: types differ");
+  require_act(b_in, "add");
   const Tensor b = b_in.contiguous();
-  cuda::add_inplace(a.raw(), b.raw(), a.dtype(), a.numel());
+  cuda::add_inplace(a.raw(), a.dtype(), b.raw(), b.dtype(), a.numel());
 }
 
 void scale_inplace(Tensor& x, float s) {
@@ -198,6 +209,11 @@ std::vector<int32_t> argmax_rows(const Tensor& x_in) {
   cuda::argmax_rows(x.raw(), x.dtype(), x.dim(0), x.dim(1), idx.data<int32_t>());
   const Tensor host = idx.to(Device::CPU);
   return std::vector<int32_t>(host.data<int32_t>(), host.data<int32_t>() + x.dim(0));
+}
+
+void copy_rows(void* dst, int64_t dst_row, const void* src_rows, int64_t n, size_t row_bytes) {
+  LATHE_CHECK(row_bytes % 4 == 0, "copy_rows: row size must be a multiple of 4 bytes");
+  cuda::copy_rows(dst, dst_row, src_rows, n, row_bytes);
 }
 
 }  // namespace lathe::gpu

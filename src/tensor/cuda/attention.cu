@@ -17,7 +17,7 @@ namespace {
 constexpr int kMaxDvPerLane = 8;  // Dv ≤ 256
 
 template <class T>
-__global__ void attn_kernel(const AttentionArgs a, int64_t chunk, float* __restrict__ part) {
+__global__ void attn_kernel(const AttentionArgs a, float* __restrict__ part) {
   extern __shared__ float qs[];  // [group][D]
   const int64_t t = blockIdx.x, kh = blockIdx.y, split = blockIdx.z;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -28,8 +28,11 @@ __global__ void attn_kernel(const AttentionArgs a, int64_t chunk, float* __restr
   for (int64_t d = lane; d < a.D; d += 32) qw[d] = to_f(q[d]);
   __syncwarp();
 
-  const int64_t qpos = a.q_pos0 + t;
-  int64_t j0 = split * chunk, j1 = min(a.S, j0 + chunk);
+  // A replayed decode step sits `delta` tokens after the one captured: more keys, later query.
+  const int64_t dl = a.delta ? *a.delta : 0;
+  const int64_t S = a.S + dl, qpos = a.q_pos0 + dl + t;
+  const int64_t chunk = (S + gridDim.z - 1) / gridDim.z;
+  int64_t j0 = split * chunk, j1 = min(S, j0 + chunk);
   if (!a.k_pos) {
     if (a.causal) j1 = min(j1, max(qpos - a.k_pos0 + 1, int64_t{0}));
     if (a.window > 0) j0 = max(j0, qpos - a.window + 1 - a.k_pos0);
@@ -152,14 +155,13 @@ void attention(const AttentionArgs& a) {
     splits = std::min<int64_t>((2 * sm_count() + blocks - 1) / blocks, (a.S + 63) / 64);
     splits = std::max<int64_t>(splits, 1);
   }
-  const int64_t chunk = (a.S + splits - 1) / splits;
   const dim3 grid(static_cast<unsigned>(a.T), static_cast<unsigned>(a.Hkv), static_cast<unsigned>(splits));
   const size_t smem = static_cast<size_t>(group * a.D) * sizeof(float);
   float* part = nullptr;
   const size_t part_bytes = splits > 1 ? static_cast<size_t>(a.T * a.Hq * splits * (a.Dv + 2)) * sizeof(float) : 0;
   if (part_bytes) part = static_cast<float*>(device_alloc(part_bytes));
   LATHE_DISPATCH_ACT(a.t, "attention", T, {
-    attn_kernel<T><<<grid, static_cast<unsigned>(group * 32), smem, stream()>>>(a, chunk, part);
+    attn_kernel<T><<<grid, static_cast<unsigned>(group * 32), smem, stream()>>>(a, part);
     check_launch("attention");
     if (splits > 1) {
       combine_kernel<T><<<static_cast<unsigned>(a.T * a.Hq), 128, 0, stream()>>>(part, static_cast<int>(splits), a.Dv,

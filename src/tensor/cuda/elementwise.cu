@@ -11,12 +11,12 @@ namespace {
 
 constexpr int kThreads = 256;
 
-template <class T>
-__global__ void rms_norm_kernel(const T* __restrict__ x, T* __restrict__ out, int64_t D, const float* __restrict__ w,
+template <class T, class TO>
+__global__ void rms_norm_kernel(const T* __restrict__ x, TO* __restrict__ out, int64_t D, const float* __restrict__ w,
                                 float eps, bool plus_one) {
   const int64_t row = blockIdx.x;
   const T* xr = x + row * D;
-  T* orow = out + row * D;
+  TO* orow = out + row * D;
   float ss = 0.f;
   for (int64_t i = threadIdx.x; i < D; i += blockDim.x) {
     const float v = to_f(xr[i]);
@@ -36,7 +36,7 @@ __global__ void rms_norm_kernel(const T* __restrict__ x, T* __restrict__ out, in
   for (int64_t i = threadIdx.x; i < D; i += blockDim.x) {
     const float v = to_f(xr[i]) * inv;
     const float g = w ? (plus_one ? w[i] + 1.0f : w[i]) : 1.0f;
-    orow[i] = from_f<T>(w ? g * v : v);
+    orow[i] = from_f<TO>(w ? g * v : v);
   }
 }
 
@@ -45,11 +45,12 @@ struct RopeFreqs {
 };
 
 template <class T>
-__global__ void rope_kernel(T* x, int64_t H, int64_t D, int half, const RopeFreqs f, float scaling, int64_t pos0) {
+__global__ void rope_kernel(T* x, int64_t H, int64_t D, int half, const RopeFreqs f, float scaling, int64_t pos0,
+                            const int64_t* __restrict__ delta) {
   const int64_t th = blockIdx.x;  // t * H + h
   const int64_t t = th / H;
   T* v = x + th * D;
-  const float pos = static_cast<float>(pos0 + t);
+  const float pos = static_cast<float>(pos0 + t + *delta);
   for (int i = threadIdx.x; i < half; i += blockDim.x) {
     float s, c;
     sincosf(pos * f.inv_freq[i], &s, &c);
@@ -76,10 +77,10 @@ __global__ void gated_kernel(const T* __restrict__ g, const T* __restrict__ u, T
   o[i] = from_f<T>(a * to_f(u[i]));
 }
 
-template <class T>
-__global__ void add_kernel(T* a, const T* __restrict__ b, int64_t n) {
+template <class TA, class TB>
+__global__ void add_kernel(TA* a, const TB* __restrict__ b, int64_t n) {
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (i < n) a[i] = from_f<T>(to_f(a[i]) + to_f(b[i]));
+  if (i < n) a[i] = from_f<TA>(to_f(a[i]) + to_f(b[i]));
 }
 
 template <class T>
@@ -104,6 +105,12 @@ template <class T>
 __global__ void bias_kernel(T* y, int64_t N, int64_t total, const float* __restrict__ bias) {
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i < total) y[i] = from_f<T>(to_f(y[i]) + bias[i % N]);
+}
+
+__global__ void copy_rows_kernel(uint32_t* dst, int64_t dst_row, const uint32_t* __restrict__ src, int64_t words,
+                                 int64_t row_words, const int64_t* __restrict__ delta) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i < words) dst[(dst_row + *delta) * row_words + i] = src[i];
 }
 
 template <class T>
@@ -147,12 +154,15 @@ __global__ void argmax_kernel(const T* __restrict__ x, int64_t cols, int32_t* ou
 
 }  // namespace
 
-void rms_norm(const void* x, void* out, DType t, int64_t rows, int64_t dim, const float* w, float eps, bool plus_one) {
+void rms_norm(const void* x, DType xt, void* out, DType ot, int64_t rows, int64_t dim, const float* w, float eps,
+              bool plus_one) {
   if (rows == 0) return;
   const int threads = dim >= 1024 ? 256 : (dim >= 256 ? 128 : 32);
-  LATHE_DISPATCH_ACT(t, "rms_norm", T,
-                     rms_norm_kernel<T><<<static_cast<unsigned>(rows), threads, 0, stream()>>>(
-                         static_cast<const T*>(x), static_cast<T*>(out), dim, w, eps, plus_one));
+  LATHE_DISPATCH_ACT(xt, "rms_norm", T, {
+    LATHE_DISPATCH_ACT(ot, "rms_norm", TO,
+                       rms_norm_kernel<T, TO><<<static_cast<unsigned>(rows), threads, 0, stream()>>>(
+                           static_cast<const T*>(x), static_cast<TO*>(out), dim, w, eps, plus_one));
+  });
   check_launch("rms_norm");
 }
 
@@ -165,8 +175,8 @@ void rope(void* x, DType t, int64_t T_, int64_t H, int64_t D, const float* inv_f
   std::memcpy(f.inv_freq, inv_freq, sizeof(float) * static_cast<size_t>(half));
   const int threads = half >= 64 ? 64 : 32;
   LATHE_DISPATCH_ACT(t, "rope", T,
-                     rope_kernel<T><<<static_cast<unsigned>(T_ * H), threads, 0, stream()>>>(static_cast<T*>(x), H, D,
-                                                                                             half, f, scaling, pos0));
+                     rope_kernel<T><<<static_cast<unsigned>(T_ * H), threads, 0, stream()>>>(
+                         static_cast<T*>(x), H, D, half, f, scaling, pos0, step_delta()));
   check_launch("rope");
 }
 
@@ -183,11 +193,13 @@ void gated(const void* gate, const void* up, void* out, DType t, int64_t n, Gate
   check_launch("gated");
 }
 
-void add_inplace(void* a, const void* b, DType t, int64_t n) {
+void add_inplace(void* a, DType at, const void* b, DType bt, int64_t n) {
   if (n == 0) return;
-  LATHE_DISPATCH_ACT(t, "add", T,
-                     add_kernel<T><<<blocks_for(n, kThreads), kThreads, 0, stream()>>>(static_cast<T*>(a),
-                                                                                       static_cast<const T*>(b), n));
+  LATHE_DISPATCH_ACT(at, "add", TA, {
+    LATHE_DISPATCH_ACT(bt, "add", TB,
+                       add_kernel<TA, TB><<<blocks_for(n, kThreads), kThreads, 0, stream()>>>(
+                           static_cast<TA*>(a), static_cast<const TB*>(b), n));
+  });
   check_launch("add");
 }
 
@@ -222,6 +234,15 @@ void add_bias(void* y, DType t, int64_t M, int64_t N, const float* bias) {
                      bias_kernel<T>
                      <<<blocks_for(total, kThreads), kThreads, 0, stream()>>>(static_cast<T*>(y), N, total, bias));
   check_launch("add_bias");
+}
+
+void copy_rows(void* dst, int64_t dst_row, const void* src, int64_t n, size_t row_bytes) {
+  const int64_t words = n * static_cast<int64_t>(row_bytes / 4);
+  if (words == 0) return;
+  copy_rows_kernel<<<blocks_for(words, kThreads), kThreads, 0, stream()>>>(
+      static_cast<uint32_t*>(dst), dst_row, static_cast<const uint32_t*>(src), words,
+      static_cast<int64_t>(row_bytes / 4), step_delta());
+  check_launch("copy_rows");
 }
 
 void argmax_rows(const void* x, DType t, int64_t rows, int64_t cols, int32_t* out) {

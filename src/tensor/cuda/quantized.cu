@@ -4,8 +4,8 @@
 // GEMV layout: a warp owns kRows output rows; lane l walks 16-byte chunks l, l+32, ... of the packed row
 // (32 four-bit or 16 eight-bit values, always inside one group since groups are ≥ 32 values). Each x chunk is
 // loaded once and reused for the warp's rows. Sum_k x_k (s q_k + b) = s·Σ q_k x_k + b·Σ x_k per chunk.
-// Values become floats through the 2^23 exponent trick (byte_perm into 0x4B0000qq, minus 2^23): one PRMT and
-// one FADD instead of a slow integer->float conversion.
+// Integer->float conversions are slow on the GPU, so codes become floats through exponent tricks (below);
+// index math stays 32-bit and the group index is a shift.
 #include <cuda_bf16.h>
 
 #include "tensor/cuda/common.cuh"
@@ -14,10 +14,11 @@
 namespace lathe::cuda {
 namespace {
 
-constexpr int kRows = 2;              // rows per warp
+constexpr int kRows = 4;              // rows per warp: each x chunk is converted once for 4 rows
 constexpr int kWarps = 4;             // warps per block
 constexpr float kMagic = 8388608.0f;  // 2^23
 
+// 0x4B0000qq as a float is 2^23 + q: one PRMT and one FADD instead of a slow integer->float conversion.
 __device__ __forceinline__ float byte_as_float(uint32_t v, uint32_t b) {
   return __uint_as_float(__byte_perm(v, 0x4B000000u, 0x7540u | b)) - kMagic;
 }
@@ -28,7 +29,7 @@ __device__ __forceinline__ float load_sb(const void* p, bool bf16, int64_t i) {
 
 // Loads kN consecutive activations starting at x + i as floats.
 template <int kN>
-__device__ __forceinline__ void load_x(const float* x, int64_t i, float* out) {
+__device__ __forceinline__ void load_x(const float* x, int i, float* out) {
   const float4* p = reinterpret_cast<const float4*>(x + i);
 #pragma unroll
   for (int j = 0; j < kN / 4; ++j) {
@@ -40,7 +41,7 @@ __device__ __forceinline__ void load_x(const float* x, int64_t i, float* out) {
   }
 }
 template <int kN>
-__device__ __forceinline__ void load_x(const __nv_bfloat16* x, int64_t i, float* out) {
+__device__ __forceinline__ void load_x(const __nv_bfloat16* x, int i, float* out) {
   const uint4* p = reinterpret_cast<const uint4*>(x + i);
 #pragma unroll
   for (int j = 0; j < kN / 8; ++j) {
@@ -54,51 +55,59 @@ __device__ __forceinline__ void load_x(const __nv_bfloat16* x, int64_t i, float*
   }
 }
 
-// Σ q_e x_e over one 16-byte chunk.
-template <int kBits>
-__device__ __forceinline__ float chunk_dot(const uint4 wv, const float* xv) {
+// 4-bit: Σ_e (128 + q_e) x_e over one 16-byte chunk (32 values). (w >> 4j) & 0x000F000F | 0x43004300 holds
+// values j and j + 4 of a word as two bf16 numbers 128 + q; widening a bf16 to f32 is one shift or mask. The
+// caller removes the 128·Σx offset (f32 keeps ~1e-6 relative precision after that subtraction).
+__device__ __forceinline__ float chunk_dot4(const uint4 wv, const float* xv) {
   const uint32_t words[4] = {wv.x, wv.y, wv.z, wv.w};
   float d0 = 0.f, d1 = 0.f;
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    if constexpr (kBits == 4) {
-      const uint32_t lo = words[i] & 0x0F0F0F0Fu, hi = (words[i] >> 4) & 0x0F0F0F0Fu;
 #pragma unroll
-      for (int b = 0; b < 4; ++b) {
-        d0 = fmaf(byte_as_float(lo, b), xv[i * 8 + 2 * b], d0);
-        d1 = fmaf(byte_as_float(hi, b), xv[i * 8 + 2 * b + 1], d1);
-      }
-    } else {
-#pragma unroll
-      for (int b = 0; b < 4; b += 2) {
-        d0 = fmaf(byte_as_float(words[i], b), xv[i * 4 + b], d0);
-        d1 = fmaf(byte_as_float(words[i], b + 1), xv[i * 4 + b + 1], d1);
-      }
+    for (int j = 0; j < 4; ++j) {
+      const uint32_t v = ((words[i] >> (4 * j)) & 0x000F000Fu) | 0x43004300u;
+      d0 = fmaf(__uint_as_float(v << 16), xv[i * 8 + j], d0);
+      d1 = fmaf(__uint_as_float(v & 0xffff0000u), xv[i * 8 + j + 4], d1);
     }
   }
   return d0 + d1;
 }
 
+// 8-bit: Σ_e q_e x_e over one 16-byte chunk (16 values).
+__device__ __forceinline__ float chunk_dot8(const uint4 wv, const float* xv) {
+  const uint32_t words[4] = {wv.x, wv.y, wv.z, wv.w};
+  float d0 = 0.f, d1 = 0.f;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    d0 = fmaf(byte_as_float(words[i], 0), xv[i * 4], d0);
+    d1 = fmaf(byte_as_float(words[i], 1), xv[i * 4 + 1], d1);
+    d0 = fmaf(byte_as_float(words[i], 2), xv[i * 4 + 2], d0);
+    d1 = fmaf(byte_as_float(words[i], 3), xv[i * 4 + 3], d1);
+  }
+  return d0 + d1;
+}
+
 template <int kBits, class TX, class TY>
-__global__ void __launch_bounds__(kWarps * 32)
-    gemv_kernel(const QuantView q, const TX* __restrict__ x, TY* __restrict__ y, const float* __restrict__ bias) {
+__global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const QuantView q, int group_shift, const TX* __restrict__ x,
+                                                           TY* __restrict__ y, const float* __restrict__ bias) {
   constexpr int kPerChunk = 128 / kBits;
   const int lane = threadIdx.x & 31;
-  const int64_t row0 = (static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5)) * kRows;
-  if (row0 >= q.rows) return;
-  const int64_t chunks = q.cols / kPerChunk;
-  const int64_t chunk_words = 4;
+  const int row0 = (blockIdx.x * kWarps + (threadIdx.x >> 5)) * kRows;
+  const int rows = static_cast<int>(q.rows);
+  if (row0 >= rows) return;
+  const int chunks = static_cast<int>(q.cols / kPerChunk);
+  const uint4* wrow[kRows];
+  int64_t sbrow[kRows];
   float acc[kRows];
 #pragma unroll
-  for (int r = 0; r < kRows; ++r) acc[r] = 0.f;
-  const uint4* wrow[kRows];
-#pragma unroll
   for (int r = 0; r < kRows; ++r) {
-    const int64_t n = min(row0 + r, q.rows - 1);  // duplicate the last row rather than branch
+    const int n = min(row0 + r, rows - 1);  // duplicate the last row rather than branch
     wrow[r] = reinterpret_cast<const uint4*>(q.w + n * q.w_stride);
+    sbrow[r] = n * q.sb_stride;
+    acc[r] = 0.f;
   }
 #pragma unroll 2
-  for (int64_t c = lane; c < chunks; c += 32) {
+  for (int c = lane; c < chunks; c += 32) {
     uint4 wv[kRows];
 #pragma unroll
     for (int r = 0; r < kRows; ++r) wv[r] = __ldg(wrow[r] + c);
@@ -107,21 +116,22 @@ __global__ void __launch_bounds__(kWarps * 32)
     float xs = 0.f;
 #pragma unroll
     for (int e = 0; e < kPerChunk; ++e) xs += xv[e];
-    const int64_t g = c * kPerChunk / q.group_size;
+    const int g = (c * kPerChunk) >> group_shift;
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
-      const int64_t n = min(row0 + r, q.rows - 1);
-      const float s = load_sb(q.scales, q.sb_bf16, n * q.sb_stride + g);
-      const float b = load_sb(q.biases, q.sb_bf16, n * q.sb_stride + g);
-      acc[r] += s * chunk_dot<kBits>(wv[r], xv) + b * xs;
+      const float s = load_sb(q.scales, q.sb_bf16, sbrow[r] + g);
+      const float b = load_sb(q.biases, q.sb_bf16, sbrow[r] + g);
+      if constexpr (kBits == 4)
+        acc[r] += s * chunk_dot4(wv[r], xv) + (b - 128.f * s) * xs;
+      else
+        acc[r] += s * chunk_dot8(wv[r], xv) + b * xs;
     }
   }
-  (void)chunk_words;
 #pragma unroll
   for (int r = 0; r < kRows; ++r) {
     const float v = warp_sum(acc[r]);
-    const int64_t n = row0 + r;
-    if (lane == 0 && n < q.rows) y[n] = from_f<TY>(bias ? v + bias[n] : v);
+    const int n = row0 + r;
+    if (lane == 0 && n < rows) y[n] = from_f<TY>(bias ? v + bias[n] : v);
   }
 }
 
@@ -170,7 +180,8 @@ void check_geometry(const QuantView& q) {
   if (q.bits != 4 && q.bits != 8)
     throw Error(ErrorKind::Unsupported,
                 "CUDA backend: " + std::to_string(q.bits) + "-bit weights (4 and 8 are supported)");
-  if (q.group_size < 32 || q.cols % q.group_size != 0 || q.w_stride % 4 != 0)
+  if (q.group_size < 32 || (q.group_size & (q.group_size - 1)) || q.cols % q.group_size != 0 || q.w_stride % 4 != 0 ||
+      q.rows >= (int64_t{1} << 31))
     throw Error(ErrorKind::Unsupported, "CUDA backend: quantized matrix geometry not supported");
 }
 
@@ -179,14 +190,15 @@ void check_geometry(const QuantView& q) {
 void gemv_quantized(const QuantView& q, const void* x, DType xt, void* y, DType yt, const float* bias) {
   check_geometry(q);
   const unsigned blocks = static_cast<unsigned>((q.rows + kRows * kWarps - 1) / (kRows * kWarps));
+  const int shift = __builtin_ctz(static_cast<unsigned>(q.group_size));
   LATHE_DISPATCH_ACT(xt, "gemv", TX, {
     LATHE_DISPATCH_ACT(yt, "gemv", TY, {
       if (q.bits == 4)
         gemv_kernel<4, TX, TY>
-            <<<blocks, kWarps * 32, 0, stream()>>>(q, static_cast<const TX*>(x), static_cast<TY*>(y), bias);
+            <<<blocks, kWarps * 32, 0, stream()>>>(q, shift, static_cast<const TX*>(x), static_cast<TY*>(y), bias);
       else
         gemv_kernel<8, TX, TY>
-            <<<blocks, kWarps * 32, 0, stream()>>>(q, static_cast<const TX*>(x), static_cast<TY*>(y), bias);
+            <<<blocks, kWarps * 32, 0, stream()>>>(q, shift, static_cast<const TX*>(x), static_cast<TY*>(y), bias);
     });
   });
   check_launch("gemv_quantized");

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "tensor/cuda/allocator.h"
 #include "tensor/cuda/runtime.h"
 #include "tensor/device_memory.h"
 
@@ -100,9 +101,30 @@ class CachingAllocator {
     const size_t size = it->second;
     live_.erase(it);
     stats_.in_use_bytes -= size;
+    if (capturing_) {  // a graph being captured may write this block on every replay
+      captured_.push_back({p, size});
+      return;
+    }
     // Stream order makes reuse safe: later kernels on the one stream run after earlier users of the block.
     free_[size].push_back(p);
     cached_ += size;
+  }
+
+  void capture_begin() {
+    std::lock_guard<std::mutex> lock(mu_);
+    capturing_ = true;
+  }
+  std::vector<Block> capture_end() {
+    std::lock_guard<std::mutex> lock(mu_);
+    capturing_ = false;
+    return std::move(captured_);
+  }
+  void release(const std::vector<Block>& blocks) {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const Block& b : blocks) {
+      free_[b.size].push_back(b.ptr);
+      cached_ += b.size;
+    }
   }
 
   DeviceMemoryStats stats() {
@@ -143,6 +165,8 @@ class CachingAllocator {
   std::unordered_map<size_t, std::vector<void*>> free_;
   std::unordered_map<void*, size_t> live_;
   size_t cached_ = 0;
+  bool capturing_ = false;
+  std::vector<Block> captured_;
   DeviceMemoryStats stats_;
 };
 
@@ -153,6 +177,10 @@ CachingAllocator& allocator() {
 void* allocator_alloc(size_t bytes) { return allocator().alloc(bytes); }
 
 }  // namespace
+
+void allocator_capture_begin() { allocator().capture_begin(); }
+std::vector<Block> allocator_capture_end() { return allocator().capture_end(); }
+void allocator_release(const std::vector<Block>& blocks) { allocator().release(blocks); }
 
 cudaStream_t stream() { return rt().stream; }
 cublasHandle_t cublas() { return rt().blas; }
