@@ -22,7 +22,7 @@ function(lathe_attach_cuda target)
   if(LATHE_HAVE_CUDA)
     file(GLOB _cu CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/tensor/cuda/*.cu ${PROJECT_SOURCE_DIR}/src/tensor/cuda/*.cc)
     add_library(lathe_cuda STATIC ${_cu})
-    set_target_properties(lathe_cuda PROPERTIES CUDA_ARCHITECTURES "90-real;90-virtual" CUDA_SEPARABLE_COMPILATION OFF
+    set_target_properties(lathe_cuda PROPERTIES CUDA_ARCHITECTURES "90-real;90-virtual" CUDA_SEPARABLE_COMPILATION OFF CUDA_STANDARD 17 CUDA_STANDARD_REQUIRED ON
       POSITION_INDEPENDENT_CODE ON)
     target_include_directories(lathe_cuda PUBLIC ${PROJECT_SOURCE_DIR}/src)
     target_compile_options(lathe_cuda PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:--expt-relaxed-constexpr -O3>)

@@ -1,19 +1,10 @@
-#include <cstring>
-
 #include "cache/layer_cache.h"
 #include "common/error.h"
+#include "tensor/ops.h"
 
 namespace lathe {
 namespace {
 constexpr int64_t kStep = 256;  // grow in steps so decode does not reallocate every token
-
-void copy_rows(Tensor& dst, int64_t dst_row, const Tensor& src, int64_t src_row, int64_t n) {
-  if (n <= 0) return;
-  const size_t row = static_cast<size_t>(src.numel() / std::max<int64_t>(src.dim(0), 1)) * dtype_size(src.dtype());
-  const Tensor s = src.contiguous();
-  std::memcpy(static_cast<char*>(dst.raw()) + static_cast<size_t>(dst_row) * row,
-              static_cast<const char*>(s.raw()) + static_cast<size_t>(src_row) * row, static_cast<size_t>(n) * row);
-}
 
 const Tensor& find_tensor(const CacheState& s, const char* name) {
   for (const auto& [n, t] : s.tensors)
@@ -32,8 +23,8 @@ int64_t find_meta(const CacheState& s, const char* name) {
 void KVCache::reserve(int64_t tokens, const Tensor& like_k, const Tensor& like_v) {
   if (keys_.defined() && keys_.dim(0) >= tokens) return;
   const int64_t cap = (tokens + kStep - 1) / kStep * kStep;
-  Tensor nk = Tensor::empty({cap, like_k.dim(1), like_k.dim(2)}, like_k.dtype());
-  Tensor nv = Tensor::empty({cap, like_v.dim(1), like_v.dim(2)}, like_v.dtype());
+  Tensor nk = Tensor::empty({cap, like_k.dim(1), like_k.dim(2)}, like_k.dtype(), like_k.device());
+  Tensor nv = Tensor::empty({cap, like_v.dim(1), like_v.dim(2)}, like_v.dtype(), like_v.device());
   if (offset_ > 0) {
     copy_rows(nk, 0, keys_.slice(0, 0, offset_), 0, offset_);
     copy_rows(nv, 0, values_.slice(0, 0, offset_), 0, offset_);
@@ -87,13 +78,18 @@ int64_t KVCache::trim(int64_t n) {
   return n;
 }
 
+const void* KVCache::replay_buffer() const {
+  if (!keys_.defined() || keys_.device() == Device::CPU || offset_ + 1 > keys_.dim(0)) return nullptr;
+  return keys_.raw();
+}
+
 size_t KVCache::bytes() const { return keys_.defined() ? keys_.nbytes() + values_.nbytes() : 0; }
 
 // ---- RotatingKVCache ----
 
 Tensor RotatingKVCache::ordered(const Tensor& ring) const {
   if (filled_ < max_size_ || idx_ == 0) return ring.slice(0, 0, filled_).contiguous();
-  Tensor out = Tensor::empty({filled_, ring.dim(1), ring.dim(2)}, ring.dtype());
+  Tensor out = Tensor::empty({filled_, ring.dim(1), ring.dim(2)}, ring.dtype(), ring.device());
   copy_rows(out, 0, ring, idx_, max_size_ - idx_);
   copy_rows(out, max_size_ - idx_, ring, 0, idx_);
   return out;
@@ -102,8 +98,8 @@ Tensor RotatingKVCache::ordered(const Tensor& ring) const {
 KVView RotatingKVCache::update(const Tensor& k, const Tensor& v) {
   const int64_t T = k.dim(0);
   if (!keys_.defined()) {
-    keys_ = Tensor::empty({max_size_, k.dim(1), k.dim(2)}, k.dtype());
-    values_ = Tensor::empty({max_size_, v.dim(1), v.dim(2)}, v.dtype());
+    keys_ = Tensor::empty({max_size_, k.dim(1), k.dim(2)}, k.dtype(), k.device());
+    values_ = Tensor::empty({max_size_, v.dim(1), v.dim(2)}, v.dtype(), v.device());
   }
   KVView view;
   if (T == 1) {  // decode: write one slot, attend over the ring in place with explicit positions
@@ -125,8 +121,8 @@ KVView RotatingKVCache::update(const Tensor& k, const Tensor& v) {
   // Prefill: attention sees the retained history plus all new tokens, in order; then keep the last max_size.
   const Tensor prev_k = ordered(keys_), prev_v = ordered(values_);
   const int64_t P = filled_, total = P + T;
-  Tensor all_k = Tensor::empty({total, k.dim(1), k.dim(2)}, k.dtype());
-  Tensor all_v = Tensor::empty({total, v.dim(1), v.dim(2)}, v.dtype());
+  Tensor all_k = Tensor::empty({total, k.dim(1), k.dim(2)}, k.dtype(), k.device());
+  Tensor all_v = Tensor::empty({total, v.dim(1), v.dim(2)}, v.dtype(), v.device());
   copy_rows(all_k, 0, prev_k, 0, P);
   copy_rows(all_v, 0, prev_v, 0, P);
   copy_rows(all_k, P, k, 0, T);
@@ -175,8 +171,8 @@ void RotatingKVCache::restore(const CacheState& s) {
   if (k.dim(0) != filled_ || v.dim(0) != filled_ || idx_ < 0 || idx_ >= max_size_)
     throw Error(ErrorKind::Corrupt, "rotating cache state is inconsistent (offset " + std::to_string(offset_) +
                                         ", idx " + std::to_string(idx_) + ", keys " + k.describe() + ")");
-  keys_ = Tensor::empty({max_size_, k.dim(1), k.dim(2)}, k.dtype());
-  values_ = Tensor::empty({max_size_, v.dim(1), v.dim(2)}, v.dtype());
+  keys_ = Tensor::empty({max_size_, k.dim(1), k.dim(2)}, k.dtype(), k.device());
+  values_ = Tensor::empty({max_size_, v.dim(1), v.dim(2)}, v.dtype(), v.device());
   copy_rows(keys_, 0, k, 0, filled_);
   copy_rows(values_, 0, v, 0, filled_);
 }

@@ -43,6 +43,11 @@ class LayerCache {
   virtual bool can_trim(int64_t n) const = 0;
   virtual int64_t trim(int64_t n) = 0;  // drops the last n tokens; returns how many were dropped
   virtual size_t bytes() const = 0;
+  // For decode steps replayed from a CUDA graph (model/step_graph.h): the device buffer the next one-token
+  // update writes in place, or null when it cannot (ring buffers, a full block, caches on the CPU)...
+  virtual const void* replay_buffer() const { return nullptr; }
+  // ...and the host-side bookkeeping of one token whose rows a replayed step wrote.
+  virtual void replay_append() {}
 };
 
 using CacheList = std::vector<std::unique_ptr<LayerCache>>;
@@ -69,6 +74,8 @@ class KVCache : public LayerCache {
   bool can_trim(int64_t n) const override { return n >= 0 && n <= offset_; }
   int64_t trim(int64_t n) override;
   size_t bytes() const override;
+  const void* replay_buffer() const override;
+  void replay_append() override { ++offset_; }
 
  private:
   void reserve(int64_t tokens, const Tensor& like_k, const Tensor& like_v);

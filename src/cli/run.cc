@@ -14,6 +14,7 @@
 #include "common/error.h"
 #include "io/safetensors.h"
 #include "model/model.h"
+#include "tensor/device_memory.h"
 #include "tensor/ops.h"
 
 namespace lathe::cli {
@@ -27,7 +28,16 @@ struct RunOptions {
   bool ignore_eos = false;
   bool json = false;
   CacheOptions cache;
+  std::string device = "cpu";
+  std::string dtype = "f32";
 };
+
+LoadOptions load_options(const RunOptions& o) {
+  LoadOptions l;
+  l.device = o.device == "cuda" ? Device::CUDA : Device::CPU;
+  l.dtype = o.dtype == "bf16" ? DType::BF16 : DType::F32;
+  return l;
+}
 
 std::vector<int32_t> parse_ids(const std::string& text) {
   std::vector<int32_t> ids;
@@ -63,7 +73,7 @@ double ms_since(Clock::time_point t) { return std::chrono::duration<double, std:
 
 int run(const RunOptions& o) {
   const auto t_load = Clock::now();
-  std::unique_ptr<Model> model = load_model(o.model);
+  std::unique_ptr<Model> model = load_model(o.model, load_options(o));
   const double load_ms = ms_since(t_load);
   const double rss_after_load = resident_mib();
   const double file_mib = static_cast<double>(model->checkpoint().total_file_bytes()) / (1024.0 * 1024.0);
@@ -74,16 +84,18 @@ int run(const RunOptions& o) {
   const bool want_logits = !o.logits_out.empty();
   const auto t_prefill = Clock::now();
   Tensor logits = model->forward(prompt, cache, want_logits);
+  // The argmax reads the logits back, so the time includes the device work (time to first token).
+  int32_t next = argmax_rows(logits.slice(0, logits.dim(0) - 1, logits.dim(0)))[0];
   const double prefill_ms = ms_since(t_prefill);
   if (want_logits) {
     SafetensorsWriter w;
-    w.add("logits", logits);
+    w.add("logits", logits.to(Device::CPU));
     w.write(o.logits_out);
   }
+  const DeviceMemoryStats mem_before_decode = device_memory_stats();
   const auto& eos = model->config().eos_token_ids;
   std::vector<int32_t> generated;
   std::vector<double> step_ms;
-  int32_t next = argmax_rows(logits.slice(0, logits.dim(0) - 1, logits.dim(0)))[0];
   while (static_cast<int>(generated.size()) < o.max_tokens) {
     generated.push_back(next);
     if (!o.ignore_eos && std::find(eos.begin(), eos.end(), next) != eos.end()) break;
@@ -100,6 +112,7 @@ int run(const RunOptions& o) {
   const double rss_after_decode = resident_mib();  // mapped weight pages now touched: ≈ file size if not copied
   size_t kv_bytes = 0;
   for (const auto& c : cache) kv_bytes += c->bytes();
+  const DeviceMemoryStats mem = device_memory_stats();
 
   if (o.json) {
     nlohmann::json j = {{"model", o.model},
@@ -116,7 +129,15 @@ int run(const RunOptions& o) {
                         {"rss_after_decode_mib", rss_after_decode},
                         {"weights_file_mib", file_mib},
                         {"kv_cache_bytes", kv_bytes},
-                        {"kv_bits", o.cache.kv_bits}};
+                        {"kv_bits", o.cache.kv_bits},
+
+                        {"device", o.device},
+                        {"dtype", o.dtype}};
+    if (o.device == "cuda") {
+      j["device_peak_mib"] = static_cast<double>(mem.peak_reserved_bytes) / (1024.0 * 1024.0);
+      j["device_malloc_calls"] = mem.malloc_calls;
+      j["device_malloc_calls_in_decode"] = mem.malloc_calls - mem_before_decode.malloc_calls;
+    }
     std::printf("%s\n", j.dump().c_str());
     return 0;
   }
@@ -128,6 +149,11 @@ int run(const RunOptions& o) {
               rss_after_load, rss_after_decode, file_mib);
   std::printf("prefill: %zu tokens in %.2f ms (%.1f tok/s)\n", prompt.size(), prefill_ms, prefill_tps);
   std::printf("decode: %zu tokens in %.2f ms (%.1f tok/s)\n", step_ms.size(), decode_ms, decode_tps);
+  if (o.device == "cuda")
+    std::printf("device memory: peak %.1f MiB reserved, %llu cudaMalloc calls (%llu during decode)\n",
+                static_cast<double>(mem.peak_reserved_bytes) / (1024.0 * 1024.0),
+                static_cast<unsigned long long>(mem.malloc_calls),
+                static_cast<unsigned long long>(mem.malloc_calls - mem_before_decode.malloc_calls));
   return 0;
 }
 
@@ -149,6 +175,10 @@ Verb add_run(CLI::App& app) {
   cmd->add_option("--kv-group-size", o->cache.kv_group_size, "values per quantization group of the KV cache")
       ->capture_default_str()
       ->check(CLI::IsMember({32, 64}));
+  cmd->add_option("--device", o->device, "cpu or cuda")->capture_default_str()->check(CLI::IsMember({"cpu", "cuda"}));
+  cmd->add_option("--dtype", o->dtype, "activation type: f32, or bf16 (cuda only)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"f32", "bf16"}));
   return {cmd, [o] { return run(*o); }};
 }
 

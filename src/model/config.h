@@ -9,6 +9,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tensor/tensor.h"
+
 namespace lathe {
 
 struct RopeParams {
@@ -24,6 +26,13 @@ struct RopeParams {
 struct QuantSpec {
   int bits = 4;
   int group_size = 64;
+};
+
+// Where a model runs: the device its weights and caches live on and the activation type (the CPU computes in
+// F32; CUDA in F32 or BF16). Not read from config.json: set by load_model.
+struct LoadOptions {
+  Device device = Device::CPU;
+  DType dtype = DType::F32;
 };
 
 struct ModelConfig {
@@ -42,6 +51,8 @@ struct ModelConfig {
 
   std::optional<QuantSpec> quant_default;
   std::map<std::string, std::optional<QuantSpec>> quant_overrides;  // nullopt = "false": not quantized
+
+  LoadOptions load;  // placement chosen by the caller of load_model
 
   nlohmann::json root;  // the whole config.json
   nlohmann::json text;  // the text model's config (root or root.text_config)

@@ -73,24 +73,35 @@ Tensor DecoderModel::forward(const std::vector<int32_t>& ids, CacheList& caches,
   if (ids.empty()) throw Error(ErrorKind::InvalidArgument, "forward: no tokens");
   if (caches.size() != layers_.size())
     throw Error(ErrorKind::InvalidArgument, "forward: cache list does not match the model");
+  if (ids.size() == 1 && !all_logits)  // decode: replayed from a captured graph where the device allows
+    return step_graph_.run(ids[0], caches, [&] { return forward_tokens(ids, caches, false); });
+  return forward_tokens(ids, caches, all_logits);
+}
+
+// The residual stream h stays F32. Norms whose output feeds a matmul emit the activation type (BF16 on
+// CUDA); Gemma's post-norms, whose output is added to h, emit F32.
+Tensor DecoderModel::forward_tokens(const std::vector<int32_t>& ids, CacheList& caches, bool all_logits) {
+  const DType act = config_.load.dtype;
+  auto norm = [](const RMSNorm& n, const Tensor& x, DType out) {
+    return rms_norm(x, n.weight, n.eps, n.plus_one, out);
+  };
   Tensor h = embedding(ids, embed_);
   if (spec_.embed_scale != 1.0f) scale_inplace(h, spec_.embed_scale);
   for (size_t i = 0; i < layers_.size(); ++i) {
     const Layer& L = layers_[i];
-    Tensor a = L.attn.forward(L.input_norm(h), *caches[i]);
+    Tensor a = L.attn.forward(norm(L.input_norm, h, act), *caches[i]);
     if (spec_.sandwich_norms) {
-      a = L.post_attn_norm(a);
-      add_inplace(h, a);
-      Tensor m = L.post_ff_norm(L.mlp(L.pre_ff_norm(h)));
-      add_inplace(h, m);
+      add_inplace(h, norm(L.post_attn_norm, a, DType::F32));
+      Tensor m = L.mlp(norm(L.pre_ff_norm, h, act));
+      add_inplace(h, norm(L.post_ff_norm, m, DType::F32));
     } else {
       add_inplace(h, a);
-      Tensor m = L.mlp(L.post_attn_norm(h));
+      Tensor m = L.mlp(norm(L.post_attn_norm, h, act));
       add_inplace(h, m);
     }
   }
   if (!all_logits) h = h.slice(0, h.dim(0) - 1, h.dim(0));
-  Tensor logits = linear(final_norm_(h), lm_head_);
+  Tensor logits = linear(norm(final_norm_, h, act), lm_head_, nullptr, /*f32_out=*/true);
   if (spec_.final_softcap > 0) softcap_inplace(logits, spec_.final_softcap);
   return logits;
 }

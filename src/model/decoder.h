@@ -7,6 +7,7 @@
 #include "model/layers/attention.h"
 #include "model/layers/modules.h"
 #include "model/model.h"
+#include "model/step_graph.h"
 
 namespace lathe {
 
@@ -39,6 +40,8 @@ class DecoderModel : public Model {
   Weight embed_, lm_head_;
   std::vector<Layer> layers_;
   RMSNorm final_norm_;
+  StepGraph step_graph_;  // decode steps on CUDA
+  Tensor forward_tokens(const std::vector<int32_t>& ids, CacheList& caches, bool all_logits);
 };
 
 }  // namespace lathe

@@ -27,8 +27,9 @@ class Model {
   Checkpoint ckpt_;  // keeps the weight mappings alive
 };
 
-// Reads DIR/config.json, picks the architecture by model_type and binds the weights.
-std::unique_ptr<Model> load_model(const std::string& dir);
+// Reads DIR/config.json, picks the architecture by model_type and binds the weights; with a CUDA device the
+// weights are uploaded once here (dense ones converted to the activation type) and caches live on the device.
+std::unique_ptr<Model> load_model(const std::string& dir, const LoadOptions& options = {});
 std::vector<std::string> supported_model_types();
 
 }  // namespace lathe

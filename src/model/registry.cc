@@ -30,8 +30,14 @@ std::vector<std::string> supported_model_types() {
   return out;
 }
 
-std::unique_ptr<Model> load_model(const std::string& dir) {
+std::unique_ptr<Model> load_model(const std::string& dir, const LoadOptions& options) {
+  if (options.device == Device::CPU && options.dtype != DType::F32)
+    throw Error(ErrorKind::Unsupported,
+                std::string("the cpu computes in F32; --dtype ") + dtype_name(options.dtype) + " needs --device cuda");
+  if (options.dtype != DType::F32 && options.dtype != DType::BF16)
+    throw Error(ErrorKind::Unsupported, std::string("activation type ") + dtype_name(options.dtype) + " (F32 or BF16)");
   ModelConfig config = load_model_config(dir);
+  config.load = options;
   auto it = builders().find(config.model_type);
   if (it == builders().end()) {
     std::string list;

@@ -4,11 +4,20 @@
 
 namespace lathe {
 namespace {
+// Moves a bound tensor to where the model runs. On the CPU weights stay zero-copy views of the file.
+Tensor place(const Tensor& t, const LoadOptions& o, DType dtype) {
+  if (o.device == Device::CPU) return t;
+  return t.to(dtype).to(o.device);
+}
 bool valid_bits(int b) { return b == 2 || b == 4 || b == 8; }
 bool valid_group(int g) { return g == 32 || g == 64 || g == 128; }
 }  // namespace
 
 Tensor WeightBinder::tensor(const std::string& name, const Shape& shape) {
+  return place(checked(name, shape), config_.load, DType::F32);  // norm weights and biases: f32 on a device
+}
+
+Tensor WeightBinder::checked(const std::string& name, const Shape& shape) {
   if (!ckpt_.has(name)) throw Error(ErrorKind::NotFound, ckpt_.dir() + ": missing tensor '" + name + "'");
   Tensor t = ckpt_.get(name);
   if (!is_float(t.dtype()))
@@ -29,7 +38,7 @@ Weight WeightBinder::linear(const std::string& module, int64_t out, int64_t in) 
   Weight w;
   if (!ckpt_.has(wname)) throw Error(ErrorKind::NotFound, ckpt_.dir() + ": missing tensor '" + wname + "'");
   if (!ckpt_.has(sname)) {
-    w.dense = tensor(wname, {out, in});
+    w.dense = place(checked(wname, {out, in}), config_.load, config_.load.dtype);
     return w;
   }
   // Quantized: the config must say how.
@@ -67,9 +76,11 @@ Weight WeightBinder::linear(const std::string& module, int64_t out, int64_t in) 
   used_.insert(sname);
   used_.insert(bname);
   w.quantized = true;
-  w.q.w = q;
-  w.q.scales = s;
-  w.q.biases = b;
+  const LoadOptions& o = config_.load;
+  w.q.w = place(q, o, DType::U32);
+  w.q.scales = place(s, o, s.dtype() == DType::BF16 ? DType::BF16 : DType::F32);
+  w.q.biases = place(b, o, s.dtype() == DType::BF16 && b.dtype() == DType::BF16 ? DType::BF16 : DType::F32);
+  if (w.q.scales.dtype() != w.q.biases.dtype()) w.q.scales = place(s, o, DType::F32);
   w.q.bits = spec->bits;
   w.q.group_size = spec->group_size;
   return w;

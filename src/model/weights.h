@@ -36,6 +36,7 @@ class WeightBinder {
   QuantSpec quant_spec(const std::string& module, int64_t in) const;
   void check_quantized(const std::string& module, const std::string& wname, const Shape& wshape,
                        const Shape& sshape) const;
+  Tensor checked(const std::string& name, const Shape& shape);  // validated, still where the file has it
   std::string where(const std::string& name) const { return ckpt_.file_of(name) + ": tensor '" + name + "'"; }
   const Checkpoint& ckpt_;
   const ModelConfig& config_;

@@ -14,5 +14,9 @@ void* device_alloc(size_t) { no_cuda(); }
 void device_free(void*) {}
 void device_memset_zero(void*, size_t) { no_cuda(); }
 void device_copy(void*, const void*, size_t, Device, Device) { no_cuda(); }
+void device_synchronize() {}
+DeviceMemoryStats device_memory_stats() { return {}; }
+void device_reset_peak() {}
+void device_release_cached() {}
 }  // namespace lathe
 #endif

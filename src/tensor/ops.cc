@@ -7,6 +7,15 @@
 
 #include "common/error.h"
 #include "tensor/cpu/kernels.h"
+#include "tensor/device_memory.h"
+#ifdef LATHE_HAVE_CUDA
+#include "tensor/ops_cuda.h"
+// Sends an op to the CUDA backend when its first tensor lives on the GPU.
+#define LATHE_ON_CUDA(t, ...) \
+  if ((t).device() == Device::CUDA) return __VA_ARGS__;
+#else
+#define LATHE_ON_CUDA(t, ...)
+#endif
 
 namespace lathe {
 namespace {
@@ -23,8 +32,10 @@ void require_f32_rows(const Tensor& x, const char* op) {
 
 }  // namespace
 
-Tensor linear(const Tensor& x_in, const Weight& w, const Tensor* bias) {
+Tensor linear(const Tensor& x_in, const Weight& w, const Tensor* bias, bool f32_out) {
+  LATHE_ON_CUDA(x_in, gpu::linear(x_in, w, bias, f32_out));
   require_cpu(x_in, "linear");
+  require_cpu(w.quantized ? w.q.w : w.dense, "linear (weights on another device than the activations)");
   require_f32_rows(x_in, "linear");
   const Tensor x = x_in.contiguous();
   if (x.ndim() != 2 || x.dim(1) != w.in_features())
@@ -49,12 +60,17 @@ Tensor linear(const Tensor& x_in, const Weight& w, const Tensor* bias) {
 Tensor dequantize(const QuantizedMatrix& q, int64_t row0, int64_t n) {
   if (n < 0) n = q.rows() - row0;
   LATHE_CHECK(row0 >= 0 && row0 + n <= q.rows(), "dequantize: rows out of range");
+  LATHE_ON_CUDA(q.w, gpu::dequantize(q, row0, n, DType::F32));
   Tensor out = Tensor::empty({n, q.cols()}, DType::F32);
   cpu::dequantize_rows(q, row0, n, out.data<float>());
   return out;
 }
 
-Tensor embedding(const std::vector<int32_t>& ids, const Weight& table) {
+Tensor embedding(const std::vector<int32_t>& ids, const Weight& table, DType out_type) {
+  LATHE_ON_CUDA(table.quantized ? table.q.w : table.dense, gpu::embedding(ids, table, out_type));
+  if (out_type != DType::F32)
+    throw Error(ErrorKind::Unsupported,
+                std::string("the cpu computes activations in F32, not ") + dtype_name(out_type));
   const int64_t vocab = table.out_features(), dim = table.in_features();
   Tensor out = Tensor::empty({static_cast<int64_t>(ids.size()), dim}, DType::F32);
   for (size_t i = 0; i < ids.size(); ++i) {
@@ -70,7 +86,11 @@ Tensor embedding(const std::vector<int32_t>& ids, const Weight& table) {
   return out;
 }
 
-Tensor rms_norm(const Tensor& x_in, const Tensor& weight, float eps, bool plus_one) {
+Tensor rms_norm(const Tensor& x_in, const Tensor& weight, float eps, bool plus_one, std::optional<DType> out_type) {
+  LATHE_ON_CUDA(x_in, gpu::rms_norm(x_in, weight, eps, plus_one, out_type.value_or(x_in.dtype())));
+  if (out_type && *out_type != DType::F32)
+    throw Error(ErrorKind::Unsupported,
+                std::string("the cpu computes activations in F32, not ") + dtype_name(*out_type));
   require_cpu(x_in, "rms_norm");
   require_f32_rows(x_in, "rms_norm");
   const Tensor x = x_in.contiguous();
@@ -82,6 +102,9 @@ Tensor rms_norm(const Tensor& x_in, const Tensor& weight, float eps, bool plus_o
 }
 
 void rope_inplace(Tensor& x, const RopeTable& rope, int64_t pos0) {
+  LATHE_CHECK(rope.dims <= x.dim(2) && static_cast<int64_t>(rope.inv_freq.size()) == rope.dims / 2,
+              "rope: table does not fit the head size");
+  LATHE_ON_CUDA(x, gpu::rope_inplace(x, rope, pos0));
   require_cpu(x, "rope");
   LATHE_CHECK(x.ndim() == 3 && x.is_contiguous() && x.dtype() == DType::F32, "rope: expects contiguous F32 [T, H, D]");
   LATHE_CHECK(rope.dims <= x.dim(2) && static_cast<int64_t>(rope.inv_freq.size()) == rope.dims / 2,
@@ -90,9 +113,14 @@ void rope_inplace(Tensor& x, const RopeTable& rope, int64_t pos0) {
 }
 
 Tensor attention(const Tensor& q_in, const Tensor& k, const Tensor& v, const AttentionParams& p) {
+  LATHE_CHECK(q_in.ndim() == 3 && k.ndim() == 3 && v.ndim() == 3, "attention: expects [T, H, D] tensors");
+  LATHE_CHECK(k.stride(2) == 1 && v.stride(2) == 1, "attention: head dim must be dense");
+  LATHE_CHECK(q_in.dim(2) == k.dim(2) && k.dim(0) == v.dim(0) && k.dim(1) == v.dim(1), "attention: q/k/v shapes");
+  LATHE_CHECK(k.dim(1) > 0 && q_in.dim(1) % k.dim(1) == 0, "attention: query heads must be a multiple of kv heads");
+  LATHE_CHECK(!p.k_pos || static_cast<int64_t>(p.k_pos->size()) == k.dim(0), "attention: key positions");
+  LATHE_ON_CUDA(q_in, gpu::attention(q_in, k, v, p));
   require_cpu(q_in, "attention");
   const Tensor q = q_in.contiguous();
-  LATHE_CHECK(q.ndim() == 3 && k.ndim() == 3 && v.ndim() == 3, "attention: expects [T, H, D] tensors");
   LATHE_CHECK(k.stride(2) == 1 && v.stride(2) == 1, "attention: head dim must be dense");
   LATHE_CHECK(q.dim(2) == k.dim(2) && k.dim(0) == v.dim(0) && k.dim(1) == v.dim(1), "attention: q/k/v shapes");
   LATHE_CHECK(k.dim(1) > 0 && q.dim(1) % k.dim(1) == 0, "attention: query heads must be a multiple of kv heads");
@@ -205,16 +233,18 @@ void scatter_add_rows(Tensor& out, const std::vector<int32_t>& idx, const Tensor
 }
 
 Tensor silu_mul(const Tensor& gate, const Tensor& up) {
-  require_cpu(gate, "silu_mul");
   LATHE_CHECK(gate.shape() == up.shape(), "silu_mul: shapes differ");
+  LATHE_ON_CUDA(gate, gpu::gated(gate, up, false));
+  require_cpu(gate, "silu_mul");
   Tensor out = Tensor::empty(gate.shape(), DType::F32);
   cpu::silu_mul(gate.contiguous(), up.contiguous(), out);
   return out;
 }
 
 Tensor gelu_tanh_mul(const Tensor& gate, const Tensor& up) {
-  require_cpu(gate, "gelu_tanh_mul");
   LATHE_CHECK(gate.shape() == up.shape(), "gelu_tanh_mul: shapes differ");
+  LATHE_ON_CUDA(gate, gpu::gated(gate, up, true));
+  require_cpu(gate, "gelu_tanh_mul");
   Tensor out = Tensor::empty(gate.shape(), DType::F32);
   cpu::gelu_tanh_mul(gate.contiguous(), up.contiguous(), out);
   return out;
@@ -227,8 +257,10 @@ Tensor add(const Tensor& a, const Tensor& b) {
 }
 
 void add_inplace(Tensor& a, const Tensor& b_in) {
+  LATHE_CHECK(a.shape() == b_in.shape() && a.is_contiguous(), "add: shapes differ");
+  LATHE_ON_CUDA(a, gpu::add_inplace(a, b_in));
   require_cpu(a, "add");
-  LATHE_CHECK(a.shape() == b_in.shape() && a.is_contiguous() && a.dtype() == DType::F32, "add: shapes differ");
+  LATHE_CHECK(a.dtype() == DType::F32, "add: expects F32");
   const Tensor b = b_in.contiguous();
   float* ap = a.data<float>();
   const float* bp = b.data<float>();
@@ -236,20 +268,25 @@ void add_inplace(Tensor& a, const Tensor& b_in) {
 }
 
 void scale_inplace(Tensor& x, float s) {
+  LATHE_CHECK(x.is_contiguous(), "scale: expects a contiguous tensor");
+  LATHE_ON_CUDA(x, gpu::scale_inplace(x, s));
   require_cpu(x, "scale");
-  LATHE_CHECK(x.is_contiguous() && x.dtype() == DType::F32, "scale: expects contiguous F32");
+  LATHE_CHECK(x.dtype() == DType::F32, "scale: expects F32");
   float* p = x.data<float>();
   for (int64_t i = 0, n = x.numel(); i < n; ++i) p[i] *= s;
 }
 
 void softcap_inplace(Tensor& x, float cap) {
+  LATHE_CHECK(x.is_contiguous(), "softcap: expects a contiguous tensor");
+  LATHE_ON_CUDA(x, gpu::softcap_inplace(x, cap));
   require_cpu(x, "softcap");
-  LATHE_CHECK(x.is_contiguous() && x.dtype() == DType::F32, "softcap: expects contiguous F32");
+  LATHE_CHECK(x.dtype() == DType::F32, "softcap: expects F32");
   float* p = x.data<float>();
   for (int64_t i = 0, n = x.numel(); i < n; ++i) p[i] = std::tanh(p[i] / cap) * cap;
 }
 
 std::vector<int32_t> argmax_rows(const Tensor& x_in) {
+  LATHE_ON_CUDA(x_in, gpu::argmax_rows(x_in));
   const Tensor x = x_in.device() == Device::CPU ? x_in.contiguous() : x_in.to(Device::CPU);
   LATHE_CHECK(x.ndim() == 2 && x.dtype() == DType::F32, "argmax_rows: expects F32 [rows, cols]");
   std::vector<int32_t> out(static_cast<size_t>(x.dim(0)));
@@ -259,6 +296,28 @@ std::vector<int32_t> argmax_rows(const Tensor& x_in) {
     out[static_cast<size_t>(r)] = static_cast<int32_t>(std::max_element(row, row + C) - row);
   }
   return out;
+}
+
+void copy_rows(Tensor& dst, int64_t dst_row, const Tensor& src_in, int64_t src_row, int64_t n) {
+  if (n <= 0) return;
+  LATHE_CHECK(dst.device() == src_in.device() && dst.dtype() == src_in.dtype() && dst.is_contiguous(),
+              "copy_rows: tensors differ in device or type");
+  const Tensor src = src_in.contiguous();
+  const size_t row = static_cast<size_t>(src.numel() / std::max<int64_t>(src.dim(0), 1)) * dtype_size(src.dtype());
+  LATHE_CHECK(static_cast<size_t>(dst.numel() / std::max<int64_t>(dst.dim(0), 1)) * dtype_size(dst.dtype()) == row,
+              "copy_rows: row sizes differ");
+  LATHE_CHECK(src_row + n <= src.dim(0) && dst_row + n <= dst.dim(0), "copy_rows: rows out of range");
+  char* d = static_cast<char*>(dst.raw()) + static_cast<size_t>(dst_row) * row;
+  const char* s = static_cast<const char*>(src.raw()) + static_cast<size_t>(src_row) * row;
+  if (dst.device() == Device::CPU) {
+    std::memcpy(d, s, static_cast<size_t>(n) * row);
+    return;
+  }
+#ifdef LATHE_HAVE_CUDA
+  gpu::copy_rows(dst.raw(), dst_row, s, n, row);  // a kernel, so graph replays can shift the rows
+#else
+  device_copy(d, s, static_cast<size_t>(n) * row, dst.device(), src.device());
+#endif
 }
 
 }  // namespace lathe

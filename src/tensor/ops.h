@@ -1,8 +1,10 @@
 // The operations a decoder needs, as free functions over Tensors. Each dispatches on the device of its
 // inputs (CPU kernels in tensor/cpu/, CUDA kernels in tensor/cuda/). Activations are [T, features] rows;
-// the CPU computes them in f32.
+// the CPU computes them in f32; on CUDA they are F32 or BF16 (f32 accumulation), and outputs keep the input's
+// element type unless an op says otherwise.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "tensor/tensor.h"
@@ -29,15 +31,18 @@ struct Weight {
   Device device() const { return quantized ? q.w.device() : dense.device(); }
 };
 
-// y = x · Wᵀ (+ bias). x: [M, in] f32; returns [M, out] f32.
-Tensor linear(const Tensor& x, const Weight& w, const Tensor* bias = nullptr);
-// Row gather: returns [ids.size(), dim] f32 from a dense or quantized table [vocab, dim].
-Tensor embedding(const std::vector<int32_t>& ids, const Weight& table);
+// y = x · Wᵀ (+ bias). x: [M, in]; returns [M, out] in x's type, or F32 with f32_out (logits).
+Tensor linear(const Tensor& x, const Weight& w, const Tensor* bias = nullptr, bool f32_out = false);
+// Row gather: returns [ids.size(), dim] of type `out` (F32 on the CPU) from a dense or quantized table
+// [vocab, dim], on the table's device.
+Tensor embedding(const std::vector<int32_t>& ids, const Weight& table, DType out = DType::F32);
 // Dequantize rows [row0, row0+n) of a quantized matrix to f32 [n, cols].
 Tensor dequantize(const QuantizedMatrix& q, int64_t row0 = 0, int64_t n = -1);
 
-// RMSNorm over the last dim; weight may be undefined (weightless); plus_one uses (1 + w) (Gemma).
-Tensor rms_norm(const Tensor& x, const Tensor& weight, float eps, bool plus_one = false);
+// RMSNorm over the last dim; weight may be undefined (weightless); plus_one uses (1 + w) (Gemma). The output
+// has x's type, or `out` when given (CUDA: an F32 residual stream normalised into BF16 matmul inputs).
+Tensor rms_norm(const Tensor& x, const Tensor& weight, float eps, bool plus_one = false,
+                std::optional<DType> out = std::nullopt);
 
 // Rotary embedding with rotate-half pairing (i, i + dims/2) over the first `dims` features of each head.
 // inv_freq has dims/2 entries (0 means identity for that pair).
@@ -94,10 +99,13 @@ Tensor gather_rows(const Tensor& x, const std::vector<int32_t>& idx);
 void scatter_add_rows(Tensor& out, const std::vector<int32_t>& idx, const Tensor& x, const std::vector<float>& w);
 
 Tensor add(const Tensor& a, const Tensor& b);
-void add_inplace(Tensor& a, const Tensor& b);
+void add_inplace(Tensor& a, const Tensor& b);  // on CUDA b may be BF16 while a is F32
 void scale_inplace(Tensor& x, float s);
 void softcap_inplace(Tensor& x, float cap);  // tanh(x / cap) * cap
-// Index of the largest value of each row of a [rows, cols] f32 tensor (first on ties).
+// Index of the largest value of each row of a [rows, cols] tensor (first on ties).
 std::vector<int32_t> argmax_rows(const Tensor& x);
+// Copies rows [src_row, src_row + n) of src (outer dim) to rows from dst_row of dst, on their device
+// (both on one device; equal types and row sizes; dst contiguous).
+void copy_rows(Tensor& dst, int64_t dst_row, const Tensor& src, int64_t src_row, int64_t n);
 
 }  // namespace lathe

@@ -1,0 +1,113 @@
+// End-to-end CUDA benchmark of one checkpoint: prefill tok/s and time to first token for 512- and 4096-token
+// prompts, single-stream greedy decode tok/s at context 128 and 4096, peak device memory, and the cudaMalloc
+// calls made inside the decode loops (should be 0). Prints one JSON object.
+// Usage: cuda_e2e --model DIR [--dtype bf16|f32] [--decode-steps N]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/error.h"
+#include "model/model.h"
+#include "tensor/device_memory.h"
+#include "tensor/ops.h"
+
+namespace {
+using namespace lathe;
+using Clock = std::chrono::steady_clock;
+double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
+
+std::vector<int32_t> random_ids(int64_t n, int64_t vocab, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int32_t> d(0, static_cast<int32_t>(std::min<int64_t>(vocab, 100000) - 1));
+  std::vector<int32_t> ids(static_cast<size_t>(n));
+  for (auto& x : ids) x = d(rng);
+  return ids;
+}
+
+// Time to first token for a fresh prompt: prefill (last logits only) + the argmax read back.
+double prefill_ms(Model& m, const std::vector<int32_t>& ids, int reps) {
+  std::vector<double> t;
+  for (int r = 0; r < reps; ++r) {
+    CacheList cache = m.make_cache();
+    const auto t0 = Clock::now();
+    (void)argmax_rows(m.forward(ids, cache, false));
+    t.push_back(ms_since(t0));
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+nlohmann::json decode(Model& m, int64_t ctx, int steps, int64_t vocab) {
+  CacheList cache = m.make_cache();
+  int32_t next = argmax_rows(m.forward(random_ids(ctx, vocab, 5), cache, false))[0];
+  // Warm-up: the first step may grow the cache (a new KV block), the next captures the decode graph.
+  for (int i = 0; i < 2; ++i) next = argmax_rows(m.forward({next}, cache, false))[0];
+  const uint64_t mallocs = device_memory_stats().malloc_calls;
+  std::vector<double> step;
+  const auto t0 = Clock::now();
+  for (int i = 0; i < steps; ++i) {
+    const auto ts = Clock::now();
+    next = argmax_rows(m.forward({next}, cache, false))[0];
+    step.push_back(ms_since(ts));
+  }
+  const double total = ms_since(t0);
+  std::sort(step.begin(), step.end());
+  return {{"context", ctx},
+          {"steps", steps},
+          {"tok_s", steps / (total / 1000.0)},
+          {"median_step_ms", step[step.size() / 2]},
+          {"malloc_calls_in_loop", device_memory_stats().malloc_calls - mallocs}};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string dir, dtype = "bf16";
+  int steps = 128;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (!std::strcmp(argv[i], "--model")) dir = argv[i + 1];
+    if (!std::strcmp(argv[i], "--dtype")) dtype = argv[i + 1];
+    if (!std::strcmp(argv[i], "--decode-steps")) steps = std::atoi(argv[i + 1]);
+  }
+  if (dir.empty()) {
+    std::fprintf(stderr, "usage: cuda_e2e --model DIR [--dtype bf16|f32] [--decode-steps N]\n");
+    return 2;
+  }
+  if (!cuda_available()) {
+    std::fprintf(stderr, "cuda_e2e: no CUDA device\n");
+    return 1;
+  }
+  try {
+    const auto tl = Clock::now();
+    auto model = load_model(dir, LoadOptions{Device::CUDA, dtype == "f32" ? DType::F32 : DType::BF16});
+    device_synchronize();
+    const double load_ms = ms_since(tl);
+    const int64_t vocab = model->config().vocab_size;
+    const size_t weights_bytes = device_memory_stats().in_use_bytes;
+    prefill_ms(*model, random_ids(64, vocab, 1), 2);  // warm-up: module load, cuBLAS heuristics
+    nlohmann::json out = {{"model", dir},
+                          {"dtype", dtype},
+                          {"load_ms", load_ms},
+                          {"weights_device_mib", static_cast<double>(weights_bytes) / 1048576.0}};
+    for (int64_t n : {512, 4096}) {
+      const double ms = prefill_ms(*model, random_ids(n, vocab, 2), 3);
+      out["prefill"].push_back({{"tokens", n}, {"ttft_ms", ms}, {"tok_s", n / (ms / 1000.0)}});
+    }
+    out["decode"].push_back(decode(*model, 128, std::min(steps, 120), vocab));  // stays within one KV block
+    out["decode"].push_back(decode(*model, 4096, std::min(steps, 64), vocab));
+    const DeviceMemoryStats mem = device_memory_stats();
+    out["peak_device_mib"] = static_cast<double>(mem.peak_reserved_bytes) / 1048576.0;
+    out["malloc_calls_total"] = mem.malloc_calls;
+    std::printf("%s\n", out.dump().c_str());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "cuda_e2e: %s\n", e.what());
+    return 2;
+  }
+  return 0;
+}

@@ -1,0 +1,183 @@
+// CUDA kernel benchmark: device copy bandwidth, the quantized GEMV's achieved bandwidth next to it (same
+// run), and the prefill GEMM over quantized weights (dequantize to bf16 + cuBLAS) against cuBLAS bf16 on
+// already-dense weights. Times with CUDA events, medians over repeats; GEMV inputs rotate over enough weight
+// copies to miss the L2. Prints one JSON object.
+#ifdef LATHE_HAVE_CUDA
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "tensor/cuda/kernels.h"
+#include "tensor/cuda/runtime.h"
+#include "tensor/device_memory.h"
+
+namespace {
+using namespace lathe;
+
+void* dalloc(size_t bytes, uint32_t seed) {
+  void* p = device_alloc(bytes);
+  std::vector<uint32_t> h(bytes / 4);
+  std::mt19937 rng(seed);
+  for (auto& x : h) x = rng();
+  device_copy(p, h.data(), h.size() * 4, Device::CUDA, Device::CPU);
+  return p;
+}
+
+// bf16 values in [lo, hi) (for scales, biases, activations: random bits would be NaNs and infinities).
+void* dalloc_bf16(size_t n, uint32_t seed, float lo, float hi) {
+  std::vector<uint16_t> h(n);
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> d(lo, hi);
+  for (auto& x : h) {
+    float f = d(rng);
+    uint32_t b;
+    std::memcpy(&b, &f, 4);
+    x = static_cast<uint16_t>(b >> 16);
+  }
+  void* p = device_alloc(n * 2);
+  device_copy(p, h.data(), n * 2, Device::CUDA, Device::CPU);
+  return p;
+}
+
+template <class F>
+double median_ms(int reps, F&& f) {
+  cudaStream_t s = cuda::stream();
+  cudaEvent_t a, b;
+  cudaEventCreate(&a);
+  cudaEventCreate(&b);
+  for (int i = 0; i < 3; ++i) f(i);
+  std::vector<float> t;
+  for (int i = 0; i < reps; ++i) {
+    cudaEventRecord(a, s);
+    f(i);
+    cudaEventRecord(b, s);
+    cudaEventSynchronize(b);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, a, b);
+    t.push_back(ms);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+double copy_bandwidth() {
+  const size_t bytes = size_t{2} << 30;
+  void* a = device_alloc(bytes);
+  void* b = device_alloc(bytes);
+  cudaMemsetAsync(a, 1, bytes, cuda::stream());
+  const double ms = median_ms(10, [&](int) { cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, cuda::stream()); });
+  device_free(a);
+  device_free(b);
+  return 2.0 * static_cast<double>(bytes) / (ms * 1e-3) / 1e9;  // read + write
+}
+
+nlohmann::json gemv(int64_t N, int64_t K, int bits, int gs, double copy_gbs) {
+  const int copies = 8;
+  const size_t wbytes = static_cast<size_t>(N * K * bits / 8), groups = static_cast<size_t>(N * K / gs);
+  std::vector<cuda::QuantView> qs;
+  for (int c = 0; c < copies; ++c) {
+    cuda::QuantView q;
+    q.w = static_cast<const uint32_t*>(dalloc(wbytes, 100 + c));
+    q.scales = dalloc_bf16(groups, 200 + c, 0.001f, 0.01f);
+    q.biases = dalloc_bf16(groups, 300 + c, -0.05f, 0.05f);
+    q.bits = bits;
+    q.group_size = gs;
+    q.rows = N;
+    q.cols = K;
+    q.w_stride = K * bits / 32;
+    q.sb_stride = K / gs;
+    qs.push_back(q);
+  }
+  void* x = dalloc_bf16(static_cast<size_t>(K), 7, -1.f, 1.f);
+  void* y = device_alloc(static_cast<size_t>(N) * 2);
+  const double ms = median_ms(50, [&](int i) {
+    cuda::gemv_quantized(qs[static_cast<size_t>(i % copies)], x, DType::BF16, y, DType::BF16, nullptr);
+  });
+  const double bytes = static_cast<double>(wbytes + groups * 4 + static_cast<size_t>(K + N) * 2);
+  const double gbs = bytes / (ms * 1e-3) / 1e9;
+  for (auto& q : qs) {
+    device_free(const_cast<uint32_t*>(q.w));
+    device_free(const_cast<void*>(q.scales));
+    device_free(const_cast<void*>(q.biases));
+  }
+  device_free(x);
+  device_free(y);
+  return {{"N", N},
+          {"K", K},
+          {"bits", bits},
+          {"group_size", gs},
+          {"us", ms * 1e3},
+          {"GB_s", gbs},
+          {"pct_of_copy", 100.0 * gbs / copy_gbs}};
+}
+
+nlohmann::json gemm(int64_t M, int64_t N, int64_t K) {
+  cuda::QuantView q;
+  q.w = static_cast<const uint32_t*>(dalloc(static_cast<size_t>(N * K / 2), 1));
+  q.scales = dalloc_bf16(static_cast<size_t>(N * K / 64), 2, 0.001f, 0.01f);
+  q.biases = dalloc_bf16(static_cast<size_t>(N * K / 64), 3, -0.05f, 0.05f);
+  q.bits = 4;
+  q.group_size = 64;
+  q.rows = N;
+  q.cols = K;
+  q.w_stride = K / 8;
+  q.sb_stride = K / 64;
+  void* x = dalloc_bf16(static_cast<size_t>(M * K), 4, -1.f, 1.f);
+  void* wd = device_alloc(static_cast<size_t>(N * K) * 2);
+  void* y = device_alloc(static_cast<size_t>(M * N) * 2);
+  cuda::dequantize(q, 0, N, wd, DType::BF16);
+  const double ms_blas = median_ms(20, [&](int) { cuda::gemm(x, wd, DType::BF16, M, N, K, y, DType::BF16); });
+  const double ms_ours = median_ms(20, [&](int) {
+    cuda::dequantize(q, 0, N, wd, DType::BF16);
+    cuda::gemm(x, wd, DType::BF16, M, N, K, y, DType::BF16);
+  });
+  for (void* p : {const_cast<void*>(static_cast<const void*>(q.w)), const_cast<void*>(q.scales),
+                  const_cast<void*>(q.biases), x, wd, y})
+    device_free(p);
+  const double flop = 2.0 * static_cast<double>(M * N * K);
+  return {{"M", M},
+          {"N", N},
+          {"K", K},
+          {"ours_us", ms_ours * 1e3},
+          {"cublas_bf16_us", ms_blas * 1e3},
+          {"ours_tflops", flop / (ms_ours * 1e-3) / 1e12},
+          {"cublas_tflops", flop / (ms_blas * 1e-3) / 1e12},
+          {"ratio", ms_blas / ms_ours}};
+}
+
+}  // namespace
+
+int main() {
+  if (!cuda_available()) {
+    std::fprintf(stderr, "cuda_kernels: no CUDA device\n");
+    return 1;
+  }
+  nlohmann::json out;
+  const double copy = copy_bandwidth();
+  out["copy_GB_s"] = copy;
+  for (auto [N, K] : {std::pair<int64_t, int64_t>{4096, 14336}, {14336, 4096}, {9728, 2560}, {2560, 9728}}) {
+    out["gemv"].push_back(gemv(N, K, 4, 64, copy));
+    out["gemv"].push_back(gemv(N, K, 8, 32, copy));
+  }
+  for (int64_t M : {512, 4096})
+    for (auto [N, K] : {std::pair<int64_t, int64_t>{4096, 2560}, {9728, 2560}, {2560, 9728}, {14336, 4096}})
+      out["gemm"].push_back(gemm(M, N, K));
+  std::printf("%s\n", out.dump().c_str());
+  return 0;
+}
+#else
+#include <cstdio>
+#include <cstring>
+int main() {
+  std::fprintf(stderr, "cuda_kernels: built without the CUDA backend\n");
+  return 1;
+}
+#endif

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Runs on the device machine from the repository root, over what scripts/cuda_pack.sh put in .device/.
+# Usage: .device/cuda_device.sh test|kernels|e2e LIKE BITS GS|peer LIKE ...; results go to $OUT (or ./out).
+set -uo pipefail
+out=${OUT:-$PWD/out}
+mkdir -p "$out"
+dev=$PWD/.device
+export LATHE_FIXTURES_DIR=$PWD/tests/fixtures
+# cuBLAS: the toolkit's, else the one in the image's Python wheels.
+for d in /usr/local/cuda/lib64 $(python3 -c 'import nvidia.cublas, os; print(os.path.dirname(nvidia.cublas.__file__) + "/lib")' 2>/dev/null); do
+  [ -d "$d" ] && export LD_LIBRARY_PATH=$d:${LD_LIBRARY_PATH:-}
+done
+synth() {  # synth LIKE BITS GS -> prints the checkpoint dir
+  local dir=/tmp/ckpt/$1-$2-$3
+  [ -f "$dir/config.json" ] || "$dev/bin/lathe" synth --like "$1" --bits "$2" --group-size "$3" --out "$dir" >&2
+  echo "$dir"
+}
+case "$1" in
+  test)
+    # ctest files name the build tree where it was built: recreate that path as links into .device.
+    b=$(cat "$dev/build_dir")
+    mkdir -p "$b/tests" "$b/bench" && touch "$b/bench/CTestTestfile.cmake" && cp "$dev"/ctest/CTestTestfile.cmake "$b/" && cp "$dev"/ctest/tests/* "$b/tests/"
+    (cd "$b" && ctest -L cuda --output-on-failure --timeout 300 2>&1 | tee "$out/ctest.log" | tail -25)
+    ;;
+  kernels) "$dev/bin/cuda_kernels" | tee "$out/kernels.json" ;;
+  e2e)
+    shift
+    while [ $# -ge 3 ]; do
+      d=$(synth "$1" "$2" "$3")
+      "$dev/bin/cuda_e2e" --model "$d" | tee -a "$out/e2e.jsonl"
+      shift 3
+    done
+    ;;
+  peer)
+    shift
+    for like in "$@"; do
+      d=$(synth "$like" 16 64)
+      PYTHONUNBUFFERED=1 python3 "$dev/hf_transformers.py" "$d" | tee -a "$out/peer.jsonl"
+    done
+    ;;
+esac

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Packs what the device machine needs from a CUDA build into DEST (default: the main checkout's .device/,
+# which the device tool carries): the lathe binary, the CUDA test binary with its CTest files, the CUDA
+# benchmarks, the peer script and scripts/cuda_device.sh. Usage: scripts/cuda_pack.sh [build-dir] [dest]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${1:-build-cuda}
+dest=${2:-/work/main/.device}
+src_root=$(pwd)
+rm -rf "$dest" && mkdir -p "$dest/bin" "$dest/ctest/tests"
+cp "$build/lathe" "$build/tests/lathe_cuda_tests" "$build/bench/cuda_e2e" "$build/bench/cuda_kernels" "$dest/bin/"
+cp bench/peers/hf_transformers.py scripts/cuda_device.sh "$dest/"
+# CTest files reference the build tree by absolute path; cuda_device.sh recreates that path as a link.
+cp "$build/CTestTestfile.cmake" "$dest/ctest/"
+cp "$build"/tests/lathe_cuda_tests* "$dest/ctest/tests/"
+grep -F 'lathe_cuda_tests' "$build/tests/CTestTestfile.cmake" > "$dest/ctest/tests/CTestTestfile.cmake"  # cuda only
+echo "$(cd "$build" && pwd)" > "$dest/build_dir"
+echo "$src_root" > "$dest/source_dir"
+du -sh "$dest"

@@ -1,0 +1,33 @@
+// Replays single-token decode steps from a captured CUDA graph, so a token costs one graph launch instead of
+// hundreds of kernel launches and their host-side work. The first step at a given set of cache buffers is
+// captured (and run); later steps at other positions replay it: kernels read the position offset and the
+// token id from device memory, and each cache advances its host-side offset. Device-agnostic for model code:
+// on the CPU, with caches that cannot append in place (ring buffers, a full KV block), or with
+// LATHE_CUDA_GRAPHS=0, the step simply runs.
+#pragma once
+#include <functional>
+#include <vector>
+
+#include "cache/layer_cache.h"
+#include "tensor/tensor.h"
+
+namespace lathe {
+
+class StepGraph {
+ public:
+  StepGraph() = default;
+  StepGraph(const StepGraph&) = delete;
+  StepGraph& operator=(const StepGraph&) = delete;
+  ~StepGraph();
+  // The returned logits stay valid until the next step.
+  Tensor run(int32_t token, CacheList& caches, const std::function<Tensor()>& step);
+
+ private:
+  void reset();
+  void* graph_ = nullptr;  // cuda::Graph
+  std::vector<const void*> key_;
+  int64_t pos_ = 0;  // position of the captured step
+  Tensor out_;
+};
+
+}  // namespace lathe

@@ -1,0 +1,256 @@
+// Row-wise and elementwise kernels: RMSNorm, RoPE, gated activations, add/scale/softcap, conversion, bias,
+// argmax. f32 arithmetic whatever the element type.
+#include <cfloat>
+#include <cstring>
+
+#include "tensor/cuda/common.cuh"
+#include "tensor/cuda/kernels.h"
+
+namespace lathe::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+template <class T, class TO>
+__global__ void rms_norm_kernel(const T* __restrict__ x, TO* __restrict__ out, int64_t D, const float* __restrict__ w,
+                                float eps, bool plus_one) {
+  const int64_t row = blockIdx.x;
+  const T* xr = x + row * D;
+  TO* orow = out + row * D;
+  float ss = 0.f;
+  for (int64_t i = threadIdx.x; i < D; i += blockDim.x) {
+    const float v = to_f(xr[i]);
+    ss += v * v;
+  }
+  __shared__ float part[32];
+  ss = warp_sum(ss);
+  if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = ss;
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    float v = threadIdx.x < (blockDim.x >> 5) ? part[threadIdx.x] : 0.f;
+    v = warp_sum(v);
+    if (threadIdx.x == 0) part[0] = v;
+  }
+  __syncthreads();
+  const float inv = 1.0f / sqrtf(part[0] / static_cast<float>(D) + eps);
+  for (int64_t i = threadIdx.x; i < D; i += blockDim.x) {
+    const float v = to_f(xr[i]) * inv;
+    const float g = w ? (plus_one ? w[i] + 1.0f : w[i]) : 1.0f;
+    orow[i] = from_f<TO>(w ? g * v : v);
+  }
+}
+
+struct RopeFreqs {
+  float inv_freq[256];
+};
+
+template <class T>
+__global__ void rope_kernel(T* x, int64_t H, int64_t D, int half, const RopeFreqs f, float scaling, int64_t pos0,
+                            const int64_t* __restrict__ delta) {
+  const int64_t th = blockIdx.x;  // t * H + h
+  const int64_t t = th / H;
+  T* v = x + th * D;
+  const float pos = static_cast<float>(pos0 + t + *delta);
+  for (int i = threadIdx.x; i < half; i += blockDim.x) {
+    float s, c;
+    sincosf(pos * f.inv_freq[i], &s, &c);
+    c *= scaling;
+    s *= scaling;
+    const float a = to_f(v[i]), b = to_f(v[i + half]);
+    v[i] = from_f<T>(a * c - b * s);
+    v[i + half] = from_f<T>(b * c + a * s);
+  }
+}
+
+template <class T, bool kGelu>
+__global__ void gated_kernel(const T* __restrict__ g, const T* __restrict__ u, T* __restrict__ o, int64_t n) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= n) return;
+  const float x = to_f(g[i]);
+  float a;
+  if constexpr (kGelu) {
+    constexpr float kSqrt2OverPi = 0.7978845608028654f;
+    a = 0.5f * x * (1.0f + tanhf(kSqrt2OverPi * (x + 0.044715f * x * x * x)));
+  } else {
+    a = x / (1.0f + expf(-x));
+  }
+  o[i] = from_f<T>(a * to_f(u[i]));
+}
+
+template <class TA, class TB>
+__global__ void add_kernel(TA* a, const TB* __restrict__ b, int64_t n) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i < n) a[i] = from_f<TA>(to_f(a[i]) + to_f(b[i]));
+}
+
+template <class T>
+__global__ void scale_kernel(T* x, int64_t n, float s) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i < n) x[i] = from_f<T>(to_f(x[i]) * s);
+}
+
+template <class T>
+__global__ void softcap_kernel(T* x, int64_t n, float cap) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i < n) x[i] = from_f<T>(tanhf(to_f(x[i]) / cap) * cap);
+}
+
+template <class TI, class TO>
+__global__ void convert_kernel(const TI* __restrict__ in, TO* __restrict__ out, int64_t n) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i < n) out[i] = from_f<TO>(to_f(in[i]));
+}
+
+template <class T>
+__global__ void bias_kernel(T* y, int64_t N, int64_t total, const float* __restrict__ bias) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i < total) y[i] = from_f<T>(to_f(y[i]) + bias[i % N]);
+}
+
+__global__ void copy_rows_kernel(uint32_t* dst, int64_t dst_row, const uint32_t* __restrict__ src, int64_t words,
+                                 int64_t row_words, const int64_t* __restrict__ delta) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i < words) dst[(dst_row + *delta) * row_words + i] = src[i];
+}
+
+template <class T>
+__global__ void argmax_kernel(const T* __restrict__ x, int64_t cols, int32_t* out) {
+  const T* row = x + blockIdx.x * cols;
+  float best = -FLT_MAX;
+  int64_t idx = cols;  // cols = none yet
+  for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) {
+    const float v = to_f(row[i]);
+    if (v > best || idx == cols) {
+      best = v;
+      idx = i;
+    }
+  }
+  // Reduce (value, index): larger value wins, lower index on ties.
+  for (int o = 16; o > 0; o >>= 1) {
+    const float ov = __shfl_xor_sync(0xffffffffu, best, o);
+    const int64_t oi = __shfl_xor_sync(0xffffffffu, idx, o);
+    if (oi != cols && (idx == cols || ov > best || (ov == best && oi < idx))) {
+      best = ov;
+      idx = oi;
+    }
+  }
+  __shared__ float sv[32];
+  __shared__ int64_t si[32];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  if (lane == 0) {
+    sv[warp] = best;
+    si[warp] = idx;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int w = 1; w < static_cast<int>(blockDim.x >> 5); ++w)
+      if (si[w] != cols && (idx == cols || sv[w] > best || (sv[w] == best && si[w] < idx))) {
+        best = sv[w];
+        idx = si[w];
+      }
+    out[blockIdx.x] = static_cast<int32_t>(idx == cols ? 0 : idx);
+  }
+}
+
+}  // namespace
+
+void rms_norm(const void* x, DType xt, void* out, DType ot, int64_t rows, int64_t dim, const float* w, float eps,
+              bool plus_one) {
+  if (rows == 0) return;
+  const int threads = dim >= 1024 ? 256 : (dim >= 256 ? 128 : 32);
+  LATHE_DISPATCH_ACT(xt, "rms_norm", T, {
+    LATHE_DISPATCH_ACT(ot, "rms_norm", TO,
+                       rms_norm_kernel<T, TO><<<static_cast<unsigned>(rows), threads, 0, stream()>>>(
+                           static_cast<const T*>(x), static_cast<TO*>(out), dim, w, eps, plus_one));
+  });
+  check_launch("rms_norm");
+}
+
+void rope(void* x, DType t, int64_t T_, int64_t H, int64_t D, const float* inv_freq, int dims, float scaling,
+          int64_t pos0) {
+  const int half = dims / 2;
+  if (T_ * H == 0 || half == 0) return;
+  if (half > 256) throw Error(ErrorKind::Unsupported, "rope: more than 512 rotary dims on CUDA");
+  RopeFreqs f{};
+  std::memcpy(f.inv_freq, inv_freq, sizeof(float) * static_cast<size_t>(half));
+  const int threads = half >= 64 ? 64 : 32;
+  LATHE_DISPATCH_ACT(t, "rope", T,
+                     rope_kernel<T><<<static_cast<unsigned>(T_ * H), threads, 0, stream()>>>(
+                         static_cast<T*>(x), H, D, half, f, scaling, pos0, step_delta()));
+  check_launch("rope");
+}
+
+void gated(const void* gate, const void* up, void* out, DType t, int64_t n, Gate g) {
+  if (n == 0) return;
+  LATHE_DISPATCH_ACT(t, "gated activation", T, {
+    if (g == Gate::SiLU)
+      gated_kernel<T, false><<<blocks_for(n, kThreads), kThreads, 0, stream()>>>(
+          static_cast<const T*>(gate), static_cast<const T*>(up), static_cast<T*>(out), n);
+    else
+      gated_kernel<T, true><<<blocks_for(n, kThreads), kThreads, 0, stream()>>>(
+          static_cast<const T*>(gate), static_cast<const T*>(up), static_cast<T*>(out), n);
+  });
+  check_launch("gated");
+}
+
+void add_inplace(void* a, DType at, const void* b, DType bt, int64_t n) {
+  if (n == 0) return;
+  LATHE_DISPATCH_ACT(at, "add", TA, {
+    LATHE_DISPATCH_ACT(bt, "add", TB,
+                       add_kernel<TA, TB><<<blocks_for(n, kThreads), kThreads, 0, stream()>>>(
+                           static_cast<TA*>(a), static_cast<const TB*>(b), n));
+  });
+  check_launch("add");
+}
+
+void scale_inplace(void* x, DType t, int64_t n, float s) {
+  if (n == 0) return;
+  LATHE_DISPATCH_ACT(t, "scale", T,
+                     scale_kernel<T><<<blocks_for(n, kThreads), kThreads, 0, stream()>>>(static_cast<T*>(x), n, s));
+  check_launch("scale");
+}
+
+void softcap_inplace(void* x, DType t, int64_t n, float cap) {
+  if (n == 0) return;
+  LATHE_DISPATCH_ACT(t, "softcap", T,
+                     softcap_kernel<T><<<blocks_for(n, kThreads), kThreads, 0, stream()>>>(static_cast<T*>(x), n, cap));
+  check_launch("softcap");
+}
+
+void convert(const void* in, DType it, void* out, DType ot, int64_t n) {
+  if (n == 0) return;
+  LATHE_DISPATCH_ACT(it, "convert", TI, {
+    LATHE_DISPATCH_ACT(ot, "convert", TO,
+                       convert_kernel<TI, TO><<<blocks_for(n, kThreads), kThreads, 0, stream()>>>(
+                           static_cast<const TI*>(in), static_cast<TO*>(out), n));
+  });
+  check_launch("convert");
+}
+
+void add_bias(void* y, DType t, int64_t M, int64_t N, const float* bias) {
+  const int64_t total = M * N;
+  if (total == 0) return;
+  LATHE_DISPATCH_ACT(t, "bias", T,
+                     bias_kernel<T>
+                     <<<blocks_for(total, kThreads), kThreads, 0, stream()>>>(static_cast<T*>(y), N, total, bias));
+  check_launch("add_bias");
+}
+
+void copy_rows(void* dst, int64_t dst_row, const void* src, int64_t n, size_t row_bytes) {
+  const int64_t words = n * static_cast<int64_t>(row_bytes / 4);
+  if (words == 0) return;
+  copy_rows_kernel<<<blocks_for(words, kThreads), kThreads, 0, stream()>>>(
+      static_cast<uint32_t*>(dst), dst_row, static_cast<const uint32_t*>(src), words,
+      static_cast<int64_t>(row_bytes / 4), step_delta());
+  check_launch("copy_rows");
+}
+
+void argmax_rows(const void* x, DType t, int64_t rows, int64_t cols, int32_t* out) {
+  if (rows == 0) return;
+  LATHE_DISPATCH_ACT(t, "argmax", T,
+                     argmax_kernel<T>
+                     <<<static_cast<unsigned>(rows), 1024, 0, stream()>>>(static_cast<const T*>(x), cols, out));
+  check_launch("argmax");
+}
+
+}  // namespace lathe::cuda

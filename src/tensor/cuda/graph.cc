@@ -1,0 +1,96 @@
+// Decode-step CUDA graphs: capture on the one stream, instantiate, replay. Kernels whose arguments depend on
+// the token position (RoPE, attention, the KV-cache append) add a device-side delta, 0 except while a step
+// captured at position p is replayed at position p + delta; the step's token ids are read from a fixed device
+// buffer. Blocks freed during a capture stay with the graph until it is destroyed, so nothing else can take
+// memory that a replay writes.
+#include <cstring>
+#include <vector>
+
+#include "common/error.h"
+#include "tensor/cuda/allocator.h"
+#include "tensor/cuda/kernels.h"
+#include "tensor/cuda/runtime.h"
+
+namespace lathe::cuda {
+
+struct Graph {
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  std::vector<Block> pool;
+};
+
+namespace {
+struct StepState {
+  int64_t delta = 0;
+  int32_t ids[kMaxStepIds] = {};
+};
+StepState* device_state() {
+  static StepState* d = [] {
+    void* p = nullptr;
+    LATHE_CUDA_CHECK(cudaMalloc(&p, sizeof(StepState)));
+    LATHE_CUDA_CHECK(cudaMemset(p, 0, sizeof(StepState)));
+    return static_cast<StepState*>(p);
+  }();
+  return d;
+}
+// Pinned staging, so the copies stay asynchronous: [0] the next replay's state, [1] all zeros, copied back
+// after each replay so that kernels outside graphs see delta 0.
+StepState* host_state() {
+  static StepState* h = [] {
+    void* p = nullptr;
+    LATHE_CUDA_CHECK(cudaMallocHost(&p, 2 * sizeof(StepState)));
+    std::memset(p, 0, 2 * sizeof(StepState));
+    return static_cast<StepState*>(p);
+  }();
+  return h;
+}
+bool g_capturing = false;
+
+void write_state(int64_t delta, int32_t token) {
+  // The previous step ended with a synchronising read-back, so the pinned staging is free to overwrite.
+  StepState* h = host_state();
+  h->delta = delta;
+  h->ids[0] = token;
+  LATHE_CUDA_CHECK(cudaMemcpyAsync(device_state(), h, sizeof(StepState), cudaMemcpyHostToDevice, stream()));
+}
+}  // namespace
+
+const int64_t* step_delta() { return &device_state()->delta; }
+const int32_t* step_ids() { return device_state()->ids; }
+bool capturing() { return g_capturing; }
+
+Graph* graph_capture(int32_t token) {
+  write_state(0, token);
+  auto* g = new Graph();
+  LATHE_CUDA_CHECK(cudaStreamBeginCapture(stream(), cudaStreamCaptureModeRelaxed));
+  allocator_capture_begin();
+  g_capturing = true;
+  return g;
+}
+
+void graph_capture_end(Graph* g, bool ok) {
+  g_capturing = false;
+  g->pool = allocator_capture_end();
+  const cudaError_t e = cudaStreamEndCapture(stream(), &g->graph);
+  if (!ok) return;
+  check(e, "cudaStreamEndCapture");
+  LATHE_CUDA_CHECK(cudaGraphInstantiate(&g->exec, g->graph, 0));
+}
+
+void graph_launch(Graph* g, int64_t delta, int32_t token) {
+  write_state(delta, token);
+  LATHE_CUDA_CHECK(cudaGraphLaunch(g->exec, stream()));
+  LATHE_CUDA_CHECK(cudaMemcpyAsync(&device_state()->delta, &host_state()[1].delta, sizeof(int64_t),
+                                   cudaMemcpyHostToDevice, stream()));
+}
+
+void graph_destroy(Graph* g) {
+  if (!g) return;
+  if (g->exec) cudaGraphExecDestroy(g->exec);
+  if (g->graph) cudaGraphDestroy(g->graph);
+  cudaStreamSynchronize(stream());  // a replay in flight may still use the pooled blocks
+  allocator_release(g->pool);
+  delete g;
+}
+
+}  // namespace lathe::cuda

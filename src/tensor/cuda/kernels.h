@@ -1,0 +1,79 @@
+// Launchers of the CUDA kernels, over raw device pointers (so this library needs no Tensor). ops_cuda.cc in
+// lathe_core checks shapes and calls these. Activations and dense weights are F32 or BF16 (`DType`); every
+// kernel accumulates in f32. All work is queued on cuda::stream().
+#pragma once
+#include <cstdint>
+
+#include "tensor/dtype.h"
+
+namespace lathe::cuda {
+
+// An MLX affine-quantized matrix [rows, cols] on the device (see QuantizedMatrix in ops.h).
+struct QuantView {
+  const uint32_t* w = nullptr;
+  const void* scales = nullptr;  // bf16 when sb_bf16, else f32; [rows, cols / group_size]
+  const void* biases = nullptr;
+  bool sb_bf16 = true;
+  int bits = 4, group_size = 64;
+  int64_t rows = 0, cols = 0;
+  int64_t w_stride = 0, sb_stride = 0;  // row strides in words / elements
+};
+
+// y[N] = W·x (+ bias) for one row x[K]; weights read once, dequantized in registers.
+void gemv_quantized(const QuantView& q, const void* x, DType xt, void* y, DType yt, const float* bias);
+// Rows [row0, row0 + n) as dense [n, cols] of type ot (F32 or BF16).
+void dequantize(const QuantView& q, int64_t row0, int64_t n, void* out, DType ot);
+// y[M, N] = x[M, K] · w[N, K]ᵀ through cuBLAS; x and w share a type (F32 or BF16), y is F32 or BF16.
+void gemm(const void* x, const void* w, DType t, int64_t M, int64_t N, int64_t K, void* y, DType yt);
+void add_bias(void* y, DType t, int64_t M, int64_t N, const float* bias);
+
+void embedding_dense(const void* table, DType tt, int64_t dim, const int32_t* ids, int64_t n, void* out, DType ot);
+void embedding_quantized(const QuantView& q, const int32_t* ids, int64_t n, void* out, DType ot);
+
+void rms_norm(const void* x, DType xt, void* out, DType ot, int64_t rows, int64_t dim, const float* w, float eps,
+              bool plus_one);
+// x [T, H, D] contiguous, in place; inv_freq is a host array of dims/2 entries.
+void rope(void* x, DType t, int64_t T, int64_t H, int64_t D, const float* inv_freq, int dims, float scaling,
+          int64_t pos0);  // position pos0 + t + *step_delta()
+
+enum class Gate { SiLU, GeluTanh };
+void gated(const void* gate, const void* up, void* out, DType t, int64_t n, Gate g);
+void add_inplace(void* a, DType at, const void* b, DType bt, int64_t n);
+void scale_inplace(void* x, DType t, int64_t n, float s);
+void softcap_inplace(void* x, DType t, int64_t n, float cap);
+void convert(const void* in, DType it, void* out, DType ot, int64_t n);
+// Index of each row's maximum (first on ties) into out[rows] (device).
+void argmax_rows(const void* x, DType t, int64_t rows, int64_t cols, int32_t* out);
+
+// Decode-step graphs (graph.cc). Position-dependent kernels add *step_delta() (0 except during a replay).
+constexpr int kMaxStepIds = 8;
+const int64_t* step_delta();
+const int32_t* step_ids();  // token ids of a captured step, written before each capture and replay
+bool capturing();
+struct Graph;
+Graph* graph_capture(int32_t token);        // begins capturing the stream
+void graph_capture_end(Graph* g, bool ok);  // ends it; instantiates when ok
+void graph_launch(Graph* g, int64_t delta, int32_t token);
+void graph_destroy(Graph* g);
+
+// dst rows [dst_row + *step_delta(), + n) = src rows [0, n); rows of row_bytes (a multiple of 4).
+void copy_rows(void* dst, int64_t dst_row, const void* src, int64_t n, size_t row_bytes);
+
+struct AttentionArgs {
+  const void *q = nullptr, *k = nullptr, *v = nullptr;
+  void* out = nullptr;  // [T, Hq, Dv] contiguous
+  DType t = DType::F32;
+  int64_t T = 0, Hq = 0, D = 0, S = 0, Hkv = 0, Dv = 0;
+  int64_t q_s0 = 0, q_s1 = 0, k_s0 = 0, k_s1 = 0, v_s0 = 0, v_s1 = 0;  // element strides
+  float scale = 1.f, softcap = 0.f;
+  int64_t window = 0;
+  bool causal = true;
+  int64_t q_pos0 = 0, k_pos0 = 0;
+  const int64_t* k_pos = nullptr;  // device array [S] or null
+  const int64_t* delta = nullptr;  // with linear positions: added to S and q_pos0 (graph replays)
+};
+void attention(const AttentionArgs& a);
+// The tensor-core prefill path (BF16, head dims 64/128/256, linear key positions); false when it does not apply.
+bool attention_flash(const AttentionArgs& a);
+
+}  // namespace lathe::cuda

@@ -1,0 +1,238 @@
+// Device, stream, cuBLAS handle and the caching allocator behind tensor/device_memory.h.
+// The allocator keeps freed blocks in exact-size bins (sizes rounded up) and hands them out again, so a
+// decode step that asks for the same shapes as the one before calls cudaMalloc zero times.
+#include <cstdio>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "common/error.h"
+#include "tensor/cuda/allocator.h"
+#include "tensor/cuda/runtime.h"
+#include "tensor/device_memory.h"
+
+namespace lathe {
+namespace cuda {
+
+void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess)
+    throw Error(ErrorKind::Internal, std::string("CUDA error in ") + what + ": " + cudaGetErrorString(e));
+}
+
+void check(cublasStatus_t s, const char* what) {
+  if (s != CUBLAS_STATUS_SUCCESS)
+    throw Error(ErrorKind::Internal,
+                std::string("cuBLAS error ") + std::to_string(static_cast<int>(s)) + " in " + what);
+}
+
+void check_launch(const char* kernel) { check(cudaGetLastError(), kernel); }
+
+namespace {
+
+class CachingAllocator;
+CachingAllocator& allocator();
+void* allocator_alloc(size_t bytes);
+
+struct Runtime {
+  cudaStream_t stream = nullptr;
+  cublasHandle_t blas = nullptr;
+  int sms = 0;
+  void* blas_workspace = nullptr;
+  Runtime() {
+    LATHE_CUDA_CHECK(cudaSetDevice(0));
+    cudaDeviceProp prop{};
+    LATHE_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+    sms = prop.multiProcessorCount;
+    LATHE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    check(cublasCreate(&blas), "cublasCreate");
+    check(cublasSetStream(blas, stream), "cublasSetStream");
+    // Our own workspace, so cuBLAS allocates nothing behind the allocator's back (and graphs can capture it).
+    constexpr size_t kWorkspace = 32u << 20;
+    blas_workspace = allocator_alloc(kWorkspace);
+    check(cublasSetWorkspace(blas, blas_workspace, kWorkspace), "cublasSetWorkspace");
+  }
+};
+
+Runtime& rt() {
+  static Runtime* r = new Runtime();  // never destroyed: kernels may still reference it at exit
+  return *r;
+}
+
+class CachingAllocator {
+ public:
+  void* alloc(size_t bytes) {
+    const size_t size = round(bytes);
+    std::lock_guard<std::mutex> lock(mu_);
+    auto& bin = free_[size];
+    void* p = nullptr;
+    if (!bin.empty()) {
+      p = bin.back();
+      bin.pop_back();
+      cached_ -= size;
+    } else {
+      cudaError_t e = cudaMalloc(&p, size);
+      if (e == cudaErrorMemoryAllocation) {  // give the cached blocks back and try once more
+        cudaGetLastError();
+        release_cached_locked();
+        e = cudaMalloc(&p, size);
+      }
+      if (e != cudaSuccess) {
+        cudaGetLastError();
+        throw Error(ErrorKind::Io, "out of device memory allocating " + std::to_string(bytes) + " bytes (" +
+                                       std::to_string(stats_.reserved_bytes >> 20) + " MiB reserved)");
+      }
+      ++stats_.malloc_calls;
+      stats_.reserved_bytes += size;
+      if (stats_.reserved_bytes > stats_.peak_reserved_bytes) stats_.peak_reserved_bytes = stats_.reserved_bytes;
+    }
+    live_[p] = size;
+    stats_.in_use_bytes += size;
+    if (stats_.in_use_bytes > stats_.peak_in_use_bytes) stats_.peak_in_use_bytes = stats_.in_use_bytes;
+    ++stats_.alloc_requests;
+    return p;
+  }
+
+  void free(void* p) {
+    if (!p) return;
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = live_.find(p);
+    if (it == live_.end()) return;
+    const size_t size = it->second;
+    live_.erase(it);
+    stats_.in_use_bytes -= size;
+    if (capturing_) {  // a graph being captured may write this block on every replay
+      captured_.push_back({p, size});
+      return;
+    }
+    // Stream order makes reuse safe: later kernels on the one stream run after earlier users of the block.
+    free_[size].push_back(p);
+    cached_ += size;
+  }
+
+  void capture_begin() {
+    std::lock_guard<std::mutex> lock(mu_);
+    capturing_ = true;
+  }
+  std::vector<Block> capture_end() {
+    std::lock_guard<std::mutex> lock(mu_);
+    capturing_ = false;
+    return std::move(captured_);
+  }
+  void release(const std::vector<Block>& blocks) {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const Block& b : blocks) {
+      free_[b.size].push_back(b.ptr);
+      cached_ += b.size;
+    }
+  }
+
+  DeviceMemoryStats stats() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return stats_;
+  }
+
+  void release_cached() {
+    std::lock_guard<std::mutex> lock(mu_);
+    release_cached_locked();
+  }
+
+  void reset_peak() {
+    std::lock_guard<std::mutex> lock(mu_);
+    stats_.peak_in_use_bytes = stats_.in_use_bytes;
+    stats_.peak_reserved_bytes = stats_.reserved_bytes;
+  }
+
+ private:
+  static size_t round(size_t b) {
+    if (b == 0) b = 1;
+    if (b < (1u << 20)) return (b + 511) / 512 * 512;
+    return (b + (2u << 20) - 1) / (2u << 20) * (2u << 20);
+  }
+  void release_cached_locked() {
+    cudaStreamSynchronize(rt().stream);
+    for (auto& [size, bin] : free_) {
+      for (void* p : bin) {
+        cudaFree(p);
+        stats_.reserved_bytes -= size;
+      }
+      bin.clear();
+    }
+    cached_ = 0;
+  }
+
+  std::mutex mu_;
+  std::unordered_map<size_t, std::vector<void*>> free_;
+  std::unordered_map<void*, size_t> live_;
+  size_t cached_ = 0;
+  bool capturing_ = false;
+  std::vector<Block> captured_;
+  DeviceMemoryStats stats_;
+};
+
+CachingAllocator& allocator() {
+  static CachingAllocator* a = new CachingAllocator();
+  return *a;
+}
+void* allocator_alloc(size_t bytes) { return allocator().alloc(bytes); }
+
+}  // namespace
+
+void allocator_capture_begin() { allocator().capture_begin(); }
+std::vector<Block> allocator_capture_end() { return allocator().capture_end(); }
+void allocator_release(const std::vector<Block>& blocks) { allocator().release(blocks); }
+
+cudaStream_t stream() { return rt().stream; }
+cublasHandle_t cublas() { return rt().blas; }
+int sm_count() { return rt().sms; }
+
+}  // namespace cuda
+
+bool cuda_available() {
+  static const bool ok = [] {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+      cudaGetLastError();
+      return false;
+    }
+    return n > 0;
+  }();
+  return ok;
+}
+
+void* device_alloc(size_t bytes) {
+  if (!cuda_available()) throw Error(ErrorKind::Unsupported, "--device cuda: no CUDA device is present");
+  cuda::rt();
+  return cuda::allocator().alloc(bytes);
+}
+
+void device_free(void* p) { cuda::allocator().free(p); }
+
+void device_memset_zero(void* p, size_t bytes) { LATHE_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, cuda::stream())); }
+
+void device_copy(void* dst, const void* src, size_t bytes, Device dst_device, Device src_device) {
+  if (bytes == 0) return;
+  cudaStream_t s = cuda::stream();
+  if (dst_device == Device::CUDA && src_device == Device::CUDA) {
+    LATHE_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, s));
+    return;
+  }
+  const cudaMemcpyKind kind = dst_device == Device::CUDA ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost;
+  LATHE_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, kind, s));
+  // The host buffer may be read or freed as soon as we return.
+  LATHE_CUDA_CHECK(cudaStreamSynchronize(s));
+}
+
+void device_synchronize() {
+  if (cuda_available()) LATHE_CUDA_CHECK(cudaStreamSynchronize(cuda::stream()));
+}
+
+DeviceMemoryStats device_memory_stats() { return cuda_available() ? cuda::allocator().stats() : DeviceMemoryStats{}; }
+void device_reset_peak() {
+  if (cuda_available()) cuda::allocator().reset_peak();
+}
+void device_release_cached() {
+  if (cuda_available()) cuda::allocator().release_cached();
+}
+
+}  // namespace lathe

@@ -1,0 +1,20 @@
+// The CUDA runtime lathe uses: one device, one stream that every kernel and copy is ordered on, one cuBLAS
+// handle bound to it, and error checks that turn CUDA failures into lathe::Error.
+#pragma once
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+namespace lathe::cuda {
+
+cudaStream_t stream();
+cublasHandle_t cublas();
+int sm_count();
+
+void check(cudaError_t e, const char* what);
+void check(cublasStatus_t s, const char* what);
+// After a kernel launch: reports a bad configuration (or an earlier asynchronous fault) by name.
+void check_launch(const char* kernel);
+
+}  // namespace lathe::cuda
+
+#define LATHE_CUDA_CHECK(expr) ::lathe::cuda::check((expr), #expr)

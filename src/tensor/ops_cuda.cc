@@ -1,0 +1,220 @@
+// Device dispatch for ops.h: validates device tensors and calls the kernels in tensor/cuda/. Quantized linear
+// layers take the fused GEMV for one row and dequantize-to-scratch + cuBLAS for more rows (prefill).
+#ifdef LATHE_HAVE_CUDA
+#include "tensor/ops_cuda.h"
+
+#include "common/error.h"
+#include "tensor/cuda/kernels.h"
+#include "tensor/device_memory.h"
+
+namespace lathe::gpu {
+namespace {
+
+void require_act(const Tensor& x, const char* op) {
+  if (x.device() != Device::CUDA || (x.dtype() != DType::F32 && x.dtype() != DType::BF16))
+    throw Error(ErrorKind::InvalidArgument, std::string(op) + ": expects F32 or BF16 activations on cuda, got " +
+                                                x.describe() + " on " + device_name(x.device()));
+}
+
+void require_device(const Tensor& t, const char* op) {
+  if (t.defined() && t.device() != Device::CUDA)
+    throw Error(ErrorKind::InvalidArgument,
+                std::string(op) + ": weights are on the cpu but activations on cuda (load the model with device cuda)");
+}
+
+const float* f32_ptr(const Tensor* t, const char* op) {
+  if (!t || !t->defined()) return nullptr;
+  require_device(*t, op);
+  if (t->dtype() != DType::F32 || !t->is_contiguous())
+    throw Error(ErrorKind::Internal, std::string(op) + ": device vectors must be contiguous F32, got " + t->describe());
+  return t->data<float>();
+}
+
+cuda::QuantView view(const QuantizedMatrix& q) {
+  cuda::QuantView v;
+  v.w = q.w.data<uint32_t>();
+  v.scales = q.scales.raw();
+  v.biases = q.biases.raw();
+  v.sb_bf16 = q.scales.dtype() == DType::BF16;
+  if (q.scales.dtype() != q.biases.dtype() || (!v.sb_bf16 && q.scales.dtype() != DType::F32))
+    throw Error(ErrorKind::Internal, "quantized weight: device scales/biases must both be BF16 or F32");
+  v.bits = q.bits;
+  v.group_size = q.group_size;
+  v.rows = q.rows();
+  v.cols = q.cols();
+  v.w_stride = q.w.stride(0);
+  v.sb_stride = q.scales.stride(0);
+  return v;
+}
+
+// Token ids on the device. While a decode step is captured into a graph they come from the step buffer that
+// each replay rewrites (a synchronous upload cannot be captured).
+const int32_t* upload_ids(const std::vector<int32_t>& ids, int64_t vocab, Tensor& holder) {
+  for (int32_t id : ids)
+    if (id < 0 || id >= vocab)
+      throw Error(ErrorKind::InvalidArgument,
+                  "token id " + std::to_string(id) + " is out of range for a vocabulary of " + std::to_string(vocab));
+  if (cuda::capturing()) {
+    LATHE_CHECK(ids.size() == 1, "graph capture: one token per step");
+    return cuda::step_ids();
+  }
+  holder = Tensor::from_ints(ids, {static_cast<int64_t>(ids.size())}).to(Device::CUDA);
+  return holder.data<int32_t>();
+}
+
+}  // namespace
+
+Tensor linear(const Tensor& x_in, const Weight& w, const Tensor* bias, bool f32_out) {
+  require_act(x_in, "linear");
+  const Tensor x = x_in.contiguous();
+  const DType yt = f32_out ? DType::F32 : x.dtype();
+  const int64_t M = x.dim(0), N = w.out_features(), K = w.in_features();
+  Tensor y = Tensor::empty({M, N}, yt, Device::CUDA);
+  const float* b = f32_ptr(bias, "linear bias");
+  if (w.quantized) {
+    require_device(w.q.w, "linear");
+    const cuda::QuantView q = view(w.q);
+    if (M == 1) {
+      cuda::gemv_quantized(q, x.raw(), x.dtype(), y.raw(), yt, b);
+      return y;
+    }
+    // Prefill: dequantize once to the activation type, then a tensor-core GEMM. The scratch block returns to
+    // the allocator's cache and is reused by the next layer of the same shape.
+    Tensor wd = Tensor::empty({N, K}, x.dtype(), Device::CUDA);
+    cuda::dequantize(q, 0, N, wd.raw(), x.dtype());
+    cuda::gemm(x.raw(), wd.raw(), x.dtype(), M, N, K, y.raw(), yt);
+  } else {
+    require_device(w.dense, "linear");
+    if (w.dense.dtype() != x.dtype() || !w.dense.is_contiguous())
+      throw Error(ErrorKind::Internal,
+                  "linear: device weight " + w.dense.describe() + " does not match activations " + x.describe());
+    cuda::gemm(x.raw(), w.dense.raw(), x.dtype(), M, N, K, y.raw(), yt);
+  }
+  if (b) cuda::add_bias(y.raw(), yt, M, N, b);
+  return y;
+}
+
+Tensor embedding(const std::vector<int32_t>& ids, const Weight& table, DType out) {
+  const int64_t n = static_cast<int64_t>(ids.size()), dim = table.in_features();
+  Tensor holder;
+  const int32_t* dev_ids = upload_ids(ids, table.out_features(), holder);
+  Tensor y = Tensor::empty({n, dim}, out, Device::CUDA);
+  if (table.quantized) {
+    cuda::embedding_quantized(view(table.q), dev_ids, n, y.raw(), out);
+  } else {
+    LATHE_CHECK(table.dense.is_contiguous(), "embedding: table must be contiguous");
+    cuda::embedding_dense(table.dense.raw(), table.dense.dtype(), dim, dev_ids, n, y.raw(), out);
+  }
+  return y;
+}
+
+Tensor dequantize(const QuantizedMatrix& q, int64_t row0, int64_t n, DType out) {
+  Tensor y = Tensor::empty({n, q.cols()}, out, Device::CUDA);
+  cuda::dequantize(view(q), row0, n, y.raw(), out);
+  return y;
+}
+
+Tensor rms_norm(const Tensor& x_in, const Tensor& weight, float eps, bool plus_one, DType out_type) {
+  require_act(x_in, "rms_norm");
+  const Tensor x = x_in.contiguous();
+  Tensor out = Tensor::empty(x.shape(), out_type, Device::CUDA);
+  const int64_t D = x.dim(-1);
+  cuda::rms_norm(x.raw(), x.dtype(), out.raw(), out_type, x.numel() / D, D, f32_ptr(&weight, "rms_norm"), eps,
+                 plus_one);
+  return out;
+}
+
+void rope_inplace(Tensor& x, const RopeTable& rope, int64_t pos0) {
+  require_act(x, "rope");
+  LATHE_CHECK(x.ndim() == 3 && x.is_contiguous(), "rope: expects contiguous [T, H, D]");
+  cuda::rope(x.raw(), x.dtype(), x.dim(0), x.dim(1), x.dim(2), rope.inv_freq.data(), rope.dims, rope.attention_scaling,
+             pos0);
+}
+
+Tensor attention(const Tensor& q_in, const Tensor& k, const Tensor& v, const AttentionParams& p) {
+  require_act(q_in, "attention");
+  require_act(k, "attention");
+  require_act(v, "attention");
+  LATHE_CHECK(k.dtype() == q_in.dtype() && v.dtype() == q_in.dtype(), "attention: q/k/v types differ");
+  const Tensor q = q_in.contiguous();
+  Tensor out = Tensor::empty({q.dim(0), q.dim(1), v.dim(2)}, q.dtype(), Device::CUDA);
+  cuda::AttentionArgs a;
+  a.q = q.raw();
+  a.k = k.raw();
+  a.v = v.raw();
+  a.out = out.raw();
+  a.t = q.dtype();
+  a.T = q.dim(0);
+  a.Hq = q.dim(1);
+  a.D = q.dim(2);
+  a.S = k.dim(0);
+  a.Hkv = k.dim(1);
+  a.Dv = v.dim(2);
+  a.q_s0 = q.stride(0);
+  a.q_s1 = q.stride(1);
+  a.k_s0 = k.stride(0);
+  a.k_s1 = k.stride(1);
+  a.v_s0 = v.stride(0);
+  a.v_s1 = v.stride(1);
+  a.scale = p.scale;
+  a.softcap = p.softcap;
+  a.window = p.window;
+  a.causal = p.causal;
+  a.q_pos0 = p.q_pos0;
+  a.k_pos0 = p.k_pos0;
+  Tensor pos;
+  if (p.k_pos) {  // ring-buffer caches: explicit key positions
+    pos = Tensor::empty({a.S}, DType::I64);
+    std::copy(p.k_pos->begin(), p.k_pos->end(), pos.data<int64_t>());
+    pos = pos.to(Device::CUDA);
+    a.k_pos = pos.data<int64_t>();
+  } else {
+    a.delta = cuda::step_delta();  // linear positions: a replayed step shifts them on the device
+  }
+  cuda::attention(a);
+  return out;
+}
+
+Tensor gated(const Tensor& gate, const Tensor& up, bool gelu) {
+  require_act(gate, "gated activation");
+  LATHE_CHECK(gate.dtype() == up.dtype(), "gated activation: types differ");
+  const Tensor g = gate.contiguous(), u = up.contiguous();
+  Tensor out = Tensor::empty(g.shape(), g.dtype(), Device::CUDA);
+  cuda::gated(g.raw(), u.raw(), out.raw(), g.dtype(), g.numel(), gelu ? cuda::Gate::GeluTanh : cuda::Gate::SiLU);
+  return out;
+}
+
+void add_inplace(Tensor& a, const Tensor& b_in) {
+  require_act(a, "add");
+  require_act(b_in, "add");
+  const Tensor b = b_in.contiguous();
+  cuda::add_inplace(a.raw(), a.dtype(), b.raw(), b.dtype(), a.numel());
+}
+
+void scale_inplace(Tensor& x, float s) {
+  require_act(x, "scale");
+  cuda::scale_inplace(x.raw(), x.dtype(), x.numel(), s);
+}
+
+void softcap_inplace(Tensor& x, float cap) {
+  require_act(x, "softcap");
+  cuda::softcap_inplace(x.raw(), x.dtype(), x.numel(), cap);
+}
+
+std::vector<int32_t> argmax_rows(const Tensor& x_in) {
+  require_act(x_in, "argmax");
+  const Tensor x = x_in.contiguous();
+  LATHE_CHECK(x.ndim() == 2, "argmax_rows: expects [rows, cols]");
+  Tensor idx = Tensor::empty({x.dim(0)}, DType::I32, Device::CUDA);
+  cuda::argmax_rows(x.raw(), x.dtype(), x.dim(0), x.dim(1), idx.data<int32_t>());
+  const Tensor host = idx.to(Device::CPU);
+  return std::vector<int32_t>(host.data<int32_t>(), host.data<int32_t>() + x.dim(0));
+}
+
+void copy_rows(void* dst, int64_t dst_row, const void* src_rows, int64_t n, size_t row_bytes) {
+  LATHE_CHECK(row_bytes % 4 == 0, "copy_rows: row size must be a multiple of 4 bytes");
+  cuda::copy_rows(dst, dst_row, src_rows, n, row_bytes);
+}
+
+}  // namespace lathe::gpu
+#endif

@@ -1,0 +1,138 @@
+// CUDA ops against the CPU ops on random inputs: quantized GEMV (one row) and GEMM (several rows) for every
+// bit width and group size, attention (decode with split-KV, prefill, sliding window, softcap, GQA, bf16
+// tensor-core path), and the small row ops.
+#include <cmath>
+
+#include "cuda/cuda_test_util.h"
+#include "tensor/ops.h"
+
+namespace lathe {
+namespace {
+using namespace testing_cuda;
+
+Tensor bf16_tensor(const std::vector<float>& v, const Shape& s) { return Tensor::from_floats(v, s).to(DType::BF16); }
+
+QuantizedMatrix random_quantized(int64_t N, int64_t K, int bits, int gs, uint32_t seed) {
+  QuantizedMatrix q;
+  q.bits = bits;
+  q.group_size = gs;
+  q.w = Tensor::empty({N, K * bits / 32}, DType::U32);
+  std::mt19937 rng(seed);
+  for (int64_t i = 0; i < q.w.numel(); ++i) q.w.data<uint32_t>()[i] = rng();
+  q.scales = bf16_tensor(random_floats(static_cast<size_t>(N * K / gs), seed + 1, 0.001f, 0.02f), {N, K / gs});
+  q.biases = bf16_tensor(random_floats(static_cast<size_t>(N * K / gs), seed + 2, -0.1f, 0.1f), {N, K / gs});
+  return q;
+}
+
+Weight on_device(const QuantizedMatrix& q) {
+  Weight w;
+  w.quantized = true;
+  w.q = q;
+  w.q.w = q.w.to(Device::CUDA);
+  w.q.scales = q.scales.to(Device::CUDA);
+  w.q.biases = q.biases.to(Device::CUDA);
+  return w;
+}
+
+struct QCase {
+  int bits, gs;
+  int64_t M;
+};
+
+class QuantLinear : public ::testing::TestWithParam<QCase> {};
+
+TEST_P(QuantLinear, MatchesCpu) {
+  LATHE_REQUIRE_GPU();
+  const QCase c = GetParam();
+  const int64_t N = 333, K = 1024;  // N not a multiple of the rows per block
+  const QuantizedMatrix q = random_quantized(N, K, c.bits, c.gs, 7);
+  Weight wc;
+  wc.quantized = true;
+  wc.q = q;
+  const Weight wd = on_device(q);
+  const Tensor x = Tensor::from_floats(random_floats(static_cast<size_t>(c.M * K), 11), {c.M, K});
+  const Tensor bias = Tensor::from_floats(random_floats(static_cast<size_t>(N), 12), {N});
+  const Tensor bias_d = bias.to(Device::CUDA);
+  const std::vector<float> ref = linear(x, wc, &bias).to_floats();
+  const std::vector<float> got = linear(x.to(Device::CUDA), wd, &bias_d).to_floats();
+  EXPECT_LE(max_abs_diff(got, ref), 1e-4f * std::max(1.f, max_abs(ref)));
+  // bf16 activations: within bf16 rounding of the inputs.
+  const std::vector<float> got16 = linear(x.to(DType::BF16).to(Device::CUDA), wd, &bias_d, true).to_floats();
+  EXPECT_LE(max_abs_diff(got16, ref), 2e-2f * std::max(1.f, max_abs(ref)));
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, QuantLinear,
+                         ::testing::Values(QCase{4, 32, 1}, QCase{4, 64, 1}, QCase{4, 128, 1}, QCase{8, 32, 1},
+                                           QCase{8, 64, 1}, QCase{8, 128, 1}, QCase{4, 64, 7}, QCase{8, 32, 5}));
+
+struct ACase {
+  int64_t T, S, Hq, Hkv, D, window;
+  float softcap;
+  bool bf16;
+};
+
+class Attention : public ::testing::TestWithParam<ACase> {};
+
+TEST_P(Attention, MatchesCpu) {
+  LATHE_REQUIRE_GPU();
+  const ACase c = GetParam();
+  const Tensor q = Tensor::from_floats(random_floats(static_cast<size_t>(c.T * c.Hq * c.D), 1), {c.T, c.Hq, c.D});
+  // Keys/values as a view into a larger cache buffer, as the KV cache passes them.
+  const Tensor kbuf =
+      Tensor::from_floats(random_floats(static_cast<size_t>((c.S + 5) * c.Hkv * c.D), 2), {c.S + 5, c.Hkv, c.D});
+  const Tensor vbuf =
+      Tensor::from_floats(random_floats(static_cast<size_t>((c.S + 5) * c.Hkv * c.D), 3), {c.S + 5, c.Hkv, c.D});
+  AttentionParams p;
+  p.scale = 1.0f / std::sqrt(static_cast<float>(c.D));
+  p.softcap = c.softcap;
+  p.window = c.window;
+  p.q_pos0 = c.S - c.T;
+  const DType t = c.bf16 ? DType::BF16 : DType::F32;
+  // The reference sees the same rounded inputs.
+  const Tensor qr = q.to(t).to(DType::F32), kr = kbuf.to(t).to(DType::F32), vr = vbuf.to(t).to(DType::F32);
+  const std::vector<float> ref = attention(qr, kr.slice(0, 0, c.S), vr.slice(0, 0, c.S), p).to_floats();
+  const Tensor kd = kbuf.to(t).to(Device::CUDA), vd = vbuf.to(t).to(Device::CUDA);
+  const std::vector<float> got =
+      attention(q.to(t).to(Device::CUDA), kd.slice(0, 0, c.S), vd.slice(0, 0, c.S), p).to_floats();
+  EXPECT_LE(max_abs_diff(got, ref), c.bf16 ? 2e-2f : 1e-5f);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, Attention,
+    ::testing::Values(ACase{1, 1000, 32, 8, 128, 0, 0.f, false},   // decode, split-KV
+                      ACase{1, 1000, 32, 8, 128, 0, 0.f, true},    // decode bf16
+                      ACase{1, 700, 4, 1, 256, 512, 0.f, false},   // sliding window, head 256
+                      ACase{40, 40, 4, 2, 16, 8, 50.f, false},     // fixture-sized, window + softcap
+                      ACase{300, 300, 8, 2, 64, 0, 0.f, false},    // prefill
+                      ACase{600, 600, 8, 2, 128, 0, 0.f, true},    // bf16 prefill (tensor cores)
+                      ACase{333, 333, 8, 8, 64, 100, 30.f, true},  // bf16 prefill, window + softcap
+                      ACase{257, 400, 4, 2, 256, 0, 0.f, true}));  // bf16 chunked prefill after a cache
+
+TEST(CudaOps, RowOpsMatchCpu) {
+  LATHE_REQUIRE_GPU();
+  const int64_t T = 5, H = 4, D = 64;
+  const Tensor x = Tensor::from_floats(random_floats(static_cast<size_t>(T * H * D), 5, -3.f, 3.f), {T, H, D});
+  const Tensor w = Tensor::from_floats(random_floats(static_cast<size_t>(D), 6), {D});
+  const Tensor xd = x.to(Device::CUDA), wd = w.to(Device::CUDA);
+  EXPECT_LE(max_abs_diff(rms_norm(xd, wd, 1e-6f, true).to_floats(), rms_norm(x, w, 1e-6f, true).to_floats()), 1e-5f);
+  RopeTable rope;
+  rope.dims = 48;
+  for (int i = 0; i < 24; ++i) rope.inv_freq.push_back(std::pow(10000.f, -static_cast<float>(2 * i) / 48.f));
+  Tensor xc = x.clone(), xg = x.to(Device::CUDA);
+  rope_inplace(xc, rope, 4000);
+  rope_inplace(xg, rope, 4000);
+  EXPECT_LE(max_abs_diff(xg.to_floats(), xc.to_floats()), 1e-4f);
+  const Tensor u = Tensor::from_floats(random_floats(static_cast<size_t>(T * H * D), 8, -3.f, 3.f), {T, H, D});
+  const Tensor ud = u.to(Device::CUDA);
+  EXPECT_LE(max_abs_diff(silu_mul(xd, ud).to_floats(), silu_mul(x, u).to_floats()), 1e-5f);
+  EXPECT_LE(max_abs_diff(gelu_tanh_mul(xd, ud).to_floats(), gelu_tanh_mul(x, u).to_floats()), 1e-5f);
+  Tensor s = x.clone(), sd = x.to(Device::CUDA);
+  softcap_inplace(s, 2.f);
+  softcap_inplace(sd, 2.f);
+  EXPECT_LE(max_abs_diff(sd.to_floats(), s.to_floats()), 1e-6f);
+  const Tensor rows = x.reshape({T * H, D});
+  EXPECT_EQ(argmax_rows(rows.to(Device::CUDA)), argmax_rows(rows));
+}
+
+}  // namespace
+}  // namespace lathe
