@@ -34,12 +34,17 @@ const std::string& char_for_byte(uint8_t b) { return tables().chars[b]; }
 
 int byte_for_char(char32_t c) { return c < 512 ? tables().bytes[c] : -1; }
 
-std::string encode(std::string_view text) {
+void encode_into(std::string_view text, std::string& out) {
   const Tables& t = tables();
-  std::string out;
-  out.reserve(text.size() * 2);
-  for (char c : text) out += t.chars[static_cast<uint8_t>(c)];
-  return out;
+  out.resize(text.size() * 2);  // every character takes one or two UTF-8 bytes
+  char* p = out.data();
+  for (char c : text) {
+    const std::string& ch = t.chars[static_cast<uint8_t>(c)];
+    p[0] = ch[0];
+    if (ch.size() == 2) p[1] = ch[1];
+    p += ch.size();
+  }
+  out.resize(static_cast<size_t>(p - out.data()));
 }
 
 }  // namespace lathe::byte_level

@@ -1,7 +1,5 @@
 #include "tokenizer/pattern.h"
 
-#include <algorithm>
-
 #include "common/error.h"
 
 namespace lathe {
@@ -28,34 +26,35 @@ Pattern Pattern::regex(const std::string& pattern, const std::string& where) {
   return p;
 }
 
-std::vector<Span> Pattern::spans(std::string_view text) const {
-  std::vector<Span> out;
-  if (text.empty()) return {{0, 0, false}};
+void Pattern::for_each_span(std::string_view text, FunctionRef<void(const Span&)> fn) const {
+  if (text.empty()) {
+    fn(Span{0, 0, false});
+    return;
+  }
   size_t prev = 0;
   auto add_match = [&](size_t b, size_t e) {
-    if (prev != b) out.push_back({prev, b, false});
-    out.push_back({b, e, true});
+    if (prev != b) fn(Span{prev, b, false});
+    fn(Span{b, e, true});
     prev = e;
   };
   if (regex_) {
-    for (const auto& [b, e] : regex_->find_all(text)) add_match(b, e);
+    regex_->for_each_match(text, add_match);
   } else if (!literal_.empty()) {
     for (size_t pos = text.find(literal_); pos != std::string_view::npos; pos = text.find(literal_, prev))
       add_match(pos, pos + literal_.size());
   }
-  if (prev != text.size()) out.push_back({prev, text.size(), false});
-  return out;
+  if (prev != text.size()) fn(Span{prev, text.size(), false});
 }
 
 std::string Pattern::replace_all(std::string_view text, std::string_view content) const {
   std::string out;
   out.reserve(text.size());
-  for (const Span& s : spans(text)) {
+  for_each_span(text, [&](const Span& s) {
     if (s.is_match)
       out.append(content);
     else
       out.append(text.substr(s.begin, s.end - s.begin));
-  }
+  });
   return out;
 }
 
@@ -69,52 +68,49 @@ SplitBehavior parse_split_behavior(const JsonAt& spec) {
   spec.fail("unknown split behavior '" + b + "'");
 }
 
-std::vector<std::string> split_spans(std::string_view text, std::vector<Span> spans, SplitBehavior behavior) {
-  std::vector<Span> merged;
-  merged.reserve(spans.size());
-  bool previous_match = false;
-  switch (behavior) {
+void SpanSplitter::flush() {
+  if (has_pending_ && pending_.end > pending_.begin) emit_(text_.substr(pending_.begin, pending_.end - pending_.begin));
+  has_pending_ = false;
+}
+
+void SpanSplitter::add(Span s) {
+  if (invert_) s.is_match = !s.is_match;
+  const bool previous_match = previous_match_;
+  previous_match_ = s.is_match;
+  switch (behavior_) {
     case SplitBehavior::Removed:
-      for (const Span& s : spans)
-        if (!s.is_match) merged.push_back(s);
-      break;
-    case SplitBehavior::Isolated: merged = std::move(spans); break;
+      if (!s.is_match && s.end > s.begin) emit_(text_.substr(s.begin, s.end - s.begin));
+      return;
+    case SplitBehavior::Isolated:
+      if (s.end > s.begin) emit_(text_.substr(s.begin, s.end - s.begin));
+      return;
     case SplitBehavior::MergedWithPrevious:
       // A delimiter joins the piece before it (only the first of consecutive delimiters does).
-      for (const Span& s : spans) {
-        if (s.is_match && !previous_match && !merged.empty())
-          merged.back().end = s.end;
-        else
-          merged.push_back(s);
-        previous_match = s.is_match;
+      if (s.is_match && !previous_match && has_pending_) {
+        pending_.end = s.end;
+        return;
       }
       break;
     case SplitBehavior::MergedWithNext:
-      for (auto it = spans.rbegin(); it != spans.rend(); ++it) {
-        if (it->is_match && !previous_match && !merged.empty())
-          merged.back().begin = it->begin;
-        else
-          merged.push_back(*it);
-        previous_match = it->is_match;
+      // A delimiter joins the piece after it when that piece is not a delimiter itself.
+      if (has_pending_ && pending_.is_match && !s.is_match) {
+        emit_(text_.substr(pending_.begin, s.end - pending_.begin));
+        has_pending_ = false;
+        return;
       }
-      std::reverse(merged.begin(), merged.end());
       break;
     case SplitBehavior::Contiguous:
-      for (size_t i = 0; i < spans.size(); ++i) {
-        const Span& s = spans[i];
-        if (i > 0 && s.is_match == previous_match)
-          merged.back().end = s.end;
-        else
-          merged.push_back(s);
-        previous_match = s.is_match;
+      if (has_pending_ && pending_.is_match == s.is_match) {
+        pending_.end = s.end;
+        return;
       }
       break;
   }
-  std::vector<std::string> out;
-  out.reserve(merged.size());
-  for (const Span& s : merged)
-    if (s.end > s.begin) out.emplace_back(text.substr(s.begin, s.end - s.begin));
-  return out;
+  flush();
+  pending_ = s;
+  has_pending_ = true;
 }
+
+void SpanSplitter::finish() { flush(); }
 
 }  // namespace lathe

@@ -5,6 +5,7 @@
 #include <string_view>
 #include <vector>
 
+#include "tokenizer/function_ref.h"
 #include "tokenizer/json_at.h"
 #include "tokenizer/regex.h"
 
@@ -23,8 +24,9 @@ class Pattern {
   static Pattern literal(std::string text);
   static Pattern regex(const std::string& pattern, const std::string& where);
 
-  // Matches and the text between them, covering `text` in order (one non-match span for empty text).
-  std::vector<Span> spans(std::string_view text) const;
+  // Calls `fn` with the matches and the text between them, covering `text` in order (one non-match span for
+  // empty text).
+  void for_each_span(std::string_view text, FunctionRef<void(const Span&)> fn) const;
   std::string replace_all(std::string_view text, std::string_view content) const;
 
  private:
@@ -37,7 +39,23 @@ class Pattern {
 enum class SplitBehavior { Removed, Isolated, MergedWithPrevious, MergedWithNext, Contiguous };
 SplitBehavior parse_split_behavior(const JsonAt& spec);
 
-// Applies `behavior` to `spans` and returns the non-empty pieces in order.
-std::vector<std::string> split_spans(std::string_view text, std::vector<Span> spans, SplitBehavior behavior);
+// Applies a split behaviour to spans fed in order, emitting the non-empty pieces as soon as they are final.
+class SpanSplitter {
+ public:
+  SpanSplitter(std::string_view text, SplitBehavior behavior, bool invert, FunctionRef<void(std::string_view)> emit)
+      : text_(text), behavior_(behavior), invert_(invert), emit_(emit) {}
+  void add(Span span);
+  void finish();
+
+ private:
+  void flush();
+  std::string_view text_;
+  SplitBehavior behavior_;
+  bool invert_;
+  FunctionRef<void(std::string_view)> emit_;
+  Span pending_{0, 0, false};
+  bool has_pending_ = false;
+  bool previous_match_ = false;
+};
 
 }  // namespace lathe

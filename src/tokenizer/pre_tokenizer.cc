@@ -2,6 +2,7 @@
 
 #include <functional>
 #include <optional>
+#include <vector>
 
 #include "tokenizer/byte_level.h"
 #include "tokenizer/pattern.h"
@@ -14,44 +15,32 @@ namespace {
 // GPT-2's word regex, used by ByteLevel when use_regex is set.
 constexpr const char* kGpt2Pattern = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
 
-// Applies `fn` to every piece and splices its output in place of the piece.
-void for_each_piece(std::vector<std::string>& pieces,
-                    const std::function<std::vector<std::string>(std::string&, size_t)>& fn) {
-  std::vector<std::string> out;
-  out.reserve(pieces.size());
-  for (size_t i = 0; i < pieces.size(); ++i)
-    for (auto& p : fn(pieces[i], i)) out.push_back(std::move(p));
-  pieces = std::move(out);
-}
-
 // Every character satisfying `pred` is a match of its own.
-std::vector<Span> char_spans(std::string_view text, const std::function<bool(char32_t)>& pred) {
-  std::vector<Span> out;
-  if (text.empty()) return {{0, 0, false}};
+void for_each_char_span(std::string_view text, bool (*pred)(char32_t), FunctionRef<void(const Span&)> fn) {
+  if (text.empty()) {
+    fn(Span{0, 0, false});
+    return;
+  }
   size_t prev = 0, i = 0;
   while (i < text.size()) {
     const size_t b = i;
     if (pred(utf8::next(text, i))) {
-      if (prev != b) out.push_back({prev, b, false});
-      out.push_back({b, i, true});
+      if (prev != b) fn(Span{prev, b, false});
+      fn(Span{b, i, true});
       prev = i;
     }
   }
-  if (prev != text.size()) out.push_back({prev, text.size(), false});
-  return out;
+  if (prev != text.size()) fn(Span{prev, text.size(), false});
 }
 
 class Split : public PreTokenizer {
  public:
   Split(Pattern pattern, SplitBehavior behavior, bool invert)
       : pattern_(std::move(pattern)), behavior_(behavior), invert_(invert) {}
-  void split(std::vector<std::string>& pieces, bool) const override {
-    for_each_piece(pieces, [&](std::string& p, size_t) {
-      std::vector<Span> spans = pattern_.spans(p);
-      if (invert_)
-        for (Span& s : spans) s.is_match = !s.is_match;
-      return split_spans(p, std::move(spans), behavior_);
-    });
+  void split(std::string_view text, bool, WordSink emit) const override {
+    SpanSplitter splitter(text, behavior_, invert_, emit);
+    pattern_.for_each_span(text, [&](const Span& s) { splitter.add(s); });
+    splitter.finish();
   }
 
  private:
@@ -62,33 +51,43 @@ class Split : public PreTokenizer {
 
 class CharClassSplit : public PreTokenizer {
  public:
-  CharClassSplit(std::function<bool(char32_t)> pred, SplitBehavior behavior)
-      : pred_(std::move(pred)), behavior_(behavior) {}
-  void split(std::vector<std::string>& pieces, bool) const override {
-    for_each_piece(pieces, [&](std::string& p, size_t) { return split_spans(p, char_spans(p, pred_), behavior_); });
+  CharClassSplit(bool (*pred)(char32_t), SplitBehavior behavior) : pred_(pred), behavior_(behavior) {}
+  void split(std::string_view text, bool, WordSink emit) const override {
+    SpanSplitter splitter(text, behavior_, false, emit);
+    for_each_char_span(text, pred_, [&](const Span& s) { splitter.add(s); });
+    splitter.finish();
   }
 
  private:
-  std::function<bool(char32_t)> pred_;
+  bool (*pred_)(char32_t);
   SplitBehavior behavior_;
 };
 
 class ByteLevel : public PreTokenizer {
  public:
   ByteLevel(bool add_prefix_space, bool use_regex) : add_prefix_space_(add_prefix_space) {
-    if (use_regex) regex_ = Pattern::regex(kGpt2Pattern, "ByteLevel regex");
+    if (use_regex) regex_.emplace(Pattern::regex(kGpt2Pattern, "ByteLevel regex"));
   }
-  void split(std::vector<std::string>& pieces, bool) const override {
-    for_each_piece(pieces, [&](std::string& p, size_t) {
-      if (add_prefix_space_ && (p.empty() || p[0] != ' ')) p.insert(p.begin(), ' ');
-      std::vector<std::string> words;
-      if (regex_)
-        words = split_spans(p, regex_->spans(p), SplitBehavior::Isolated);
-      else if (!p.empty())
-        words.push_back(std::move(p));
-      for (auto& w : words) w = byte_level::encode(w);
-      return words;
-    });
+  void split(std::string_view text, bool, WordSink emit) const override {
+    std::string prefixed;
+    if (add_prefix_space_ && (text.empty() || text[0] != ' ')) {
+      prefixed.reserve(text.size() + 1);
+      prefixed.push_back(' ');
+      prefixed.append(text);
+      text = prefixed;
+    }
+    std::string mapped;
+    auto emit_mapped = [&](std::string_view word) {
+      byte_level::encode_into(word, mapped);
+      emit(mapped);
+    };
+    if (!regex_) {
+      if (!text.empty()) emit_mapped(text);
+      return;
+    }
+    SpanSplitter splitter(text, SplitBehavior::Isolated, false, emit_mapped);
+    regex_->for_each_span(text, [&](const Span& s) { splitter.add(s); });
+    splitter.finish();
   }
 
  private:
@@ -101,23 +100,28 @@ enum class PrependScheme { Always, Never, First };
 class Metaspace : public PreTokenizer {
  public:
   Metaspace(std::string replacement, PrependScheme scheme, bool split_words)
-      : replacement_(std::move(replacement)), scheme_(scheme), split_(split_words) {}
-  void split(std::vector<std::string>& pieces, bool at_text_start) const override {
-    const Pattern space = Pattern::literal(" ");
-    const Pattern rep = Pattern::literal(replacement_);
-    for_each_piece(pieces, [&](std::string& p, size_t index) {
-      std::string s = space.replace_all(p, replacement_);
-      const bool starts = s.compare(0, replacement_.size(), replacement_) == 0;
-      if (!starts &&
-          (scheme_ == PrependScheme::Always || (scheme_ == PrependScheme::First && index == 0 && at_text_start)))
-        s = replacement_ + s;
-      if (!split_) return s.empty() ? std::vector<std::string>{} : std::vector<std::string>{s};
-      return split_spans(s, rep.spans(s), SplitBehavior::MergedWithNext);
-    });
+      : replacement_(std::move(replacement)),
+        space_(Pattern::literal(" ")),
+        rep_(Pattern::literal(replacement_)),
+        scheme_(scheme),
+        split_(split_words) {}
+  void split(std::string_view text, bool at_text_start, WordSink emit) const override {
+    std::string s = space_.replace_all(text, replacement_);
+    const bool starts = s.compare(0, replacement_.size(), replacement_) == 0;
+    if (!starts && (scheme_ == PrependScheme::Always || (scheme_ == PrependScheme::First && at_text_start)))
+      s = replacement_ + s;
+    if (!split_) {
+      if (!s.empty()) emit(s);
+      return;
+    }
+    SpanSplitter splitter(s, SplitBehavior::MergedWithNext, false, emit);
+    rep_.for_each_span(s, [&](const Span& sp) { splitter.add(sp); });
+    splitter.finish();
   }
 
  private:
   std::string replacement_;
+  Pattern space_, rep_;
   PrependScheme scheme_;
   bool split_;
 };
@@ -125,11 +129,23 @@ class Metaspace : public PreTokenizer {
 class Sequence : public PreTokenizer {
  public:
   explicit Sequence(std::vector<std::unique_ptr<PreTokenizer>> steps) : steps_(std::move(steps)) {}
-  void split(std::vector<std::string>& pieces, bool at_text_start) const override {
-    for (const auto& s : steps_) s->split(pieces, at_text_start);
+  void split(std::string_view text, bool at_text_start, WordSink emit) const override {
+    run(0, text, at_text_start, emit);
   }
 
  private:
+  // Feeds every piece of step k into step k + 1; only the first piece keeps `at_text_start`.
+  void run(size_t k, std::string_view text, bool at_text_start, WordSink emit) const {
+    if (k == steps_.size()) {
+      emit(text);
+      return;
+    }
+    bool first = at_text_start;
+    steps_[k]->split(text, at_text_start, [&](std::string_view piece) {
+      run(k + 1, piece, first, emit);
+      first = false;
+    });
+  }
   std::vector<std::unique_ptr<PreTokenizer>> steps_;
 };
 

@@ -2,18 +2,21 @@
 #pragma once
 #include <memory>
 #include <string>
-#include <vector>
+#include <string_view>
 
+#include "tokenizer/function_ref.h"
 #include "tokenizer/json_at.h"
 
 namespace lathe {
 
+using WordSink = FunctionRef<void(std::string_view)>;
+
 class PreTokenizer {
  public:
   virtual ~PreTokenizer() = default;
-  // Splits each piece further, in place. `at_text_start`: pieces[0] begins at offset 0 of the original input
-  // (Metaspace's prepend_scheme "first" only prepends there).
-  virtual void split(std::vector<std::string>& pieces, bool at_text_start) const = 0;
+  // Splits `text` and passes each word to `emit`, in order. `at_text_start`: `text` begins at offset 0 of the
+  // original input (Metaspace's prepend_scheme "first" only prepends there).
+  virtual void split(std::string_view text, bool at_text_start, WordSink emit) const = 0;
 };
 
 // Builds the pre-tokenizer described by `spec`; null JSON gives nullptr (the whole text is one word).

@@ -32,8 +32,7 @@ Regex::~Regex() {
   if (impl_ && impl_->code) pcre2_code_free(impl_->code);
 }
 
-std::vector<std::pair<size_t, size_t>> Regex::find_all(std::string_view text) const {
-  std::vector<std::pair<size_t, size_t>> out;
+void Regex::for_each_match(std::string_view text, FunctionRef<void(size_t, size_t)> fn) const {
   pcre2_match_data* md = pcre2_match_data_create_from_pattern(impl_->code, nullptr);
   const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
   size_t pos = 0;
@@ -45,7 +44,7 @@ std::vector<std::pair<size_t, size_t>> Regex::find_all(std::string_view text) co
     if (rc < 0) break;
     const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
     const size_t b = ov[0], e = ov[1];
-    out.emplace_back(b, e);
+    fn(b, e);
     if (e > b) {
       pos = e;
     } else {
@@ -54,7 +53,6 @@ std::vector<std::pair<size_t, size_t>> Regex::find_all(std::string_view text) co
     }
   }
   pcre2_match_data_free(md);
-  return out;
 }
 
 }  // namespace lathe

@@ -7,6 +7,8 @@
 #include <utility>
 #include <vector>
 
+#include "tokenizer/function_ref.h"
+
 namespace lathe {
 
 class Regex {
@@ -19,7 +21,7 @@ class Regex {
 
   // Every non-overlapping match, left to right, as [begin, end) byte offsets. An empty match advances one
   // character so the scan always terminates.
-  std::vector<std::pair<size_t, size_t>> find_all(std::string_view text) const;
+  void for_each_match(std::string_view text, FunctionRef<void(size_t begin, size_t end)> fn) const;
 
   const std::string& pattern() const { return pattern_; }
 

@@ -86,10 +86,11 @@ std::unique_ptr<Tokenizer> Tokenizer::from_json(std::string_view tokenizer_json,
 }
 
 void Tokenizer::encode_plain(std::string_view text, bool at_text_start, std::vector<int32_t>& ids) const {
-  std::vector<std::string> words;
-  words.emplace_back(text);
-  if (pre_tokenizer_) pre_tokenizer_->split(words, at_text_start);
-  for (const std::string& w : words) model_->encode_word(w, ids);
+  if (!pre_tokenizer_) {
+    model_->encode_word(text, ids);
+    return;
+  }
+  pre_tokenizer_->split(text, at_text_start, [&](std::string_view word) { model_->encode_word(word, ids); });
 }
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special) const {
