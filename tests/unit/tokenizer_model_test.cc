@@ -20,7 +20,7 @@ json merges_json(const Merges& merges) {
 
 // A character vocabulary (ids in order) plus merge results, with the given extra tokenizer.json members.
 std::unique_ptr<Tokenizer> make(const std::vector<std::string>& chars, const Merges& merge_list,
-                                 json extra = json::object(), json model_extra = json::object()) {
+                                json extra = json::object(), json model_extra = json::object()) {
   const json merges = merges_json(merge_list);
   json vocab = json::object();
   for (const auto& c : chars) vocab[c] = vocab.size();
@@ -75,7 +75,7 @@ TEST(TokenizerBpe, IgnoreMergesTakesWholeWordsFromTheVocabulary) {
 }
 
 TEST(TokenizerBpe, LegacyMergeStringsAndSubwordPrefix) {
-    json doc = json::parse(R"({"model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 2}, "merges": ["a b"]}})");
+  json doc = json::parse(R"({"model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 2}, "merges": ["a b"]}})");
   EXPECT_EQ(Tokenizer::from_json(doc.dump())->encode("ab"), (std::vector<int32_t>{2}));
   // With a continuing-subword prefix, a merge drops the right side's prefix: a + ##b -> ab.
   json prefixed = json::parse(R"({"model": {"type": "BPE", "vocab": {"a": 0, "##b": 1, "##c": 2, "ab": 3},
@@ -84,8 +84,8 @@ TEST(TokenizerBpe, LegacyMergeStringsAndSubwordPrefix) {
 }
 
 json added(int id, const std::string& content, json flags = json::object()) {
-  json t = {{"id", id},         {"content", content}, {"special", false}, {"lstrip", false},
-            {"rstrip", false},  {"single_word", false}, {"normalized", false}};
+  json t = {{"id", id},        {"content", content},   {"special", false},   {"lstrip", false},
+            {"rstrip", false}, {"single_word", false}, {"normalized", false}};
   t.update(flags);
   return t;
 }
@@ -110,9 +110,10 @@ TEST(TokenizerAddedTokens, StripSingleWordAndSpecialHandling) {
 
 TEST(TokenizerAddedTokens, NormalizedTokensMatchAfterNormalization) {
   const Strings chars = {"<", ">", "y", "z"};
-  auto t = make(chars, Merges{},
-                {{"normalizer", {{"type", "Lowercase"}}},
-                 {"added_tokens", {added(50, "<Y>", {{"normalized", false}}), added(51, "<Z>", {{"normalized", true}})}}});
+  auto t =
+      make(chars, Merges{},
+           {{"normalizer", {{"type", "Lowercase"}}},
+            {"added_tokens", {added(50, "<Y>", {{"normalized", false}}), added(51, "<Z>", {{"normalized", true}})}}});
   EXPECT_EQ(t->encode("<Y>"), (std::vector<int32_t>{50}));
   EXPECT_EQ(tokens(*t, "<y>"), (Strings{"<", "y", ">"}));  // raw-matched tokens are case-exact
   EXPECT_EQ(t->encode("<Z>"), (std::vector<int32_t>{51}));

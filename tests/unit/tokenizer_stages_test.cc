@@ -38,11 +38,15 @@ json split(const json& pattern, const char* behavior, bool invert = false) {
 }
 
 TEST(TokenizerNormalizer, UnicodeFormsLowercaseStripPrependReplaceSequence) {
-  EXPECT_EQ(normalize({{"type", "NFC"}}, "e\xCC\x81"), "\xC3\xA9");             // e + combining acute -> é
+  EXPECT_EQ(normalize({{"type", "NFC"}}, "e\xCC\x81"), "\xC3\xA9");  // e + combining acute -> é
   EXPECT_EQ(normalize({{"type", "NFD"}}, "\xC3\xA9"), "e\xCC\x81");
   EXPECT_EQ(normalize({{"type", "NFKC"}}, "\xEF\xAC\x81 \xE2\x91\xA0"), "fi 1");  // ligature fi, circled 1
   EXPECT_EQ(normalize({{"type", "NFKD"}}, "\xEF\xAC\x81\xC3\xA9"), "fie\xCC\x81");
-  EXPECT_EQ(normalize({{"type", "Lowercase"}}, "\xC3\x80" "Bc"), "\xC3\xA0" "bc");  // ÀBc -> àbc
+  EXPECT_EQ(normalize({{"type", "Lowercase"}},
+                      "\xC3\x80"
+                      "Bc"),
+            "\xC3\xA0"
+            "bc");  // ÀBc -> àbc
   EXPECT_EQ(normalize({{"type", "Strip"}, {"strip_left", true}, {"strip_right", false}}, " \t a b \n"), "a b \n");
   EXPECT_EQ(normalize({{"type", "Strip"}, {"strip_left", true}, {"strip_right", true}}, "\xE3\x80\x80x "), "x");
   EXPECT_EQ(normalize({{"type", "Prepend"}, {"prepend", "\xE2\x96\x81"}}, "hi"), "\xE2\x96\x81hi");
@@ -107,8 +111,9 @@ TEST(TokenizerPreTokenizer, DigitsPunctuationWhitespaceSequence) {
   EXPECT_EQ(pre_tokenize({{"type", "Punctuation"}, {"behavior", "Contiguous"}}, "hi!?"), (Words{"hi", "!?"}));
   EXPECT_EQ(pre_tokenize({{"type", "Whitespace"}}, "hi  there!! x"), (Words{"hi", "there", "!!", "x"}));
   EXPECT_EQ(pre_tokenize({{"type", "WhitespaceSplit"}}, " a\tb  c "), (Words{"a", "b", "c"}));
-  const json seq = {{"type", "Sequence"},
-                    {"pretokenizers", {{{"type", "WhitespaceSplit"}}, {{"type", "Digits"}, {"individual_digits", true}}}}};
+  const json seq = {
+      {"type", "Sequence"},
+      {"pretokenizers", {{{"type", "WhitespaceSplit"}}, {{"type", "Digits"}, {"individual_digits", true}}}}};
   EXPECT_EQ(pre_tokenize(seq, "ab12 c3"), (Words{"ab", "1", "2", "c", "3"}));
 }
 
@@ -116,7 +121,7 @@ TEST(TokenizerDecoder, ByteLevelMapsCharactersBackToBytes) {
   const json bl = {{"type", "ByteLevel"}};
   EXPECT_EQ(decode(bl, {"\xC4\xA0hi", "\xC3\x83", "\xC2\xA9"}), " hi\xC3\xA9");
   EXPECT_EQ(decode(bl, {"<|end|>\n", "ok"}), "<|end|>\nok");  // a token outside the table passes as-is
-  EXPECT_EQ(decode(bl, {"\xC3\x83"}), "\xEF\xBF\xBD");          // a lone lead byte becomes U+FFFD
+  EXPECT_EQ(decode(bl, {"\xC3\x83"}), "\xEF\xBF\xBD");        // a lone lead byte becomes U+FFFD
 }
 
 TEST(TokenizerDecoder, ByteFallbackFuseReplaceStripMetaspace) {
@@ -126,9 +131,12 @@ TEST(TokenizerDecoder, ByteFallbackFuseReplaceStripMetaspace) {
                        {{{"type", "Replace"}, {"pattern", {{"String", m}}}, {"content", " "}},
                         {{"type", "ByteFallback"}},
                         {{"type", "Fuse"}}}}};
-  EXPECT_EQ(decode(gemma, {m + "I", m + "saw", "<0xF0>", "<0x9F>", "<0x99>", "<0x82>", "!"}), " I saw\xF0\x9F\x99\x82!");
+  EXPECT_EQ(decode(gemma, {m + "I", m + "saw", "<0xF0>", "<0x9F>", "<0x99>", "<0x82>", "!"}),
+            " I saw\xF0\x9F\x99\x82!");
   // An invalid run becomes one U+FFFD per byte.
-  EXPECT_EQ(decode(gemma, {"a", "<0xF0>", "<0x9F>", "b"}), "a\xEF\xBF\xBD\xEF\xBF\xBD" "b");
+  EXPECT_EQ(decode(gemma, {"a", "<0xF0>", "<0x9F>", "b"}),
+            "a\xEF\xBF\xBD\xEF\xBF\xBD"
+            "b");
   EXPECT_EQ(decode({{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}}, {"  a ", " b"}), " a b");
   EXPECT_EQ(decode({{"type", "Metaspace"}, {"replacement", m}, {"prepend_scheme", "always"}}, {m + "hi", m + "you"}),
             "hi you");
