@@ -2,6 +2,7 @@
 
 #include <unicode/locid.h>
 #include <unicode/normalizer2.h>
+#include <unicode/bytestream.h>
 #include <unicode/uchar.h>
 #include <unicode/unistr.h>
 
@@ -41,13 +42,15 @@ std::string to_utf8(const icu::UnicodeString& u) {
 std::string normalize(std::string_view text, Form form) {
   if (is_ascii(text)) return std::string(text);  // ASCII is invariant under every form
   const icu::Normalizer2* n = instance(form);
-  const auto src = icu::UnicodeString::fromUTF8(icu::StringPiece(text.data(), static_cast<int32_t>(text.size())));
+  const icu::StringPiece piece(text.data(), static_cast<int32_t>(text.size()));
   UErrorCode st = U_ZERO_ERROR;
-  if (n->isNormalized(src, st) && U_SUCCESS(st)) return std::string(text);
+  if (n->isNormalizedUTF8(piece, st) && U_SUCCESS(st)) return std::string(text);  // the common case, no copy
   st = U_ZERO_ERROR;
-  const icu::UnicodeString dst = n->normalize(src, st);
+  std::string out;
+  icu::StringByteSink<std::string> sink(&out, static_cast<int32_t>(text.size()));
+  n->normalizeUTF8(0, piece, sink, nullptr, st);
   if (U_FAILURE(st)) throw Error(ErrorKind::Internal, std::string("ICU normalize: ") + u_errorName(st));
-  return to_utf8(dst);
+  return out;
 }
 
 std::string to_lower(std::string_view text) {
