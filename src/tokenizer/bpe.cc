@@ -45,8 +45,11 @@ Bpe::Bpe(const JsonAt& model) {
   byte_fallback_ = model.boolean_or("byte_fallback", false);
   fuse_unk_ = model.boolean_or("fuse_unk", false);
   ignore_merges_ = model.boolean_or("ignore_merges", false);
-  if (model.has("dropout") && model.at("dropout").value().get<double>() != 0.0)
-    model.at("dropout").unsupported("BPE dropout is not supported");
+  if (model.has("dropout")) {
+    const JsonAt dropout = model.at("dropout");
+    if (!dropout.value().is_number()) dropout.fail("expected a number");
+    if (dropout.value().get<double>() != 0.0) dropout.unsupported("BPE dropout is not supported");
+  }
   if (model.has("unk_token")) {
     const JsonAt unk = model.at("unk_token");
     const auto it = vocab_.find(unk.str());

@@ -45,8 +45,12 @@ SpecialTokensConfig parse_config(std::string_view text) {
   c.eos_token = token_string(j, "eos_token");
   c.pad_token = token_string(j, "pad_token");
   c.unk_token = token_string(j, "unk_token");
-  c.add_bos_token = j.value("add_bos_token", false);
-  c.add_eos_token = j.value("add_eos_token", false);
+  try {
+    c.add_bos_token = j.value("add_bos_token", false);
+    c.add_eos_token = j.value("add_eos_token", false);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(ErrorKind::Corrupt, std::string("tokenizer_config.json: add_bos_token/add_eos_token: ") + e.what());
+  }
   return c;
 }
 

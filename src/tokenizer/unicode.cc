@@ -1,8 +1,8 @@
 #include "tokenizer/unicode.h"
 
+#include <unicode/bytestream.h>
 #include <unicode/locid.h>
 #include <unicode/normalizer2.h>
-#include <unicode/bytestream.h>
 #include <unicode/uchar.h>
 #include <unicode/unistr.h>
 
