@@ -4,6 +4,8 @@ find_package(CLI11 CONFIG REQUIRED)
 find_package(ZLIB REQUIRED)
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)
+# ICU: Unicode normalization (NFC/NFKC/...) and case mapping for the tokenizer.
+find_package(ICU REQUIRED COMPONENTS uc)
 
 add_library(lathe_deps INTERFACE)
-target_link_libraries(lathe_deps INTERFACE nlohmann_json::nlohmann_json CLI11::CLI11 ZLIB::ZLIB PkgConfig::PCRE2)
+target_link_libraries(lathe_deps INTERFACE nlohmann_json::nlohmann_json CLI11::CLI11 ZLIB::ZLIB PkgConfig::PCRE2 ICU::uc)

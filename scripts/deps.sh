@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages lathe builds against (skips what is already there).
 set -euo pipefail
-PKGS=(build-essential cmake pkg-config git nlohmann-json3-dev libcli11-dev libpcre2-dev zlib1g-dev
+PKGS=(build-essential cmake pkg-config git nlohmann-json3-dev libcli11-dev libpcre2-dev libicu-dev zlib1g-dev
       libgtest-dev libgmock-dev libbenchmark-dev clang-format xz-utils)
 missing=()
 for p in "${PKGS[@]}"; do
