@@ -14,5 +14,6 @@ struct Verb {
 
 Verb add_run(CLI::App& app);
 Verb add_synth(CLI::App& app);
+Verb add_template(CLI::App& app);
 
 }  // namespace lathe::cli
