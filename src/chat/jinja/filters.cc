@@ -268,9 +268,10 @@ Value f_round(const Value& in, const CallArgs& args) {
   const Value* precision = args.get(0, "precision");
   const Value* method = args.get(1, "method");
   const double scale = std::pow(10.0, precision ? precision->number() : 0.0);
+  // Python's round() ("common") rounds halves to even, as nearbyint does in the default rounding mode.
   const double x = in.number() * scale;
   const std::string how = method ? method->str() : "common";
-  double r = how == "ceil" ? std::ceil(x) : how == "floor" ? std::floor(x) : std::round(x);
+  double r = how == "ceil" ? std::ceil(x) : how == "floor" ? std::floor(x) : std::nearbyint(x);
   return Value(r / scale);
 }
 

@@ -283,6 +283,7 @@ class Parser {
     list->args.push_back(std::move(first));
     while (is_op(",")) {
       next();
+      if (is_op(")") || peek().kind == TK::BlockEnd || peek().kind == TK::VarEnd) break;  // trailing comma
       list->args.push_back(parse_expression());
     }
     return list;
