@@ -1,11 +1,14 @@
 // Parity with transformers' apply_chat_template: every oracle case renders byte-identical text, or raises
 // where the reference raised.
 #include <ctime>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
 
 #include <gtest/gtest.h>
+#include <unistd.h>
+#include <zlib.h>
 #include <nlohmann/json.hpp>
 
 #include "chat/chat_template.h"
@@ -72,8 +75,28 @@ bool check_case(const ChatTemplate& chat, const json& c, const std::string& wher
   return rendered == expected;
 }
 
+// The real tokenizers' configs are stored gzip-compressed (shared with the tokenizer tests); this loads the
+// template from a scratch checkpoint directory holding the decompressed tokenizer_config.json.
+ChatTemplate from_tokenizer_fixture(const std::string& name) {
+  const std::string dir = kFixtures + "/tokenizers/" + name;
+  if (std::filesystem::exists(dir + "/tokenizer_config.json")) return ChatTemplate::from_dir(dir);
+  gzFile gz = gzopen((dir + "/tokenizer_config.json.gz").c_str(), "rb");
+  EXPECT_NE(gz, nullptr) << dir;
+  std::string text;
+  char buf[1 << 16];
+  int n = 0;
+  while (gz && (n = gzread(gz, buf, sizeof(buf))) > 0) text.append(buf, static_cast<size_t>(n));
+  if (gz) gzclose(gz);
+  const auto scratch = std::filesystem::temp_directory_path() / ("lathe_oracle_" + std::to_string(::getpid()) + name);
+  std::filesystem::create_directories(scratch);
+  std::ofstream(scratch / "tokenizer_config.json", std::ios::binary) << text;
+  ChatTemplate chat = ChatTemplate::from_dir(scratch.string());
+  std::filesystem::remove_all(scratch);
+  return chat;
+}
+
 void check_tokenizer_oracle(const std::string& oracle, const std::string& tokenizer_dir) {
-  const ChatTemplate chat = ChatTemplate::from_dir(kFixtures + "/tokenizers/" + tokenizer_dir);
+  const ChatTemplate chat = from_tokenizer_fixture(tokenizer_dir);
   const json cases = load(kFixtures + "/oracles/" + oracle + ".template.json");
   Tally tally;
   for (size_t i = 0; i < cases.size(); ++i) {

@@ -151,7 +151,7 @@ std::string run_cli(const std::string& args) {
 TEST(TemplateVerb, PrintsThePromptExactly) {
   TempDir dir;
   const std::string messages = dir.write("messages.json", R"([{"role": "user", "content": "Hi!"}])");
-  const std::string tokenizer = std::string(LATHE_FIXTURES_DIR) + "/tokenizers/qwen3-real";
+  const std::string tokenizer = std::string(LATHE_FIXTURES_DIR) + "/tokenizers/bytebpe";  // the real Qwen3 template
   EXPECT_EQ(run_cli("template --tokenizer " + tokenizer + " --messages " + messages + " --add-generation-prompt"),
             "<|im_start|>user\nHi!<|im_end|>\n<|im_start|>assistant\n");
   EXPECT_EQ(run_cli("template --tokenizer " + tokenizer + " --messages " + messages +
