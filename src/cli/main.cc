@@ -14,8 +14,9 @@ int main(int argc, char** argv) {
   int threads = 0;
   app.add_option("--log-level", log_level, "debug|info|warn|error|off")->capture_default_str();
   app.add_option("--threads", threads, "CPU worker threads (default: all cores)");
-  const std::vector<lathe::cli::Verb> verbs = {lathe::cli::add_run(app), lathe::cli::add_synth(app),
-                                               lathe::cli::add_tokenize(app)};
+  const std::vector<lathe::cli::Verb> verbs = {lathe::cli::add_run(app),      lathe::cli::add_synth(app),
+                                               lathe::cli::add_tokenize(app), lathe::cli::add_template(app),
+                                               lathe::cli::add_generate(app), lathe::cli::add_chat(app)};
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

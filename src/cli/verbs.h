@@ -15,5 +15,8 @@ struct Verb {
 Verb add_run(CLI::App& app);
 Verb add_synth(CLI::App& app);
 Verb add_tokenize(CLI::App& app);
+Verb add_template(CLI::App& app);
+Verb add_generate(CLI::App& app);
+Verb add_chat(CLI::App& app);
 
 }  // namespace lathe::cli
