@@ -6,6 +6,7 @@ out=${OUT:-$PWD/out}
 mkdir -p "$out"
 dev=$PWD/.device
 export LATHE_FIXTURES_DIR=$PWD/tests/fixtures
+export LD_LIBRARY_PATH=$dev/lib:${LD_LIBRARY_PATH:-}
 # cuBLAS: the toolkit's, else the one in the image's Python wheels.
 for d in /usr/local/cuda/lib64 $(python3 -c 'import nvidia.cublas, os; print(os.path.dirname(nvidia.cublas.__file__) + "/lib")' 2>/dev/null); do
   [ -d "$d" ] && export LD_LIBRARY_PATH=$d:${LD_LIBRARY_PATH:-}

@@ -5,11 +5,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build-cuda}
-dest=${2:-/work/main/.device}
+# The device tool carries the session's main checkout: from a worktree, pass that checkout's .device/.
+dest=${2:-${LATHE_DEVICE_DIR:-$(pwd)/.device}}
 src_root=$(pwd)
 rm -rf "$dest" && mkdir -p "$dest/bin" "$dest/ctest/tests"
 cp "$build/lathe" "$build/tests/lathe_cuda_tests" "$build/bench/cuda_e2e" "$build/bench/cuda_kernels" "$dest/bin/"
 cp bench/peers/hf_transformers.py scripts/cuda_device.sh "$dest/"
+# Shared libraries from Debian packages the device image lacks (the tokenizer's PCRE2 and ICU).
+mkdir -p "$dest/lib"
+ldd "$build/lathe" | awk '/libpcre2|libicu/ {print $3}' | xargs -r -I{} cp -L {} "$dest/lib/"
 # CTest files reference the build tree by absolute path; cuda_device.sh recreates that path as a link.
 cp "$build/CTestTestfile.cmake" "$dest/ctest/"
 cp "$build"/tests/lathe_cuda_tests* "$dest/ctest/tests/"
