@@ -28,7 +28,7 @@ class JsonAt {
   int64_t integer_or(const char* key, int64_t fallback) const;
 
   [[noreturn]] void fail(const std::string& what) const;         // malformed: ErrorKind::Corrupt
-  [[noreturn]] void unsupported(const std::string& what) const;  // well-formed but not implemented
+  [[noreturn]] void unsupported(const std::string& what) const;  // well-formed but outside what lathe supports
 
  private:
   const nlohmann::json* value_;
