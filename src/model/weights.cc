@@ -42,19 +42,8 @@ Weight WeightBinder::linear(const std::string& module, int64_t out, int64_t in) 
     return w;
   }
   // Quantized: the config must say how.
-  auto spec = config_.quant_for(module);
-  if (!spec)
-    throw Error(ErrorKind::Corrupt,
-                where(sname) + " exists, but config.json has no quantization entry for '" + module + "'");
-  if (!valid_bits(spec->bits))
-    throw Error(ErrorKind::Unsupported, config_.dir + "/config.json: " + std::to_string(spec->bits) +
-                                            "-bit quantization of '" + module + "' is not supported (2, 4 or 8)");
-  if (!valid_group(spec->group_size))
-    throw Error(ErrorKind::Unsupported, config_.dir + "/config.json: group size " + std::to_string(spec->group_size) +
-                                            " of '" + module + "' is not supported (32, 64 or 128)");
-  if (in % spec->group_size != 0)
-    throw Error(ErrorKind::Corrupt, where(sname) + ": input size " + std::to_string(in) +
-                                        " is not a multiple of the group size " + std::to_string(spec->group_size));
+  const QuantSpec spec_value = quant_spec(module, in);
+  const QuantSpec* spec = &spec_value;
   if (!ckpt_.has(bname)) throw Error(ErrorKind::NotFound, ckpt_.dir() + ": missing tensor '" + bname + "'");
   Tensor q = ckpt_.get(wname), s = ckpt_.get(sname), b = ckpt_.get(bname);
   const Shape wshape{out, in * spec->bits / 32}, sshape{out, in / spec->group_size};
