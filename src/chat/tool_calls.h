@@ -1,0 +1,47 @@
+// Tool calls in model output, for the ChatML/Qwen families: `<tool_call>{"name":…,"arguments":…}</tool_call>`
+// and `<tool_call><function=NAME><parameter=K>V</parameter></function></tool_call>`. Parsing happens once the
+// generation ends; while streaming, ToolMarkupGate lets content through until the first tool marker.
+#pragma once
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace lathe {
+
+struct ToolCall {
+  std::string id;         // "call_" + 8 hex digits
+  std::string name;
+  std::string arguments;  // always a JSON object serialised as a string
+};
+
+struct ParsedOutput {
+  std::string content;          // text outside the tool markup (trimmed of surrounding whitespace)
+  std::vector<ToolCall> calls;  // empty when there was no markup or parsing failed
+};
+
+// tools: the request's OpenAI-shaped tools array ([{type:"function", function:{name, parameters}}]), used to
+// reject unknown names and to type <parameter=K> values (string-typed keep raw text, others try JSON first).
+// Any parse error or unknown tool name falls back to the whole text as content with no calls.
+ParsedOutput parse_tool_calls(std::string_view text, const nlohmann::json& tools);
+
+// Streaming gate for content: passes text through until a tool marker (`<tool_call>` or `<function`) starts,
+// then holds everything (a tail that could begin a marker is held until resolved).
+class ToolMarkupGate {
+ public:
+  std::string push(std::string_view text);
+  // End of generation: the held-back tail when no marker ever started (else empty).
+  std::string flush();
+  bool triggered() const { return triggered_; }
+
+ private:
+  bool triggered_ = false;
+  std::string held_;
+};
+
+// Gives every JSON-schema node without a "type" one inferred from enum/const/properties/items/anyOf (default
+// "string"), so templates that read `type` never fail on a missing key. Returns the tools with that applied.
+nlohmann::json normalize_tool_schemas(const nlohmann::json& tools);
+
+}  // namespace lathe
