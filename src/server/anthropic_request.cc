@@ -9,7 +9,7 @@ namespace {
 
 using ojson = nlohmann::ordered_json;
 
-std::string block_text(const nlohmann::json& content, const std::string& field) {
+std::string block_text(const nlohmann::ordered_json& content, const std::string& field) {
   if (content.is_string()) return content.get<std::string>();
   if (content.is_null()) return {};
   if (!content.is_array()) throw invalid_field(field, field + " must be a string or an array of blocks");
@@ -27,7 +27,7 @@ std::string block_text(const nlohmann::json& content, const std::string& field) 
 }
 
 // One Anthropic message may expand to several chat messages (tool results are messages of their own).
-void translate_message(const nlohmann::json& m, const std::string& at, ojson& out) {
+void translate_message(const nlohmann::ordered_json& m, const std::string& at, ojson& out) {
   if (!m.is_object()) throw invalid_field(at, at + " must be an object");
   auto role_it = m.find("role");
   if (role_it == m.end() || !role_it->is_string())
@@ -65,7 +65,7 @@ void translate_message(const nlohmann::json& m, const std::string& at, ojson& ou
       out.push_back(
           {{"role", "tool"},
            {"tool_call_id", id},
-           {"content", block_text(b.contains("content") ? b["content"] : nlohmann::json(), bat + ".content")}});
+           {"content", block_text(b.contains("content") ? b["content"] : nlohmann::ordered_json(), bat + ".content")}});
     } else if (type == "image" || type == "document") {
       throw invalid_field(bat, "the served model does not accept " + type + " blocks");
     }
@@ -80,7 +80,7 @@ void translate_message(const nlohmann::json& m, const std::string& at, ojson& ou
 
 }  // namespace
 
-ChatRequest parse_anthropic_messages(const nlohmann::json& body, const ServerDefaults& defaults) {
+ChatRequest parse_anthropic_messages(const nlohmann::ordered_json& body, const ServerDefaults& defaults) {
   ChatRequest r;
   r.settings = parse_generation_settings(body, defaults, ApiSurface::Anthropic);
   const JsonFields f(body);
@@ -88,25 +88,25 @@ ChatRequest parse_anthropic_messages(const nlohmann::json& body, const ServerDef
     const std::string system = block_text(*s, "system");
     if (!system.empty()) r.messages.push_back({{"role", "system"}, {"content", system}});
   }
-  const nlohmann::json* messages = f.array("messages");
+  const nlohmann::ordered_json* messages = f.array("messages");
   if (!messages || messages->empty()) throw invalid_field("messages", "messages must be a non-empty array");
   for (size_t i = 0; i < messages->size(); ++i)
     translate_message((*messages)[i], "messages[" + std::to_string(i) + "]", r.messages);
 
   bool tools_off = false;
-  if (const nlohmann::json* choice = f.object("tool_choice")) tools_off = choice->value("type", "") == "none";
-  if (const nlohmann::json* tools = f.array("tools"); tools && !tools_off) {
-    nlohmann::json fns = nlohmann::json::array();
+  if (const nlohmann::ordered_json* choice = f.object("tool_choice")) tools_off = choice->value("type", "") == "none";
+  if (const nlohmann::ordered_json* tools = f.array("tools"); tools && !tools_off) {
+    nlohmann::ordered_json fns = nlohmann::ordered_json::array();
     for (const auto& t : *tools) {
       // Server tools (web_search, …) have no input_schema: nothing a local model can run.
       if (!t.is_object() || !t.contains("name") || !t["name"].is_string() || !t.contains("input_schema")) continue;
-      nlohmann::json fn = {{"name", t["name"]}, {"parameters", t["input_schema"]}};
+      nlohmann::ordered_json fn = {{"name", t["name"]}, {"parameters", t["input_schema"]}};
       if (t.contains("description")) fn["description"] = t["description"];
       fns.push_back({{"type", "function"}, {"function", fn}});
     }
     if (!fns.empty()) r.tools = std::move(fns);
   }
-  if (const nlohmann::json* thinking = f.object("thinking"))
+  if (const nlohmann::ordered_json* thinking = f.object("thinking"))
     r.template_kwargs["enable_thinking"] = thinking->value("type", "") == "enabled";
   return r;
 }

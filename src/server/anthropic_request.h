@@ -8,6 +8,6 @@
 
 namespace lathe::server {
 
-ChatRequest parse_anthropic_messages(const nlohmann::json& body, const ServerDefaults& defaults);
+ChatRequest parse_anthropic_messages(const nlohmann::ordered_json& body, const ServerDefaults& defaults);
 
 }  // namespace lathe::server

@@ -12,7 +12,7 @@
 namespace lathe::server {
 namespace {
 
-using json = nlohmann::json;
+using json = nlohmann::ordered_json;
 
 std::string stop_reason(const GenerationOutcome& o, const std::string& stop_sequence) {
   if (o.finish_reason == "tool_calls") return "tool_use";

@@ -39,15 +39,15 @@ std::string anthropic_error_type(int status) {
   }
 }
 
-nlohmann::json openai_error_body(const ApiError& e) {
-  nlohmann::json err = {
+nlohmann::ordered_json openai_error_body(const ApiError& e) {
+  nlohmann::ordered_json err = {
       {"message", e.what()}, {"type", openai_error_type(e.status())}, {"param", nullptr}, {"code", nullptr}};
   if (!e.param().empty()) err["param"] = e.param();
   if (!e.code().empty()) err["code"] = e.code();
   return {{"error", err}};
 }
 
-nlohmann::json anthropic_error_body(const ApiError& e) {
+nlohmann::ordered_json anthropic_error_body(const ApiError& e) {
   return {{"type", "error"}, {"error", {{"type", anthropic_error_type(e.status())}, {"message", e.what()}}}};
 }
 

@@ -34,7 +34,7 @@ ApiError api_error_from(const std::exception& e);
 std::string openai_error_type(int status);
 std::string anthropic_error_type(int status);
 
-nlohmann::json openai_error_body(const ApiError& e);
-nlohmann::json anthropic_error_body(const ApiError& e);
+nlohmann::ordered_json openai_error_body(const ApiError& e);
+nlohmann::ordered_json anthropic_error_body(const ApiError& e);
 
 }  // namespace lathe::server

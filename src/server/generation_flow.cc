@@ -24,7 +24,7 @@ void fit_context(ServerContext& ctx, PreparedGeneration& p) {
   p.settings.max_tokens = static_cast<int>(std::min<int64_t>(p.settings.max_tokens, limit - n));
 }
 
-nlohmann::json token_entry(const Tokenizer& tok, int32_t id, float logprob) {
+nlohmann::ordered_json token_entry(const Tokenizer& tok, int32_t id, float logprob) {
   return {{"id", id}, {"token", tok.id_to_token(id).value_or("")}, {"logprob", logprob}};
 }
 
@@ -39,8 +39,7 @@ PreparedGeneration prepare_chat(ServerContext& ctx, const ChatRequest& request) 
   in.kwargs = ctx.options().chat_template_args.is_object() ? ctx.options().chat_template_args
                                                            : nlohmann::ordered_json::object();
   for (const auto& [k, v] : request.template_kwargs.items()) in.kwargs[k] = v;
-  if (request.tools.is_array() && !request.tools.empty())
-    in.tools = nlohmann::ordered_json(normalize_tool_schemas(request.tools));
+  if (request.tools.is_array() && !request.tools.empty()) in.tools = normalize_tool_schemas(request.tools);
   std::string text;
   try {
     text = tmpl->render(in);
@@ -82,7 +81,7 @@ GenerationOutcome drive(ServerContext& ctx, GenerationJob& job, const PreparedGe
   const auto& eos = ctx.session().eos_ids();
   const Tokenizer& tok = ctx.session().tokenizer();
   const bool want_logprobs = !p.settings.stream && (p.settings.logprobs || p.settings.top_logprobs > 0);
-  nlohmann::json lp_content = nlohmann::json::array();
+  nlohmann::ordered_json lp_content = nlohmann::ordered_json::array();
   std::vector<TokenEvent> events;
   bool finished = false;
   while (!finished) {
@@ -92,8 +91,8 @@ GenerationOutcome drive(ServerContext& ctx, GenerationJob& job, const PreparedGe
       const bool is_eos = e.id >= 0 && std::find(eos.begin(), eos.end(), e.id) != eos.end();
       if (want_logprobs && e.id >= 0 && !is_eos) {
         if (p.settings.top_logprobs > 0 && !e.sample.top.empty()) {
-          nlohmann::json entry = token_entry(tok, e.sample.top[0].id, e.sample.top[0].logprob);
-          nlohmann::json top = nlohmann::json::array();
+          nlohmann::ordered_json entry = token_entry(tok, e.sample.top[0].id, e.sample.top[0].logprob);
+          nlohmann::ordered_json top = nlohmann::ordered_json::array();
           for (const TokenLogprob& t : e.sample.top) top.push_back(token_entry(tok, t.id, t.logprob));
           entry["top_logprobs"] = std::move(top);
           lp_content.push_back(std::move(entry));

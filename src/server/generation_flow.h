@@ -19,7 +19,7 @@ namespace lathe::server {
 // A chat request after surface translation: OpenAI-shaped messages ready for the template.
 struct ChatRequest {
   nlohmann::ordered_json messages = nlohmann::ordered_json::array();
-  nlohmann::json tools;  // null when none, or when tool_choice is "none"
+  nlohmann::ordered_json tools;  // null when none, or when tool_choice is "none"
   nlohmann::ordered_json template_kwargs = nlohmann::ordered_json::object();
   GenerationSettings settings;
 };
@@ -29,14 +29,14 @@ struct PreparedGeneration {
   GenerationSettings settings;
   bool think_tags = false;
   bool start_in_reasoning = false;
-  nlohmann::json tools;
+  nlohmann::ordered_json tools;
 };
 
 struct GenerationOutcome {
   FinalOutput output;
   std::string finish_reason;  // stop | length | tool_calls | cancelled
   int prompt_tokens = 0, completion_tokens = 0, cached_tokens = 0;
-  nlohmann::json logprobs;  // mlx_lm.server's {content:[…]} shape; null when not requested
+  nlohmann::ordered_json logprobs;  // mlx_lm.server's {content:[…]} shape; null when not requested
 };
 
 PreparedGeneration prepare_chat(ServerContext& ctx, const ChatRequest& request);

@@ -14,7 +14,7 @@ constexpr int kMaxTopLogprobs = 11;
 constexpr size_t kMaxStops = 4;
 
 // mlx_lm.server's exact checks and messages, run before anything else.
-void parse_logprobs(const nlohmann::json& body, GenerationSettings& s) {
+void parse_logprobs(const nlohmann::ordered_json& body, GenerationSettings& s) {
   if (auto it = body.find("logprobs"); it != body.end() && !it->is_null()) {
     if (!it->is_boolean()) throw invalid_field("logprobs", "logprobs must be of type bool");
     s.logprobs = it->get<bool>();
@@ -29,7 +29,7 @@ void parse_logprobs(const nlohmann::json& body, GenerationSettings& s) {
   }
 }
 
-void parse_logit_bias(const nlohmann::json& body, SamplingParams& p) {
+void parse_logit_bias(const nlohmann::ordered_json& body, SamplingParams& p) {
   auto it = body.find("logit_bias");
   if (it == body.end() || it->is_null()) return;
   const char* msg = "logit_bias must be a dict of int to float";
@@ -44,7 +44,7 @@ void parse_logit_bias(const nlohmann::json& body, SamplingParams& p) {
   }
 }
 
-std::vector<std::string> parse_stop(const nlohmann::json& body, const char* name) {
+std::vector<std::string> parse_stop(const nlohmann::ordered_json& body, const char* name) {
   std::vector<std::string> out;
   auto it = body.find(name);
   if (it == body.end() || it->is_null()) return out;
@@ -65,7 +65,7 @@ std::vector<std::string> parse_stop(const nlohmann::json& body, const char* name
 
 }  // namespace
 
-GenerationSettings parse_generation_settings(const nlohmann::json& body, const ServerDefaults& defaults,
+GenerationSettings parse_generation_settings(const nlohmann::ordered_json& body, const ServerDefaults& defaults,
                                              ApiSurface surface) {
   GenerationSettings s;
   if (surface == ApiSurface::OpenAI) parse_logprobs(body, s);

@@ -28,7 +28,7 @@ struct GenerationSettings {
 enum class ApiSurface { OpenAI, Anthropic };
 
 // Throws ApiError(400) naming the field for wrong types and out-of-range values.
-GenerationSettings parse_generation_settings(const nlohmann::json& body, const ServerDefaults& defaults,
+GenerationSettings parse_generation_settings(const nlohmann::ordered_json& body, const ServerDefaults& defaults,
                                              ApiSurface surface);
 
 }  // namespace lathe::server

@@ -39,11 +39,11 @@ bool authorized(const httplib::Request& req, const std::string& key) {
 
 }  // namespace
 
-std::string dump_json(const nlohmann::json& j) {
-  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+std::string dump_json(const nlohmann::ordered_json& j) {
+  return j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
 }
 
-void write_json(httplib::Response& res, const nlohmann::json& body, int status) {
+void write_json(httplib::Response& res, const nlohmann::ordered_json& body, int status) {
   res.status = status;
   res.set_content(dump_json(body), "application/json");
 }

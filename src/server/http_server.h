@@ -33,10 +33,10 @@ std::vector<Route> openai_routes(ServerContext& ctx);
 std::vector<Route> anthropic_routes(ServerContext& ctx);
 std::vector<Route> info_routes(ServerContext& ctx);
 
-void write_json(httplib::Response& res, const nlohmann::json& body, int status = 200);
+void write_json(httplib::Response& res, const nlohmann::ordered_json& body, int status = 200);
 void write_error(httplib::Response& res, const ApiError& e, Surface surface);
 // The JSON text of a response body; invalid UTF-8 (never expected) is replaced rather than thrown on.
-std::string dump_json(const nlohmann::json& j);
+std::string dump_json(const nlohmann::ordered_json& j);
 
 class HttpServer {
  public:

@@ -6,7 +6,7 @@
 namespace lathe::server {
 namespace {
 
-using json = nlohmann::json;
+using json = nlohmann::ordered_json;
 
 json model_entry(ServerContext& ctx) {
   return {{"id", ctx.model_id()},

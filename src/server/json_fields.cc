@@ -16,9 +16,10 @@ std::string format_number(double v) {
 
 }  // namespace
 
-JsonFields::JsonFields(const nlohmann::json& object, std::string prefix) : j_(object), prefix_(std::move(prefix)) {}
+JsonFields::JsonFields(const nlohmann::ordered_json& object, std::string prefix)
+    : j_(object), prefix_(std::move(prefix)) {}
 
-const nlohmann::json* JsonFields::get(const char* name) const {
+const nlohmann::ordered_json* JsonFields::get(const char* name) const {
   auto it = j_.find(name);
   if (it == j_.end() || it->is_null()) return nullptr;
   return &*it;
@@ -27,7 +28,7 @@ const nlohmann::json* JsonFields::get(const char* name) const {
 bool JsonFields::has(const char* name) const { return get(name) != nullptr; }
 
 std::optional<double> JsonFields::number(const char* name, double min, double max) const {
-  const nlohmann::json* v = get(name);
+  const nlohmann::ordered_json* v = get(name);
   if (!v) return std::nullopt;
   if (!v->is_number()) throw invalid_field(field(name), field(name) + " must be a number");
   const double x = v->get<double>();
@@ -38,7 +39,7 @@ std::optional<double> JsonFields::number(const char* name, double min, double ma
 }
 
 std::optional<int64_t> JsonFields::integer(const char* name, int64_t min, int64_t max) const {
-  const nlohmann::json* v = get(name);
+  const nlohmann::ordered_json* v = get(name);
   if (!v) return std::nullopt;
   // 3.0 is accepted as 3: JSON has one number type and some clients write integers as floats.
   bool integral = v->is_number_integer();
@@ -56,36 +57,36 @@ std::optional<int64_t> JsonFields::integer(const char* name, int64_t min, int64_
 }
 
 std::optional<bool> JsonFields::boolean(const char* name) const {
-  const nlohmann::json* v = get(name);
+  const nlohmann::ordered_json* v = get(name);
   if (!v) return std::nullopt;
   if (!v->is_boolean()) throw invalid_field(field(name), field(name) + " must be of type bool");
   return v->get<bool>();
 }
 
 std::optional<std::string> JsonFields::string(const char* name) const {
-  const nlohmann::json* v = get(name);
+  const nlohmann::ordered_json* v = get(name);
   if (!v) return std::nullopt;
   if (!v->is_string()) throw invalid_field(field(name), field(name) + " must be a string");
   return v->get<std::string>();
 }
 
-const nlohmann::json* JsonFields::object(const char* name) const {
-  const nlohmann::json* v = get(name);
+const nlohmann::ordered_json* JsonFields::object(const char* name) const {
+  const nlohmann::ordered_json* v = get(name);
   if (v && !v->is_object()) throw invalid_field(field(name), field(name) + " must be an object");
   return v;
 }
 
-const nlohmann::json* JsonFields::array(const char* name) const {
-  const nlohmann::json* v = get(name);
+const nlohmann::ordered_json* JsonFields::array(const char* name) const {
+  const nlohmann::ordered_json* v = get(name);
   if (v && !v->is_array()) throw invalid_field(field(name), field(name) + " must be an array");
   return v;
 }
 
-nlohmann::json parse_json_body(const std::string& body) {
-  nlohmann::json j;
+nlohmann::ordered_json parse_json_body(const std::string& body) {
+  nlohmann::ordered_json j;
   try {
-    j = nlohmann::json::parse(body);
-  } catch (const nlohmann::json::parse_error& e) {
+    j = nlohmann::ordered_json::parse(body);
+  } catch (const nlohmann::ordered_json::parse_error& e) {
     std::string what = e.what();
     // nlohmann prefixes "[json.exception.parse_error.101] "; clients only need the rest.
     if (auto p = what.find("] "); p != std::string::npos) what = what.substr(p + 2);

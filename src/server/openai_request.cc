@@ -11,7 +11,7 @@ namespace {
 
 using ojson = nlohmann::ordered_json;
 
-std::string flatten_parts(const nlohmann::json& parts, const std::string& field) {
+std::string flatten_parts(const nlohmann::ordered_json& parts, const std::string& field) {
   std::string text;
   for (size_t i = 0; i < parts.size(); ++i) {
     const auto& part = parts[i];
@@ -28,7 +28,7 @@ std::string flatten_parts(const nlohmann::json& parts, const std::string& field)
   return text;
 }
 
-ojson parse_tool_calls_field(const nlohmann::json& calls, const std::string& field) {
+ojson parse_tool_calls_field(const nlohmann::ordered_json& calls, const std::string& field) {
   if (!calls.is_array()) throw invalid_field(field, field + " must be an array");
   ojson out = ojson::array();
   for (size_t i = 0; i < calls.size(); ++i) {
@@ -44,7 +44,7 @@ ojson parse_tool_calls_field(const nlohmann::json& calls, const std::string& fie
     if (fn.contains("arguments") && fn["arguments"].is_string()) {
       try {
         call["function"]["arguments"] = ojson::parse(fn["arguments"].get<std::string>());
-      } catch (const nlohmann::json::parse_error&) {
+      } catch (const nlohmann::ordered_json::parse_error&) {
         throw invalid_field(at + ".function.arguments", at + ".function.arguments is not valid JSON");
       }
     }
@@ -53,7 +53,7 @@ ojson parse_tool_calls_field(const nlohmann::json& calls, const std::string& fie
   return out;
 }
 
-ojson parse_messages(const nlohmann::json& body) {
+ojson parse_messages(const nlohmann::ordered_json& body) {
   auto it = body.find("messages");
   if (it == body.end() || it->is_null()) throw invalid_field("messages", "messages is required");
   if (!it->is_array()) throw invalid_field("messages", "messages must be an array");
@@ -88,7 +88,7 @@ ojson parse_messages(const nlohmann::json& body) {
 
 }  // namespace
 
-nlohmann::json validate_tools(const nlohmann::json& tools, const char* field) {
+nlohmann::ordered_json validate_tools(const nlohmann::ordered_json& tools, const char* field) {
   if (!tools.is_array()) throw invalid_field(field, std::string(field) + " must be an array");
   for (size_t i = 0; i < tools.size(); ++i) {
     const std::string at = std::string(field) + "[" + std::to_string(i) + "]";
@@ -101,7 +101,7 @@ nlohmann::json validate_tools(const nlohmann::json& tools, const char* field) {
   return tools;
 }
 
-ChatRequest parse_openai_chat(const nlohmann::json& body, const ServerDefaults& defaults) {
+ChatRequest parse_openai_chat(const nlohmann::ordered_json& body, const ServerDefaults& defaults) {
   ChatRequest r;
   r.settings = parse_generation_settings(body, defaults, ApiSurface::OpenAI);
   r.messages = parse_messages(body);
@@ -117,9 +117,10 @@ ChatRequest parse_openai_chat(const nlohmann::json& body, const ServerDefaults& 
       throw invalid_field("tool_choice", "tool_choice must be none, auto, required or a function");
     }
   }
-  if (const nlohmann::json* tools = f.array("tools"); tools && !tools_off) r.tools = validate_tools(*tools, "tools");
+  if (const nlohmann::ordered_json* tools = f.array("tools"); tools && !tools_off)
+    r.tools = validate_tools(*tools, "tools");
 
-  if (const nlohmann::json* kw = f.object("chat_template_kwargs"))
+  if (const nlohmann::ordered_json* kw = f.object("chat_template_kwargs"))
     for (const auto& [k, v] : kw->items()) r.template_kwargs[k] = v;
   if (auto effort = f.string("reasoning_effort")) {
     static const std::set<std::string> levels = {"none", "minimal", "low", "medium", "high"};

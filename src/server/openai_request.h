@@ -8,9 +8,9 @@
 
 namespace lathe::server {
 
-ChatRequest parse_openai_chat(const nlohmann::json& body, const ServerDefaults& defaults);
+ChatRequest parse_openai_chat(const nlohmann::ordered_json& body, const ServerDefaults& defaults);
 
 // Shared with the Anthropic translation: checks an OpenAI-shaped tools array (400 naming the entry).
-nlohmann::json validate_tools(const nlohmann::json& tools, const char* field);
+nlohmann::ordered_json validate_tools(const nlohmann::ordered_json& tools, const char* field);
 
 }  // namespace lathe::server

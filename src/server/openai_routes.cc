@@ -12,7 +12,7 @@
 namespace lathe::server {
 namespace {
 
-using json = nlohmann::json;
+using json = nlohmann::ordered_json;
 
 json usage_json(const GenerationOutcome& o) {
   return {{"prompt_tokens", o.prompt_tokens},

@@ -2,7 +2,7 @@
 
 namespace lathe::server {
 
-OutputRouter::OutputRouter(bool think_tags, bool start_in_reasoning, nlohmann::json tools)
+OutputRouter::OutputRouter(bool think_tags, bool start_in_reasoning, nlohmann::ordered_json tools)
     : think_tags_(think_tags),
       tools_active_(tools.is_array() && !tools.empty()),
       tools_(std::move(tools)),

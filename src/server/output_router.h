@@ -28,7 +28,7 @@ struct FinalOutput {
 class OutputRouter {
  public:
   // think_tags: split <think> blocks off into reasoning. tools: the request's active tools (null/empty: none).
-  OutputRouter(bool think_tags, bool start_in_reasoning, nlohmann::json tools);
+  OutputRouter(bool think_tags, bool start_in_reasoning, nlohmann::ordered_json tools);
 
   OutputDelta push(std::string_view text);
   // End of generation: the held-back text, including content that was gated for tool parsing but turned out
@@ -41,7 +41,7 @@ class OutputRouter {
 
   bool think_tags_;
   bool tools_active_;
-  nlohmann::json tools_;
+  nlohmann::ordered_json tools_;
   ReasoningSplitter splitter_;
   ToolMarkupGate gate_;
   std::string content_all_;

@@ -6,7 +6,7 @@
 
 namespace lathe::server {
 
-std::string sse_frame(const nlohmann::json& data, const std::string& event) {
+std::string sse_frame(const nlohmann::ordered_json& data, const std::string& event) {
   std::string out;
   if (!event.empty()) out += "event: " + event + "\n";
   out += "data: " + dump_json(data) + "\n\n";

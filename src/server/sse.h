@@ -12,7 +12,7 @@ struct Response;
 namespace lathe::server {
 
 // "data: <json>\n\n", or "event: <name>\ndata: <json>\n\n" when event is given.
-std::string sse_frame(const nlohmann::json& data, const std::string& event = {});
+std::string sse_frame(const nlohmann::ordered_json& data, const std::string& event = {});
 // Writes one frame; false when the client has gone away.
 bool sse_send(httplib::DataSink& sink, const std::string& frame);
 void set_sse_headers(httplib::Response& res);

@@ -26,19 +26,40 @@ std::pair<std::string, std::string> parse_merge(const JsonAt& entry) {
 
 }  // namespace
 
-Bpe::Bpe(const JsonAt& model) {
-  const JsonAt vocab = model.at("vocab");
-  if (!vocab.value().is_object()) vocab.fail("expected an object of token -> id");
-  vocab_.reserve(vocab.value().size());
+namespace {
+
+// The tables from a JSON tree, for documents that did not come through parse_tokenizer_json.
+void tables_from_tree(const JsonAt& model, BpeTables& t) {
+  if (!t.vocab_captured) {
+    const JsonAt vocab = model.at("vocab");
+    if (!vocab.value().is_object()) vocab.fail("expected an object of token -> id");
+    for (const auto& [token, id] : vocab.value().items()) {
+      if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > INT32_MAX)
+        JsonAt(id, vocab.path() + "[\"" + token + "\"]").fail("a token id must be a non-negative integer");
+      t.vocab.emplace_back(token, id.get<int64_t>());
+    }
+  }
+  if (!t.merges_captured) {
+    const JsonAt merges = model.at("merges");
+    const size_t n = merges.size();
+    t.merges.reserve(n);
+    for (size_t i = 0; i < n; ++i) t.merges.push_back(parse_merge(merges.at(i)));
+  }
+}
+
+}  // namespace
+
+Bpe::Bpe(const JsonAt& model, BpeTables tables) {
+  if (!tables.error.empty()) JsonAt(model.value(), tables.error_path).fail(tables.error);
+  tables_from_tree(model, tables);
+  vocab_.reserve(tables.vocab.size());
   int64_t max_id = -1;
-  for (const auto& [token, id] : vocab.value().items()) {
-    if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > INT32_MAX)
-      JsonAt(id, vocab.path() + "[\"" + token + "\"]").fail("a token id must be a non-negative integer");
-    vocab_.emplace(token, static_cast<int32_t>(id.get<int64_t>()));
-    max_id = std::max(max_id, id.get<int64_t>());
+  for (const auto& [token, id] : tables.vocab) {
+    max_id = std::max(max_id, id);
+    vocab_.insert_or_assign(token, static_cast<int32_t>(id));
   }
   id_to_token_.resize(static_cast<size_t>(max_id + 1));
-  for (const auto& [token, id] : vocab_) id_to_token_[id] = token;
+  vocab_.for_each([&](std::string_view token, int32_t id) { id_to_token_[id] = token; });
 
   if (model.has("continuing_subword_prefix")) prefix_ = model.str("continuing_subword_prefix");
   if (model.has("end_of_word_suffix")) suffix_ = model.str("end_of_word_suffix");
@@ -52,40 +73,40 @@ Bpe::Bpe(const JsonAt& model) {
   }
   if (model.has("unk_token")) {
     const JsonAt unk = model.at("unk_token");
-    const auto it = vocab_.find(unk.str());
-    if (it == vocab_.end()) unk.fail("unk_token '" + unk.str() + "' is not in the vocabulary");
-    unk_id_ = it->second;
+    const int32_t* id = vocab_.find(unk.str());
+    if (!id) unk.fail("unk_token '" + unk.str() + "' is not in the vocabulary");
+    unk_id_ = *id;
   }
   for (int b = 0; b < 256; ++b) {
     char name[8];
     std::snprintf(name, sizeof name, "<0x%02X>", b);
-    const auto it = vocab_.find(std::string_view(name));
-    byte_ids_[b] = it == vocab_.end() ? -1 : it->second;
+    const int32_t* id = vocab_.find(std::string_view(name));
+    byte_ids_[b] = id ? *id : -1;
   }
 
-  const JsonAt merges = model.at("merges");
-  const size_t n = merges.size();
-  merges_.reserve(n);
-  for (size_t i = 0; i < n; ++i) {
-    const JsonAt entry = merges.at(i);
-    const auto [a, b] = parse_merge(entry);
-    const auto ia = vocab_.find(a), ib = vocab_.find(b);
-    if (ia == vocab_.end() || ib == vocab_.end())
-      entry.fail("merge token '" + (ia == vocab_.end() ? a : b) + "' is not in the vocabulary");
+  merges_.reserve(tables.merges.size());
+  std::string joined;
+  for (size_t i = 0; i < tables.merges.size(); ++i) {
+    const auto& [a, b] = tables.merges[i];
+    const int32_t *ia = vocab_.find(a), *ib = vocab_.find(b);
+    auto fail = [&](const std::string& what) {
+      JsonAt(model.value(), "model.merges[" + std::to_string(i) + "]").fail(what);
+    };
+    if (!ia || !ib) fail("merge token '" + (!ia ? a : b) + "' is not in the vocabulary");
     const std::string_view tail =
         std::string_view(b).substr(!prefix_.empty() && b.compare(0, prefix_.size(), prefix_) == 0 ? prefix_.size() : 0);
-    std::string joined = a;
+    joined.assign(a);
     joined.append(tail);
-    const auto inew = vocab_.find(joined);
-    if (inew == vocab_.end()) entry.fail("merged token '" + joined + "' is not in the vocabulary");
-    merges_.emplace(pair_key(ia->second, ib->second), Merge{static_cast<int32_t>(i), inew->second});
+    const int32_t* inew = vocab_.find(joined);
+    if (!inew) fail("merged token '" + joined + "' is not in the vocabulary");
+    merges_.insert(pair_key(*ia, *ib), Merge{static_cast<int32_t>(i), *inew});
   }
 }
 
 std::optional<int32_t> Bpe::token_to_id(std::string_view token) const {
-  const auto it = vocab_.find(token);
-  if (it == vocab_.end()) return std::nullopt;
-  return it->second;
+  const int32_t* id = vocab_.find(token);
+  if (!id) return std::nullopt;
+  return *id;
 }
 
 const std::string* Bpe::id_to_token(int32_t id) const {
@@ -96,9 +117,8 @@ const std::string* Bpe::id_to_token(int32_t id) const {
 void Bpe::encode_word(std::string_view word, std::vector<int32_t>& out) const {
   if (word.empty()) return;
   if (ignore_merges_) {
-    const auto it = vocab_.find(word);
-    if (it != vocab_.end()) {
-      out.push_back(it->second);
+    if (const int32_t* id = vocab_.find(word)) {
+      out.push_back(*id);
       return;
     }
   }
@@ -146,8 +166,8 @@ void Bpe::merge_word(std::string_view word, std::vector<int32_t>& out) const {
       if (i == word.size()) piece.append(suffix_);
       ch = piece;
     }
-    if (const auto it = vocab_.find(ch); it != vocab_.end()) {
-      push(it->second);
+    if (const int32_t* id = vocab_.find(ch)) {
+      push(*id);
       last_was_unk = false;
       continue;
     }
@@ -181,8 +201,8 @@ void Bpe::merge_word(std::string_view word, std::vector<int32_t>& out) const {
     if (left < 0) return;
     const int32_t right = symbols[left].next;
     if (right < 0) return;
-    const auto it = merges_.find(pair_key(symbols[left].id, symbols[right].id));
-    if (it != merges_.end()) queue.push({it->second.rank, left, it->second.new_id});
+    if (const Merge* m = merges_.find(pair_key(symbols[left].id, symbols[right].id)))
+      queue.push({m->rank, left, m->new_id});
   };
   for (int32_t k = 0; k + 1 < static_cast<int32_t>(symbols.size()); ++k) consider(k);
   while (!queue.empty()) {
@@ -191,8 +211,8 @@ void Bpe::merge_word(std::string_view word, std::vector<int32_t>& out) const {
     Symbol& left = symbols[c.pos];
     if (!left.alive || left.next < 0) continue;
     const Symbol& right = symbols[left.next];
-    const auto it = merges_.find(pair_key(left.id, right.id));
-    if (it == merges_.end() || it->second.new_id != c.new_id) continue;  // the pair changed since it was queued
+    const Merge* m = merges_.find(pair_key(left.id, right.id));
+    if (!m || m->new_id != c.new_id) continue;  // the pair changed since it was queued
     const int32_t gone = left.next;
     left.id = c.new_id;
     left.next = right.next;

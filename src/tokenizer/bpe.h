@@ -11,7 +11,9 @@
 #include <unordered_map>
 #include <vector>
 
+#include "tokenizer/flat_index.h"
 #include "tokenizer/json_at.h"
+#include "tokenizer/tokenizer_json_reader.h"
 
 namespace lathe {
 
@@ -24,7 +26,9 @@ using TokenMap = std::unordered_map<std::string, int32_t, StringHash, std::equal
 
 class Bpe {
  public:
-  explicit Bpe(const JsonAt& model);  // tokenizer.json "model" with type BPE
+  // tokenizer.json "model" with type BPE; vocab and merges come from `tables` where parse_tokenizer_json lifted
+  // them out, else from the tree.
+  explicit Bpe(const JsonAt& model, BpeTables tables = {});
 
   // Appends the ids of one pre-tokenized word.
   void encode_word(std::string_view word, std::vector<int32_t>& out) const;
@@ -44,9 +48,9 @@ class Bpe {
   }
   void merge_word(std::string_view word, std::vector<int32_t>& out) const;
 
-  TokenMap vocab_;
+  TokenIndex vocab_;
   std::vector<std::string> id_to_token_;
-  std::unordered_map<uint64_t, Merge> merges_;
+  PairIndex<Merge> merges_;
   std::array<int32_t, 256> byte_ids_{};  // "<0xXX>" tokens for byte_fallback, -1 where absent
   std::optional<int32_t> unk_id_;
   std::string prefix_;  // continuing_subword_prefix

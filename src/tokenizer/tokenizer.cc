@@ -64,7 +64,8 @@ std::unique_ptr<Tokenizer> Tokenizer::load(const std::filesystem::path& dir) {
 }
 
 std::unique_ptr<Tokenizer> Tokenizer::from_json(std::string_view tokenizer_json, std::string_view config_json) {
-  const nlohmann::json doc = parse(tokenizer_json, "tokenizer.json");
+  TokenizerJson parsed = parse_tokenizer_json(tokenizer_json);
+  const nlohmann::json& doc = parsed.doc;
   const JsonAt root(doc, "");
   if (!doc.is_object()) root.fail("expected an object");
   std::unique_ptr<Tokenizer> t(new Tokenizer());
@@ -72,7 +73,7 @@ std::unique_ptr<Tokenizer> Tokenizer::from_json(std::string_view tokenizer_json,
   const JsonAt model = root.at("model");
   const std::string type = model.str_or("type", "BPE");
   if (type != "BPE") model.at("type").unsupported("model type '" + type + "' is not supported (only BPE)");
-  t->model_ = std::make_unique<Bpe>(model);
+  t->model_ = std::make_unique<Bpe>(model, std::move(parsed.tables));
 
   const nlohmann::json null_json;
   auto member = [&](const char* key) { return root.has(key) ? root.at(key) : JsonAt(null_json, key); };

@@ -11,7 +11,7 @@
 namespace lathe::server {
 namespace {
 
-using json = nlohmann::json;
+using json = nlohmann::ordered_json;
 
 // The status and field of the ApiError `f` throws (0 and "" when it does not throw).
 template <typename F>

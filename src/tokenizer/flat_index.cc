@@ -1,0 +1,68 @@
+#include "tokenizer/flat_index.h"
+
+#include <cstring>
+
+namespace lathe {
+
+uint64_t TokenIndex::hash(std::string_view s) {
+  // FNV-1a over 8-byte words, then a final mix: tokens are short, so this is a handful of multiplies.
+  uint64_t h = 0xcbf29ce484222325ull ^ s.size();
+  size_t i = 0;
+  for (; i + 8 <= s.size(); i += 8) {
+    uint64_t w;
+    std::memcpy(&w, s.data() + i, 8);
+    h = (h ^ w) * 0x100000001b3ull;
+  }
+  uint64_t tail = 0;
+  std::memcpy(&tail, s.data() + i, s.size() - i);
+  h = (h ^ tail) * 0x100000001b3ull;
+  h ^= h >> 29;
+  h *= 0xbf58476d1ce4e5b9ull;
+  return h ^ (h >> 32);
+}
+
+void TokenIndex::reserve(size_t n) {
+  entries_.reserve(n);
+  arena_.reserve(n * 8);
+  size_t cap = 16;
+  while (cap < n * 2) cap <<= 1;
+  if (cap > slots_.size()) {
+    slots_.assign(cap, -1);
+    mask_ = cap - 1;
+    for (size_t e = 0; e < entries_.size(); ++e) {
+      const std::string_view key = std::string_view(arena_).substr(entries_[e].offset, entries_[e].length);
+      slots_[slot_of(key, hash(key))] = static_cast<int32_t>(e);
+    }
+  }
+}
+
+size_t TokenIndex::slot_of(std::string_view key, uint64_t h) const {
+  for (size_t i = h & mask_;; i = (i + 1) & mask_) {
+    const int32_t e = slots_[i];
+    if (e < 0) return i;
+    const Entry& en = entries_[static_cast<size_t>(e)];
+    if (en.length == key.size() && std::memcmp(arena_.data() + en.offset, key.data(), key.size()) == 0) return i;
+  }
+}
+
+void TokenIndex::grow() { reserve(slots_.empty() ? 8 : slots_.size()); }
+
+void TokenIndex::insert_or_assign(std::string_view key, int32_t id) {
+  if ((entries_.size() + 1) * 2 > slots_.size()) grow();
+  const size_t slot = slot_of(key, hash(key));
+  if (slots_[slot] >= 0) {
+    entries_[static_cast<size_t>(slots_[slot])].id = id;
+    return;
+  }
+  slots_[slot] = static_cast<int32_t>(entries_.size());
+  entries_.push_back(Entry{static_cast<uint32_t>(arena_.size()), static_cast<uint32_t>(key.size()), id});
+  arena_.append(key);
+}
+
+const int32_t* TokenIndex::find(std::string_view key) const {
+  if (slots_.empty()) return nullptr;
+  const int32_t e = slots_[slot_of(key, hash(key))];
+  return e < 0 ? nullptr : &entries_[static_cast<size_t>(e)].id;
+}
+
+}  // namespace lathe

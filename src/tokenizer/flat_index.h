@@ -1,0 +1,92 @@
+// Open-addressing hash tables for the BPE vocabulary (token text → id) and merges (id pair → rank, new id).
+// A real vocabulary has 150k+ entries of each; node-based maps spent most of tokenizer load time allocating
+// and chasing nodes, where these keep everything in a few flat arrays.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace lathe {
+
+class TokenIndex {
+ public:
+  void reserve(size_t n);
+  // Adds or replaces (JSON objects keep the last duplicate key).
+  void insert_or_assign(std::string_view key, int32_t id);
+  const int32_t* find(std::string_view key) const;
+  size_t size() const { return entries_.size(); }
+  template <typename F>
+  void for_each(F f) const {
+    for (const Entry& e : entries_) f(std::string_view(arena_).substr(e.offset, e.length), e.id);
+  }
+
+ private:
+  struct Entry {
+    uint32_t offset, length;
+    int32_t id;
+  };
+  static uint64_t hash(std::string_view s);
+  size_t slot_of(std::string_view key, uint64_t h) const;  // the slot holding key, or the empty slot to use
+  void grow();
+
+  std::string arena_;
+  std::vector<Entry> entries_;
+  std::vector<int32_t> slots_;  // index into entries_, -1 = empty
+  size_t mask_ = 0;
+};
+
+template <typename Value>
+class PairIndex {
+ public:
+  void reserve(size_t n) {
+    size_t cap = 16;
+    while (cap < n * 2) cap <<= 1;
+    if (cap > keys_.size()) rehash(cap);
+  }
+  void insert(uint64_t key, Value v) {  // keeps the first value for a key (lowest merge rank wins)
+    if ((size_ + 1) * 2 > keys_.size()) rehash(keys_.empty() ? 16 : keys_.size() * 2);
+    size_t i = mix(key) & (keys_.size() - 1);
+    while (keys_[i] != kEmpty) {
+      if (keys_[i] == key) return;
+      i = (i + 1) & (keys_.size() - 1);
+    }
+    keys_[i] = key;
+    values_[i] = v;
+    ++size_;
+  }
+  const Value* find(uint64_t key) const {
+    if (keys_.empty()) return nullptr;
+    for (size_t i = mix(key) & (keys_.size() - 1);; i = (i + 1) & (keys_.size() - 1)) {
+      if (keys_[i] == key) return &values_[i];
+      if (keys_[i] == kEmpty) return nullptr;
+    }
+  }
+
+ private:
+  static constexpr uint64_t kEmpty = ~uint64_t{0};  // never a key: ids are non-negative
+  static uint64_t mix(uint64_t x) {
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdull;
+    x ^= x >> 33;
+    return x;
+  }
+  void rehash(size_t cap) {
+    std::vector<uint64_t> keys(cap, kEmpty);
+    std::vector<Value> values(cap);
+    for (size_t j = 0; j < keys_.size(); ++j) {
+      if (keys_[j] == kEmpty) continue;
+      size_t i = mix(keys_[j]) & (cap - 1);
+      while (keys[i] != kEmpty) i = (i + 1) & (cap - 1);
+      keys[i] = keys_[j];
+      values[i] = values_[j];
+    }
+    keys_.swap(keys);
+    values_.swap(values);
+  }
+  std::vector<uint64_t> keys_;
+  std::vector<Value> values_;
+  size_t size_ = 0;
+};
+
+}  // namespace lathe
