@@ -113,7 +113,7 @@ void messages(ServerContext& ctx, const httplib::Request& req, httplib::Response
   const ChatRequest request = parse_anthropic_messages(body, ctx.options().defaults);
   auto prepared = std::make_shared<PreparedGeneration>(prepare_chat(ctx, request));
   const std::string id = "msg_" + random_hex(24);
-  auto job = submit(ctx, *prepared, ctx.next_request_id());
+  auto job = submit(ctx, *prepared, current_request_id());
   const std::string model = ctx.model_id();
 
   if (prepared->settings.stream) {

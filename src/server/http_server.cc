@@ -37,7 +37,11 @@ bool authorized(const httplib::Request& req, const std::string& key) {
   return req.get_header_value("x-api-key") == key;
 }
 
+thread_local std::string t_request_id;
+
 }  // namespace
+
+const std::string& current_request_id() { return t_request_id; }
 
 std::string dump_json(const nlohmann::ordered_json& j) {
   return j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
@@ -86,8 +90,11 @@ void HttpServer::install_routes() {
   });
 
   // One dispatcher per method: exact routes first, then 405 for a known path, else 404.
-  auto dispatch = [routes](const std::string& method) {
-    return [routes, method](const httplib::Request& req, httplib::Response& res) {
+  ServerContext* ctx = &ctx_;
+  auto dispatch = [routes, ctx](const std::string& method) {
+    return [routes, method, ctx](const httplib::Request& req, httplib::Response& res) {
+      t_request_id = ctx->next_request_id();
+      res.set_header("X-Request-Id", t_request_id);
       std::set<std::string> allowed;
       for (const Route& r : *routes) {
         if (!path_matches(r, req.path)) continue;
@@ -98,8 +105,11 @@ void HttpServer::install_routes() {
         try {
           r.handler(req, res);
         } catch (const std::exception& e) {
-          const ApiError err = api_error_from(e);
-          if (err.status() >= 500) log::error(req.path + ": " + err.what());
+          ApiError err = api_error_from(e);
+          if (err.status() >= 500) {
+            log::error("request " + t_request_id + " " + req.path + ": " + err.what());
+            err = ApiError(err.status(), std::string(err.what()) + " (request " + t_request_id + ")");
+          }
           write_error(res, err, surface_of(req.path));
         }
         return;

@@ -35,6 +35,8 @@ std::vector<Route> info_routes(ServerContext& ctx);
 
 void write_json(httplib::Response& res, const nlohmann::ordered_json& body, int status = 200);
 void write_error(httplib::Response& res, const ApiError& e, Surface surface);
+// The id of the request being handled on this thread (also sent back as X-Request-Id and used in logs).
+const std::string& current_request_id();
 // The JSON text of a response body; invalid UTF-8 (never expected) is replaced rather than thrown on.
 std::string dump_json(const nlohmann::ordered_json& j);
 

@@ -46,7 +46,7 @@ Generation start(ServerContext& ctx, PreparedGeneration prepared, const std::str
   g.prepared = std::make_shared<PreparedGeneration>(std::move(prepared));
   g.id = id_prefix + random_hex(24);
   g.created = unix_now();
-  g.job = submit(ctx, *g.prepared, ctx.next_request_id());
+  g.job = submit(ctx, *g.prepared, current_request_id());
   return g;
 }
 
