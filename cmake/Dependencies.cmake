@@ -6,6 +6,8 @@ find_package(PkgConfig REQUIRED)
 pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)
 # ICU: Unicode normalization (NFC/NFKC/...) and case mapping for the tokenizer.
 find_package(ICU REQUIRED COMPONENTS uc)
+# HTTP server for `lathe serve`: Debian ships cpp-httplib split into a header and a shared library.
+pkg_check_modules(HTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib)
 
 add_library(lathe_deps INTERFACE)
-target_link_libraries(lathe_deps INTERFACE nlohmann_json::nlohmann_json CLI11::CLI11 ZLIB::ZLIB PkgConfig::PCRE2 ICU::uc)
+target_link_libraries(lathe_deps INTERFACE nlohmann_json::nlohmann_json CLI11::CLI11 ZLIB::ZLIB PkgConfig::PCRE2 ICU::uc PkgConfig::HTTPLIB)

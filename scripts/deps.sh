@@ -2,7 +2,8 @@
 # Installs the Debian packages lathe builds against (skips what is already there).
 set -euo pipefail
 PKGS=(build-essential cmake pkg-config git nlohmann-json3-dev libcli11-dev libpcre2-dev libicu-dev zlib1g-dev
-      libgtest-dev libgmock-dev libbenchmark-dev clang-format xz-utils)
+      libgtest-dev libgmock-dev libbenchmark-dev clang-format xz-utils
+      libcpp-httplib-dev libssl-dev libbrotli-dev)
 missing=()
 PKGS+=(nodejs npm)  # the server's end-to-end tests drive it with the official SDKs (tests/e2e/node)
 for p in "${PKGS[@]}"; do

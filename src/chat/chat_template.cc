@@ -67,6 +67,7 @@ ChatTemplate::ChatTemplate(const std::vector<std::pair<std::string, std::string>
   for (const auto& [name, source] : named_sources) {
     try {
       templates_.emplace_back(name, jinja::Template(source));
+      source_text_ += source;
     } catch (const Error& e) {
       throw Error(e.kind(), "chat template '" + name + "': " + e.what());
     }

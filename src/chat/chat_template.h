@@ -39,6 +39,8 @@ class ChatTemplate {
   std::string render(const ChatTemplateInput& input) const;
 
   const nlohmann::ordered_json& special_tokens() const { return special_tokens_; }
+  // Every named template's source, concatenated: for feature detection (does it know enable_thinking?).
+  const std::string& source_text() const { return source_text_; }
 
  private:
   // transformers' choice: "tool_use" when tools are given and it exists, else "default", else the first.
@@ -46,6 +48,7 @@ class ChatTemplate {
 
   std::vector<std::pair<std::string, jinja::Template>> templates_;
   nlohmann::ordered_json special_tokens_;
+  std::string source_text_;
 };
 
 // The special-token variables transformers passes to templates, from a parsed tokenizer_config.json:

@@ -18,5 +18,6 @@ Verb add_tokenize(CLI::App& app);
 Verb add_template(CLI::App& app);
 Verb add_generate(CLI::App& app);
 Verb add_chat(CLI::App& app);
+Verb add_serve(CLI::App& app);
 
 }  // namespace lathe::cli

@@ -29,8 +29,10 @@ void add_ids(const nlohmann::json& v, std::vector<int32_t>& out) {
 
 }  // namespace
 
-ChatSession::ChatSession(const std::string& dir) {
-  model_ = load_model(dir);
+ChatSession::ChatSession(const std::string& dir, const LoadOptions& load, const CacheOptions& cache)
+    : dir_(dir), cache_options_(cache) {
+  validate_cache_options(cache);
+  model_ = load_model(dir, load);
   tokenizer_ = Tokenizer::load(dir);
   namespace fs = std::filesystem;
   if (fs::exists(fs::path(dir) / "generation_config.json")) {
@@ -53,7 +55,7 @@ ChatSession::ChatSession(const std::string& dir) {
     if (auto id = tokenizer_->token_to_id(end_of_turn)) eos_.push_back(*id);
   std::sort(eos_.begin(), eos_.end());
   eos_.erase(std::unique(eos_.begin(), eos_.end()), eos_.end());
-  cache_ = model_->make_cache();
+  cache_ = model_->make_cache(cache_options_);
 }
 
 SamplingParams ChatSession::default_sampling() const {
@@ -76,7 +78,10 @@ std::vector<int32_t> ChatSession::chat_prompt(const nlohmann::ordered_json& mess
   in.messages = messages;
   in.add_generation_prompt = true;
   in.kwargs = kwargs;
-  const std::string text = template_->render(in);
+  return encode_chat_text(template_->render(in));
+}
+
+std::vector<int32_t> ChatSession::encode_chat_text(const std::string& text) const {
   std::vector<int32_t> ids = tokenizer_->encode(text, /*add_special=*/false);
   // The template normally writes BOS itself; add it only when the tokenizer wants one and the text lacks it.
   const auto bos = tokenizer_->bos_id();
@@ -90,7 +95,7 @@ std::vector<int32_t> ChatSession::text_prompt(const std::string& text) const {
 }
 
 void ChatSession::reset_cache() {
-  cache_ = model_->make_cache();
+  cache_ = model_->make_cache(cache_options_);
   cached_tokens_.clear();
 }
 
@@ -116,6 +121,7 @@ GenerateResult ChatSession::generate(const std::vector<int32_t>& prompt, const G
   if (o.eos_ids.empty()) o.eos_ids = eos_;
   GenerateResult r = lathe::generate(*model_, cache_, suffix, o, dec, on_token);
   r.prompt_tokens = static_cast<int>(prompt.size());
+  r.cached_tokens = static_cast<int>(common);
   if (r.tokens.empty() && r.finish_reason == "cancelled") {  // stopped mid-prefill: the cache is partial
     reset_cache();
     return r;

@@ -18,7 +18,7 @@ namespace lathe {
 
 class ChatSession {
  public:
-  explicit ChatSession(const std::string& model_dir);
+  explicit ChatSession(const std::string& model_dir, const LoadOptions& load = {}, const CacheOptions& cache = {});
 
   Model& model() { return *model_; }
   const Tokenizer& tokenizer() const { return *tokenizer_; }
@@ -30,6 +30,13 @@ class ChatSession {
   // Renders messages with the chat template (generation prompt added) and tokenizes without adding BOS again.
   std::vector<int32_t> chat_prompt(const nlohmann::ordered_json& messages,
                                    const nlohmann::ordered_json& kwargs = nlohmann::ordered_json::object()) const;
+  // Tokenizes text rendered by the chat template (BOS added only when the tokenizer wants one and it is missing).
+  std::vector<int32_t> encode_chat_text(const std::string& text) const;
+  const ChatTemplate* chat_template() const { return template_ ? &*template_ : nullptr; }
+  const std::string& model_dir() const { return dir_; }
+  // Replaces the checkpoint's chat template (serve --chat-template).
+  void set_chat_template(ChatTemplate t) { template_.emplace(std::move(t)); }
+
   // Plain text with the tokenizer's special tokens (BOS where the tokenizer adds one).
   std::vector<int32_t> text_prompt(const std::string& text) const;
 
@@ -39,11 +46,13 @@ class ChatSession {
   void reset_cache();
 
  private:
+  std::string dir_;
   std::unique_ptr<Model> model_;
   std::unique_ptr<Tokenizer> tokenizer_;
   std::optional<ChatTemplate> template_;
   nlohmann::json generation_config_;
   std::vector<int32_t> eos_;
+  CacheOptions cache_options_;
   CacheList cache_;
   std::vector<int32_t> cached_tokens_;
 };

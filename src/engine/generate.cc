@@ -57,6 +57,7 @@ GenerateResult generate(Model& model, CacheList& cache, const std::vector<int32_
     if (on_token) on_token(tok);
     if (eos || stops.stopped()) {
       res.finish_reason = "stop";
+      res.stop_sequence = stops.matched();
       break;
     }
     if (static_cast<int>(res.tokens.size()) >= opt.max_tokens) {

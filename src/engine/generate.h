@@ -40,7 +40,9 @@ struct GenerateResult {
   std::vector<int32_t> tokens;
   std::string text;
   std::string finish_reason;  // "stop" (EOS or stop string), "length", "cancelled"
+  std::string stop_sequence;  // the stop string that ended generation, if one did
   int prompt_tokens = 0;
+  int cached_tokens = 0;  // prompt tokens whose KV was reused from an earlier request
   double prefill_seconds = 0, decode_seconds = 0, ttft_seconds = 0;
   double prompt_tps() const { return prefill_seconds > 0 ? prompt_tokens / prefill_seconds : 0; }
   double generation_tps() const {

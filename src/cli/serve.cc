@@ -1,0 +1,162 @@
+// lathe serve: the OpenAI- and Anthropic-compatible HTTP server over one loaded model.
+#include <pthread.h>
+
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <thread>
+
+#include <unistd.h>
+
+#include "cli/sampling_flags.h"
+#include "cli/verbs.h"
+#include "common/error.h"
+#include "common/log.h"
+#include "engine/chat_session.h"
+#include "server/http_server.h"
+#include "server/server_context.h"
+
+namespace lathe::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct ServeFlags {
+  std::string model, alias, device = "cpu", dtype = "f32", chat_template, chat_template_args;
+  server::ServeOptions server;
+  std::optional<int> max_tokens;
+  SamplingFlags sampling;
+  int kv_bits = 0, kv_group_size = 64;
+};
+
+// The bundled demo checkpoint: next to the binary (build tree or install), else the source tree it was built from.
+std::string find_demo_model() {
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  std::vector<fs::path> candidates;
+  if (const char* env = std::getenv("LATHE_DEMO_MODEL")) candidates.emplace_back(env);
+  if (!ec) {
+    candidates.push_back(exe.parent_path() / "models/demo");
+    candidates.push_back(exe.parent_path().parent_path() / "models/demo");
+    candidates.push_back(exe.parent_path().parent_path() / "share/lathe/models/demo");
+  }
+#ifdef LATHE_SOURCE_DIR
+  candidates.push_back(fs::path(LATHE_SOURCE_DIR) / "models/demo");
+#endif
+  for (const auto& c : candidates)
+    if (fs::exists(c / "config.json", ec)) return c.string();
+  throw Error(ErrorKind::NotFound, "no --model given and the bundled demo model (models/demo) was not found");
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(ErrorKind::NotFound, "cannot read " + path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+bool is_loopback(const std::string& host) { return host == "127.0.0.1" || host == "localhost" || host == "::1"; }
+
+int run_serve(ServeFlags& f) {
+  const bool demo = f.model.empty();
+  if (demo) f.model = find_demo_model();
+  LoadOptions load;
+  load.device = f.device == "cuda" ? Device::CUDA : Device::CPU;
+  load.dtype = f.dtype == "bf16" ? DType::BF16 : DType::F32;
+  CacheOptions cache;
+  cache.kv_bits = f.kv_bits;
+  cache.kv_group_size = f.kv_group_size;
+  auto session = std::make_unique<ChatSession>(f.model, load, cache);
+  if (!f.chat_template.empty())
+    session->set_chat_template(ChatTemplate(read_file(f.chat_template), session->chat_template()
+                                                                            ? session->chat_template()->special_tokens()
+                                                                            : nlohmann::ordered_json::object()));
+
+  server::ServeOptions o = f.server;
+  o.defaults.sampling = f.sampling.resolve(session->default_sampling());
+  if (f.max_tokens) o.defaults.max_tokens = *f.max_tokens;
+  if (!f.chat_template_args.empty()) {
+    try {
+      o.chat_template_args = nlohmann::ordered_json::parse(f.chat_template_args);
+    } catch (const nlohmann::json::parse_error& e) {
+      throw Error(ErrorKind::InvalidArgument, std::string("--chat-template-args is not valid JSON: ") + e.what());
+    }
+    if (!o.chat_template_args.is_object())
+      throw Error(ErrorKind::InvalidArgument, "--chat-template-args must be a JSON object");
+  }
+  o.model_id = !f.alias.empty() ? f.alias : fs::path(f.model).lexically_normal().filename().string();
+  if (o.model_id.empty()) o.model_id = fs::path(f.model).lexically_normal().parent_path().filename().string();
+
+  // Signals are taken by one thread with sigwait, so every other thread runs with them blocked.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  std::signal(SIGPIPE, SIG_IGN);  // a client closing its socket must not kill the server
+
+  server::ServerContext ctx(o, std::move(session));
+  server::HttpServer http(ctx);
+  const int port = http.bind();
+  if (demo) log::info("no --model given: serving the bundled demo model " + f.model + " (it answers in upper case)");
+  if (!is_loopback(o.host) && o.api_key.empty())
+    log::warn("listening on " + o.host + " without --api-key: anyone who can reach this address can use the model");
+  std::thread stopper([&] {
+    int sig = 0;
+    sigwait(&stop_signals, &sig);
+    log::info("stopping (signal " + std::to_string(sig) + ")");
+    http.stop();
+  });
+  std::fprintf(stderr, "lathe: serving %s (%s) — listening on http://%s:%d\n", o.model_id.c_str(), f.model.c_str(),
+               o.host.c_str(), port);
+  std::fflush(stderr);
+  http.run();
+  pthread_kill(stopper.native_handle(), SIGTERM);  // wakes sigwait when the server stopped on its own
+  stopper.join();
+  return 0;
+}
+
+}  // namespace
+
+Verb add_serve(CLI::App& app) {
+  auto f = std::make_shared<ServeFlags>();
+  CLI::App* cmd = app.add_subcommand("serve", "serve a model over OpenAI- and Anthropic-compatible HTTP APIs");
+  cmd->fallthrough();  // global flags (--log-level, --threads) may follow the verb
+  cmd->add_option("--model", f->model, "checkpoint directory (default: the bundled demo model)");
+  cmd->add_option("--alias", f->alias, "model id reported to clients (default: the directory name)");
+  cmd->add_option("--host", f->server.host, "address to bind")->capture_default_str();
+  cmd->add_option("--port", f->server.port, "port (0 = any free port)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 65535));
+  cmd->add_option("--api-key", f->server.api_key, "require this key (Authorization: Bearer or x-api-key)");
+  cmd->add_option("--device", f->device, "cpu or cuda")->capture_default_str()->check(CLI::IsMember({"cpu", "cuda"}));
+  cmd->add_option("--dtype", f->dtype, "activation type on cuda: f32 or bf16")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"f32", "bf16"}));
+  cmd->add_option("--max-tokens", f->max_tokens, "tokens to generate when a request does not say (default 512)")
+      ->check(CLI::PositiveNumber);
+  f->sampling.add_to(cmd);
+  cmd->add_option("--chat-template", f->chat_template, "Jinja chat template file to use instead of the model's");
+  cmd->add_option("--chat-template-args", f->chat_template_args,
+                  "JSON object of extra template variables, e.g. '{\"enable_thinking\": false}'");
+  cmd->add_option("--kv-bits", f->kv_bits, "store the KV cache quantized to 4 or 8 bits (default: full precision)")
+      ->check(CLI::IsMember({0, 4, 8}));
+  cmd->add_option("--kv-group-size", f->kv_group_size, "group size of the quantized KV cache")
+      ->capture_default_str()
+      ->check(CLI::IsMember({32, 64}));
+  cmd->add_option("--max-body-bytes", f->server.max_body_bytes, "larger request bodies get 413")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--max-queue", f->server.max_queue, "requests waiting for the engine before 429")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  return {cmd, [f] { return run_serve(*f); }};
+}
+
+}  // namespace lathe::cli

@@ -1,0 +1,114 @@
+#include "server/anthropic_request.h"
+
+#include "server/api_error.h"
+#include "server/generation_flow.h"
+#include "server/json_fields.h"
+
+namespace lathe::server {
+namespace {
+
+using ojson = nlohmann::ordered_json;
+
+std::string block_text(const nlohmann::json& content, const std::string& field) {
+  if (content.is_string()) return content.get<std::string>();
+  if (content.is_null()) return {};
+  if (!content.is_array()) throw invalid_field(field, field + " must be a string or an array of blocks");
+  std::string text;
+  for (size_t i = 0; i < content.size(); ++i) {
+    const auto& b = content[i];
+    const std::string at = field + "[" + std::to_string(i) + "]";
+    if (!b.is_object()) throw invalid_field(at, at + " must be an object");
+    if (b.value("type", "") != "text") continue;
+    if (!b.contains("text") || !b["text"].is_string()) throw invalid_field(at + ".text", at + ".text must be a string");
+    if (!text.empty()) text += "\n";
+    text += b["text"].get<std::string>();
+  }
+  return text;
+}
+
+// One Anthropic message may expand to several chat messages (tool results are messages of their own).
+void translate_message(const nlohmann::json& m, const std::string& at, ojson& out) {
+  if (!m.is_object()) throw invalid_field(at, at + " must be an object");
+  auto role_it = m.find("role");
+  if (role_it == m.end() || !role_it->is_string())
+    throw invalid_field(at + ".role", at + ".role must be \"user\" or \"assistant\"");
+  const std::string role = role_it->get<std::string>() == "assistant" ? "assistant" : "user";
+  auto content = m.find("content");
+  if (content == m.end()) throw invalid_field(at + ".content", at + ".content is required");
+  if (content->is_string()) {
+    out.push_back({{"role", role}, {"content", content->get<std::string>()}});
+    return;
+  }
+  if (!content->is_array()) throw invalid_field(at + ".content", at + ".content must be a string or an array");
+  std::string text;
+  ojson calls = ojson::array();
+  for (size_t i = 0; i < content->size(); ++i) {
+    const auto& b = (*content)[i];
+    const std::string bat = at + ".content[" + std::to_string(i) + "]";
+    if (!b.is_object() || !b.contains("type") || !b["type"].is_string())
+      throw invalid_field(bat, bat + " must be a content block with a type");
+    const std::string type = b["type"].get<std::string>();
+    if (type == "text") {
+      if (!b.contains("text") || !b["text"].is_string())
+        throw invalid_field(bat + ".text", bat + ".text must be a string");
+      if (!text.empty()) text += "\n";
+      text += b["text"].get<std::string>();
+    } else if (type == "tool_use") {
+      if (!b.contains("name") || !b["name"].is_string())
+        throw invalid_field(bat + ".name", bat + ".name must be a string");
+      const std::string id =
+          b.contains("id") && b["id"].is_string() ? b["id"].get<std::string>() : "toolu_" + random_hex(12);
+      ojson input = b.contains("input") && b["input"].is_object() ? ojson(b["input"]) : ojson::object();
+      calls.push_back({{"id", id}, {"type", "function"}, {"function", {{"name", b["name"]}, {"arguments", input}}}});
+    } else if (type == "tool_result") {
+      const std::string id = b.value("tool_use_id", "");
+      out.push_back(
+          {{"role", "tool"},
+           {"tool_call_id", id},
+           {"content", block_text(b.contains("content") ? b["content"] : nlohmann::json(), bat + ".content")}});
+    } else if (type == "image" || type == "document") {
+      throw invalid_field(bat, "the served model does not accept " + type + " blocks");
+    }
+    // thinking / redacted_thinking: dropped; the template decides what past reasoning looks like.
+  }
+  if (!text.empty() || !calls.empty()) {
+    ojson msg = {{"role", role}, {"content", text}};
+    if (!calls.empty()) msg["tool_calls"] = std::move(calls);
+    out.push_back(std::move(msg));
+  }
+}
+
+}  // namespace
+
+ChatRequest parse_anthropic_messages(const nlohmann::json& body, const ServerDefaults& defaults) {
+  ChatRequest r;
+  r.settings = parse_generation_settings(body, defaults, ApiSurface::Anthropic);
+  const JsonFields f(body);
+  if (auto s = body.find("system"); s != body.end() && !s->is_null()) {
+    const std::string system = block_text(*s, "system");
+    if (!system.empty()) r.messages.push_back({{"role", "system"}, {"content", system}});
+  }
+  const nlohmann::json* messages = f.array("messages");
+  if (!messages || messages->empty()) throw invalid_field("messages", "messages must be a non-empty array");
+  for (size_t i = 0; i < messages->size(); ++i)
+    translate_message((*messages)[i], "messages[" + std::to_string(i) + "]", r.messages);
+
+  bool tools_off = false;
+  if (const nlohmann::json* choice = f.object("tool_choice")) tools_off = choice->value("type", "") == "none";
+  if (const nlohmann::json* tools = f.array("tools"); tools && !tools_off) {
+    nlohmann::json fns = nlohmann::json::array();
+    for (const auto& t : *tools) {
+      // Server tools (web_search, …) have no input_schema: nothing a local model can run.
+      if (!t.is_object() || !t.contains("name") || !t["name"].is_string() || !t.contains("input_schema")) continue;
+      nlohmann::json fn = {{"name", t["name"]}, {"parameters", t["input_schema"]}};
+      if (t.contains("description")) fn["description"] = t["description"];
+      fns.push_back({{"type", "function"}, {"function", fn}});
+    }
+    if (!fns.empty()) r.tools = std::move(fns);
+  }
+  if (const nlohmann::json* thinking = f.object("thinking"))
+    r.template_kwargs["enable_thinking"] = thinking->value("type", "") == "enabled";
+  return r;
+}
+
+}  // namespace lathe::server

@@ -1,0 +1,131 @@
+#include "server/engine_service.h"
+
+#include "common/log.h"
+#include "server/api_error.h"
+
+namespace lathe::server {
+
+GenerationJob::GenerationJob(std::vector<int32_t> prompt, GenerateOptions options, std::string request_id)
+    : prompt_(std::move(prompt)),
+      options_(std::move(options)),
+      request_id_(std::move(request_id)),
+      received_(Clock::now()) {}
+
+bool GenerationJob::wait(std::vector<TokenEvent>& out, std::chrono::milliseconds timeout) {
+  std::unique_lock lock(mu_);
+  cv_.wait_for(lock, timeout, [&] { return finished_ || !events_.empty(); });
+  while (!events_.empty()) {
+    out.push_back(std::move(events_.front()));
+    events_.pop_front();
+  }
+  return finished_;
+}
+
+void GenerationJob::push(TokenEvent e) {
+  {
+    std::lock_guard lock(mu_);
+    events_.push_back(std::move(e));
+  }
+  cv_.notify_all();
+}
+
+void GenerationJob::finish(GenerateResult r, std::exception_ptr error) {
+  {
+    std::lock_guard lock(mu_);
+    result_ = std::move(r);
+    error_ = error;
+    finished_ = true;
+  }
+  cv_.notify_all();
+}
+
+EngineService::EngineService(ChatSession& session, Metrics& metrics, size_t max_queue)
+    : session_(session), metrics_(metrics), max_queue_(max_queue), thread_([this] { loop(); }) {}
+
+EngineService::~EngineService() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+    for (auto& job : queue_) job->cancel();
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+std::shared_ptr<GenerationJob> EngineService::submit(std::vector<int32_t> prompt, GenerateOptions options,
+                                                     std::string request_id) {
+  auto job = std::make_shared<GenerationJob>(std::move(prompt), std::move(options), std::move(request_id));
+  {
+    std::lock_guard lock(mu_);
+    if (queue_.size() >= max_queue_)
+      throw ApiError(429, "the server is busy: " + std::to_string(queue_.size()) + " requests are queued",
+                     std::string(), "queue_full");
+    queue_.push_back(job);
+    metrics_.set_queue_depth(static_cast<int64_t>(queue_.size()));
+  }
+  metrics_.add_in_flight(1);
+  cv_.notify_one();
+  return job;
+}
+
+size_t EngineService::queued() const {
+  std::lock_guard lock(mu_);
+  return queue_.size();
+}
+
+void EngineService::loop() {
+  for (;;) {
+    std::shared_ptr<GenerationJob> job;
+    {
+      std::unique_lock lock(mu_);
+      cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopping, nothing left
+      job = std::move(queue_.front());
+      queue_.pop_front();
+      metrics_.set_queue_depth(static_cast<int64_t>(queue_.size()));
+    }
+    if (job->cancelled()) {
+      GenerateResult r;
+      r.finish_reason = "cancelled";
+      metrics_.cancelled();
+      job->finish(std::move(r));
+    } else {
+      run(*job);
+    }
+    metrics_.add_in_flight(-1);
+  }
+}
+
+void EngineService::run(GenerationJob& job) {
+  using Clock = GenerationJob::Clock;
+  GenerateOptions opt = job.options_;
+  opt.cancel = &job.cancel_;
+  Clock::time_point last;
+  bool first = true;
+  try {
+    GenerateResult r = session_.generate(job.prompt_, opt, [&](const GeneratedToken& t) {
+      const auto now = Clock::now();
+      if (t.id >= 0) {
+        if (first)
+          metrics_.first_token(std::chrono::duration<double>(now - job.received_).count());
+        else
+          metrics_.inter_token(std::chrono::duration<double>(now - last).count());
+        first = false;
+        last = now;
+      }
+      job.push(TokenEvent{t.id, t.text, t.sample});
+    });
+    metrics_.tokens(job.prompt_.size(), r.tokens.size());
+    if (r.finish_reason == "cancelled") {
+      metrics_.cancelled();
+      log::info("request " + job.request_id_ + ": client went away, generation stopped after " +
+                std::to_string(r.tokens.size()) + " tokens");
+    }
+    job.finish(std::move(r));
+  } catch (const std::exception& e) {
+    log::error("request " + job.request_id_ + ": generation failed: " + e.what());
+    job.finish(GenerateResult{}, std::current_exception());
+  }
+}
+
+}  // namespace lathe::server

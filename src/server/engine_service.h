@@ -1,0 +1,86 @@
+// One engine thread owns the model: generation requests queue FIFO (bounded: a full queue is a 429) and each
+// request streams its tokens back through its own GenerationJob, which the HTTP thread drains. Cancelling a
+// job (client gone) stops it at the next token, or skips it if it is still queued.
+#pragma once
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "engine/chat_session.h"
+#include "server/metrics.h"
+
+namespace lathe::server {
+
+struct TokenEvent {
+  int32_t id = -1;  // -1: text flushed at the end, not tied to a token
+  std::string text;
+  SampleResult sample;
+};
+
+class GenerationJob {
+ public:
+  using Clock = std::chrono::steady_clock;
+  GenerationJob(std::vector<int32_t> prompt, GenerateOptions options, std::string request_id);
+
+  // HTTP side: waits up to `timeout` for events and appends them to `out`. True once the job has finished and
+  // every event has been handed out.
+  bool wait(std::vector<TokenEvent>& out, std::chrono::milliseconds timeout);
+  void cancel() { cancel_.store(true); }
+  bool cancelled() const { return cancel_.load(); }
+  // Valid once wait() returned true.
+  const GenerateResult& result() const { return result_; }
+  std::exception_ptr error() const { return error_; }  // set when the engine failed
+  const std::string& request_id() const { return request_id_; }
+  Clock::time_point received() const { return received_; }
+
+ private:
+  friend class EngineService;
+  void push(TokenEvent e);
+  void finish(GenerateResult r, std::exception_ptr error = nullptr);
+
+  std::vector<int32_t> prompt_;
+  GenerateOptions options_;
+  std::string request_id_;
+  Clock::time_point received_;
+  std::atomic<bool> cancel_{false};
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<TokenEvent> events_;
+  bool finished_ = false;
+  GenerateResult result_;
+  std::exception_ptr error_;
+};
+
+class EngineService {
+ public:
+  EngineService(ChatSession& session, Metrics& metrics, size_t max_queue);
+  ~EngineService();
+  EngineService(const EngineService&) = delete;
+  EngineService& operator=(const EngineService&) = delete;
+
+  // Queues a generation. Throws ApiError(429) when max_queue requests are already waiting.
+  std::shared_ptr<GenerationJob> submit(std::vector<int32_t> prompt, GenerateOptions options, std::string request_id);
+  size_t queued() const;
+
+ private:
+  void loop();
+  void run(GenerationJob& job);
+
+  ChatSession& session_;
+  Metrics& metrics_;
+  size_t max_queue_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::shared_ptr<GenerationJob>> queue_;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
+}  // namespace lathe::server

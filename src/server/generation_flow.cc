@@ -1,0 +1,142 @@
+#include "server/generation_flow.h"
+
+#include <algorithm>
+#include <chrono>
+#include <random>
+
+#include "chat/reasoning_splitter.h"
+#include "chat/tool_calls.h"
+#include "server/api_error.h"
+
+namespace lathe::server {
+namespace {
+
+// Fits the token budget into the model's context; a prompt that already fills it is the client's error.
+void fit_context(ServerContext& ctx, PreparedGeneration& p) {
+  const int64_t limit = ctx.context_length();
+  if (p.prompt.empty()) throw ApiError(400, "the prompt is empty");
+  if (limit <= 0) return;
+  const int64_t n = static_cast<int64_t>(p.prompt.size());
+  if (n >= limit)
+    throw ApiError(400,
+                   "the prompt is " + std::to_string(n) + " tokens; the model's context is " + std::to_string(limit),
+                   "messages", "context_length_exceeded");
+  p.settings.max_tokens = static_cast<int>(std::min<int64_t>(p.settings.max_tokens, limit - n));
+}
+
+nlohmann::json token_entry(const Tokenizer& tok, int32_t id, float logprob) {
+  return {{"id", id}, {"token", tok.id_to_token(id).value_or("")}, {"logprob", logprob}};
+}
+
+}  // namespace
+
+PreparedGeneration prepare_chat(ServerContext& ctx, const ChatRequest& request) {
+  const ChatTemplate* tmpl = ctx.session().chat_template();
+  if (!tmpl) throw ApiError(400, "the served model has no chat template; use /v1/completions");
+  ChatTemplateInput in;
+  in.messages = request.messages;
+  in.add_generation_prompt = true;
+  in.kwargs = ctx.options().chat_template_args.is_object() ? ctx.options().chat_template_args
+                                                           : nlohmann::ordered_json::object();
+  for (const auto& [k, v] : request.template_kwargs.items()) in.kwargs[k] = v;
+  if (request.tools.is_array() && !request.tools.empty())
+    in.tools = nlohmann::ordered_json(normalize_tool_schemas(request.tools));
+  std::string text;
+  try {
+    text = tmpl->render(in);
+  } catch (const std::exception& e) {
+    // The template rejected the conversation (raise_exception, wrong roles): the client's to fix.
+    throw ApiError(400, std::string("prompt build failed: ") + e.what(), "messages");
+  }
+  PreparedGeneration p;
+  p.prompt = ctx.session().encode_chat_text(text);
+  p.settings = request.settings;
+  p.think_tags = ctx.think_tags();
+  p.start_in_reasoning = p.think_tags && prompt_ends_inside_think(text);
+  p.tools = request.tools;
+  fit_context(ctx, p);
+  return p;
+}
+
+PreparedGeneration prepare_completion(ServerContext& ctx, const std::string& prompt, GenerationSettings settings) {
+  PreparedGeneration p;
+  p.prompt = ctx.session().text_prompt(prompt);
+  p.settings = std::move(settings);
+  fit_context(ctx, p);
+  return p;
+}
+
+std::shared_ptr<GenerationJob> submit(ServerContext& ctx, const PreparedGeneration& p, const std::string& request_id) {
+  GenerateOptions o;
+  o.max_tokens = p.settings.max_tokens;
+  o.sampling = p.settings.sampling;
+  o.stop = p.settings.stop;
+  o.top_logprobs = p.settings.top_logprobs;
+  return ctx.engine().submit(p.prompt, std::move(o), request_id);
+}
+
+GenerationOutcome drive(ServerContext& ctx, GenerationJob& job, const PreparedGeneration& p,
+                        const std::function<bool(const OutputDelta&)>& on_delta,
+                        const std::function<bool()>& client_gone) {
+  OutputRouter router(p.think_tags, p.start_in_reasoning, p.tools);
+  const auto& eos = ctx.session().eos_ids();
+  const Tokenizer& tok = ctx.session().tokenizer();
+  const bool want_logprobs = !p.settings.stream && (p.settings.logprobs || p.settings.top_logprobs > 0);
+  nlohmann::json lp_content = nlohmann::json::array();
+  std::vector<TokenEvent> events;
+  bool finished = false;
+  while (!finished) {
+    events.clear();
+    finished = job.wait(events, std::chrono::milliseconds(50));
+    for (const TokenEvent& e : events) {
+      const bool is_eos = e.id >= 0 && std::find(eos.begin(), eos.end(), e.id) != eos.end();
+      if (want_logprobs && e.id >= 0 && !is_eos) {
+        if (p.settings.top_logprobs > 0 && !e.sample.top.empty()) {
+          nlohmann::json entry = token_entry(tok, e.sample.top[0].id, e.sample.top[0].logprob);
+          nlohmann::json top = nlohmann::json::array();
+          for (const TokenLogprob& t : e.sample.top) top.push_back(token_entry(tok, t.id, t.logprob));
+          entry["top_logprobs"] = std::move(top);
+          lp_content.push_back(std::move(entry));
+        } else {
+          lp_content.push_back({{"id", e.id}, {"logprob", e.sample.logprob}});
+        }
+      }
+      if (e.text.empty()) continue;
+      OutputDelta d = router.push(e.text);
+      if (!d.empty() && !on_delta(d)) job.cancel();
+    }
+    if (!finished && !job.cancelled() && client_gone()) job.cancel();
+  }
+  if (job.error()) std::rethrow_exception(job.error());
+  OutputDelta tail = router.finish();
+  if (!tail.empty() && !job.cancelled()) on_delta(tail);
+
+  const GenerateResult& r = job.result();
+  GenerationOutcome out;
+  out.output = router.result();
+  out.prompt_tokens = static_cast<int>(p.prompt.size());
+  out.completion_tokens = static_cast<int>(r.tokens.size());
+  out.cached_tokens = r.cached_tokens;
+  if (r.finish_reason == "cancelled" || job.cancelled())
+    out.finish_reason = "cancelled";
+  else if (!out.output.tool_calls.empty())
+    out.finish_reason = "tool_calls";
+  else
+    out.finish_reason = r.finish_reason;
+  if (want_logprobs && !lp_content.empty()) out.logprobs = {{"content", std::move(lp_content)}};
+  return out;
+}
+
+std::string random_hex(size_t n) {
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  static const char* digits = "0123456789abcdef";
+  std::string s(n, '0');
+  for (char& c : s) c = digits[rng() & 15];
+  return s;
+}
+
+int64_t unix_now() {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace lathe::server

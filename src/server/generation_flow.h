@@ -1,0 +1,58 @@
+// The surface-independent path of a generation request: render + tokenize (in the HTTP thread), queue on the
+// engine, then drain tokens into reasoning/content deltas, logprobs and a final outcome. OpenAI and Anthropic
+// routes differ only in how they translate requests in and results out.
+#pragma once
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "server/engine_service.h"
+#include "server/generation_settings.h"
+#include "server/output_router.h"
+#include "server/server_context.h"
+
+namespace lathe::server {
+
+// A chat request after surface translation: OpenAI-shaped messages ready for the template.
+struct ChatRequest {
+  nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+  nlohmann::json tools;  // null when none, or when tool_choice is "none"
+  nlohmann::ordered_json template_kwargs = nlohmann::ordered_json::object();
+  GenerationSettings settings;
+};
+
+struct PreparedGeneration {
+  std::vector<int32_t> prompt;
+  GenerationSettings settings;
+  bool think_tags = false;
+  bool start_in_reasoning = false;
+  nlohmann::json tools;
+};
+
+struct GenerationOutcome {
+  FinalOutput output;
+  std::string finish_reason;  // stop | length | tool_calls | cancelled
+  int prompt_tokens = 0, completion_tokens = 0, cached_tokens = 0;
+  nlohmann::json logprobs;  // mlx_lm.server's {content:[…]} shape; null when not requested
+};
+
+PreparedGeneration prepare_chat(ServerContext& ctx, const ChatRequest& request);
+PreparedGeneration prepare_completion(ServerContext& ctx, const std::string& prompt, GenerationSettings settings);
+
+std::shared_ptr<GenerationJob> submit(ServerContext& ctx, const PreparedGeneration& prepared,
+                                      const std::string& request_id);
+
+// Drains the job: on_delta gets each streamable piece (returning false cancels: the client is gone);
+// client_gone is polled while waiting. Rethrows an engine failure.
+GenerationOutcome drive(ServerContext& ctx, GenerationJob& job, const PreparedGeneration& prepared,
+                        const std::function<bool(const OutputDelta&)>& on_delta,
+                        const std::function<bool()>& client_gone);
+
+// Random lowercase hex of n digits, for response and tool-call ids.
+std::string random_hex(size_t n);
+int64_t unix_now();
+
+}  // namespace lathe::server

@@ -1,0 +1,111 @@
+#include "server/generation_settings.h"
+
+#include <cerrno>
+#include <cstdlib>
+
+#include "server/api_error.h"
+#include "server/json_fields.h"
+
+namespace lathe::server {
+namespace {
+
+constexpr int64_t kMaxTokensLimit = 1 << 20;
+constexpr int kMaxTopLogprobs = 11;
+constexpr size_t kMaxStops = 4;
+
+// mlx_lm.server's exact checks and messages, run before anything else.
+void parse_logprobs(const nlohmann::json& body, GenerationSettings& s) {
+  if (auto it = body.find("logprobs"); it != body.end() && !it->is_null()) {
+    if (!it->is_boolean()) throw invalid_field("logprobs", "logprobs must be of type bool");
+    s.logprobs = it->get<bool>();
+  }
+  if (auto it = body.find("top_logprobs"); it != body.end() && !it->is_null()) {
+    if (!it->is_number_integer()) throw invalid_field("top_logprobs", "top_logprobs must be of type int");
+    const int64_t k = it->get<int64_t>();
+    if (k == -1) return;  // mlx_lm.server's "unset"
+    if (k < 0) throw invalid_field("top_logprobs", "top_logprobs must be at least 0");
+    if (k > kMaxTopLogprobs) throw invalid_field("top_logprobs", "top_logprobs must be at most 11");
+    s.top_logprobs = static_cast<int>(k);
+  }
+}
+
+void parse_logit_bias(const nlohmann::json& body, SamplingParams& p) {
+  auto it = body.find("logit_bias");
+  if (it == body.end() || it->is_null()) return;
+  const char* msg = "logit_bias must be a dict of int to float";
+  if (!it->is_object()) throw invalid_field("logit_bias", msg);
+  for (const auto& [key, value] : it->items()) {
+    errno = 0;
+    char* end = nullptr;
+    const long id = std::strtol(key.c_str(), &end, 10);
+    if (key.empty() || *end != '\0' || errno != 0 || id < 0 || id > INT32_MAX || !value.is_number())
+      throw invalid_field("logit_bias", msg);
+    p.logit_bias[static_cast<int32_t>(id)] = value.get<float>();
+  }
+}
+
+std::vector<std::string> parse_stop(const nlohmann::json& body, const char* name) {
+  std::vector<std::string> out;
+  auto it = body.find(name);
+  if (it == body.end() || it->is_null()) return out;
+  const std::string field = name;
+  if (it->is_string()) {
+    if (!it->get<std::string>().empty()) out.push_back(it->get<std::string>());
+    return out;
+  }
+  if (!it->is_array()) throw invalid_field(field, field + " must be a string or an array of strings");
+  for (const auto& s : *it) {
+    if (!s.is_string()) throw invalid_field(field, field + " must be a string or an array of strings");
+    if (!s.get<std::string>().empty()) out.push_back(s.get<std::string>());
+  }
+  if (it->size() > kMaxStops && name == std::string("stop"))
+    throw invalid_field(field, "stop accepts at most 4 sequences");
+  return out;
+}
+
+}  // namespace
+
+GenerationSettings parse_generation_settings(const nlohmann::json& body, const ServerDefaults& defaults,
+                                             ApiSurface surface) {
+  GenerationSettings s;
+  if (surface == ApiSurface::OpenAI) parse_logprobs(body, s);
+  const JsonFields f(body);
+  s.stream = f.boolean("stream").value_or(false);
+  s.max_tokens = defaults.max_tokens;
+  if (surface == ApiSurface::Anthropic) {
+    if (!f.has("max_tokens")) throw invalid_field("max_tokens", "max_tokens: field required");
+    s.max_tokens = static_cast<int>(*f.integer("max_tokens", 1, kMaxTokensLimit));
+  } else if (auto n = f.integer("max_completion_tokens", 1, kMaxTokensLimit)) {
+    f.integer("max_tokens", 1, kMaxTokensLimit);  // still type-checked
+    s.max_tokens = static_cast<int>(*n);
+  } else if (auto m = f.integer("max_tokens", 1, kMaxTokensLimit)) {
+    s.max_tokens = static_cast<int>(*m);
+  }
+  if (auto n = f.integer("n", 1, 1); n && *n != 1) throw invalid_field("n", "n must be 1");
+
+  SamplingParams& p = s.sampling;
+  p = defaults.sampling;
+  if (auto v = f.number("temperature", 0, 100)) p.temperature = static_cast<float>(*v);
+  if (auto v = f.number("top_p", 0, 1)) p.top_p = static_cast<float>(*v);
+  if (auto v = f.integer("top_k", 0, 1 << 24)) p.top_k = static_cast<int>(*v);
+  if (auto v = f.number("min_p", 0, 1)) p.min_p = static_cast<float>(*v);
+  if (auto v = f.number("xtc_probability", 0, 1)) p.xtc_probability = static_cast<float>(*v);
+  if (auto v = f.number("xtc_threshold", 0, 0.5)) p.xtc_threshold = static_cast<float>(*v);
+  if (auto v = f.number("repetition_penalty", 1e-6, 100)) p.repetition_penalty = static_cast<float>(*v);
+  if (auto v = f.integer("repetition_context_size", 0, 1 << 24)) p.repetition_context_size = static_cast<int>(*v);
+  if (auto v = f.number("presence_penalty", -2, 2)) p.presence_penalty = static_cast<float>(*v);
+  if (auto v = f.integer("presence_context_size", 0, 1 << 24)) p.presence_context_size = static_cast<int>(*v);
+  if (auto v = f.number("frequency_penalty", -2, 2)) p.frequency_penalty = static_cast<float>(*v);
+  if (auto v = f.integer("frequency_context_size", 0, 1 << 24)) p.frequency_context_size = static_cast<int>(*v);
+  if (auto v = f.integer("seed", INT64_MIN, INT64_MAX)) p.seed = static_cast<uint64_t>(*v);
+  if (surface == ApiSurface::OpenAI) parse_logit_bias(body, p);
+  s.stop = parse_stop(body, surface == ApiSurface::Anthropic ? "stop_sequences" : "stop");
+  try {
+    p.validate();
+  } catch (const std::exception& e) {
+    throw ApiError(400, e.what());
+  }
+  return s;
+}
+
+}  // namespace lathe::server

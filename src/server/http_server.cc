@@ -1,0 +1,165 @@
+#include "server/http_server.h"
+
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <set>
+
+#include <httplib.h>
+
+#include "common/error.h"
+#include "common/log.h"
+
+namespace lathe::server {
+namespace {
+
+Surface surface_of(const std::string& path) {
+  return path.rfind("/v1/messages", 0) == 0 ? Surface::Anthropic : Surface::OpenAI;
+}
+
+bool path_matches(const Route& r, const std::string& path) {
+  if (!r.prefix) return path == r.path;
+  return path.size() > r.path.size() && path.rfind(r.path, 0) == 0;
+}
+
+// The metric label for a path: the route it matched, or "other" (unbounded paths must not become labels).
+std::string endpoint_label(const std::vector<Route>& routes, const std::string& path) {
+  for (const Route& r : routes)
+    if (path_matches(r, path)) return r.prefix ? r.path + "{id}" : r.path;
+  return "other";
+}
+
+bool authorized(const httplib::Request& req, const std::string& key) {
+  const std::string bearer = req.get_header_value("Authorization");
+  if (bearer.size() > 7 && bearer.compare(0, 7, "Bearer ") == 0 && bearer.substr(7) == key) return true;
+  return req.get_header_value("x-api-key") == key;
+}
+
+}  // namespace
+
+std::string dump_json(const nlohmann::json& j) {
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+void write_json(httplib::Response& res, const nlohmann::json& body, int status) {
+  res.status = status;
+  res.set_content(dump_json(body), "application/json");
+}
+
+void write_error(httplib::Response& res, const ApiError& e, Surface surface) {
+  write_json(res, surface == Surface::Anthropic ? anthropic_error_body(e) : openai_error_body(e), e.status());
+  if (e.status() == 429) res.set_header("Retry-After", "1");
+}
+
+HttpServer::HttpServer(ServerContext& ctx) : ctx_(ctx), http_(std::make_unique<httplib::Server>()) {
+  const size_t workers = std::clamp<size_t>(ctx_.options().max_queue + 8, 16, 1024);
+  http_->new_task_queue = [workers] { return new httplib::ThreadPool(workers); };
+  http_->set_payload_max_length(ctx_.options().max_body_bytes);
+  // No SO_REUSEPORT (two servers must not share a port silently); no Nagle delay on streamed tokens.
+  http_->set_socket_options([](socket_t sock) {
+    int one = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  });
+  http_->set_tcp_nodelay(true);
+  http_->set_keep_alive_max_count(1000);
+  http_->set_read_timeout(30, 0);
+  http_->set_write_timeout(30, 0);
+  install_routes();
+}
+
+HttpServer::~HttpServer() = default;
+
+void HttpServer::install_routes() {
+  auto routes = std::make_shared<std::vector<Route>>();
+  for (auto* make : {&openai_routes, &anthropic_routes, &info_routes})
+    for (Route& r : (*make)(ctx_)) routes->push_back(std::move(r));
+
+  const std::string key = ctx_.options().api_key;
+  http_->set_pre_routing_handler([key](const httplib::Request& req, httplib::Response& res) {
+    if (key.empty() || req.path == "/health" || authorized(req, key))
+      return httplib::Server::HandlerResponse::Unhandled;
+    write_error(res, ApiError(401, "invalid or missing API key (send Authorization: Bearer KEY or x-api-key)"),
+                surface_of(req.path));
+    return httplib::Server::HandlerResponse::Handled;
+  });
+
+  // One dispatcher per method: exact routes first, then 405 for a known path, else 404.
+  auto dispatch = [routes](const std::string& method) {
+    return [routes, method](const httplib::Request& req, httplib::Response& res) {
+      std::set<std::string> allowed;
+      for (const Route& r : *routes) {
+        if (!path_matches(r, req.path)) continue;
+        if (r.method != method && !(method == "HEAD" && r.method == "GET")) {
+          allowed.insert(r.method);
+          continue;
+        }
+        try {
+          r.handler(req, res);
+        } catch (const std::exception& e) {
+          const ApiError err = api_error_from(e);
+          if (err.status() >= 500) log::error(req.path + ": " + err.what());
+          write_error(res, err, surface_of(req.path));
+        }
+        return;
+      }
+      if (!allowed.empty()) {
+        std::string allow;
+        for (const auto& m : allowed) allow += (allow.empty() ? "" : ", ") + m;
+        res.set_header("Allow", allow);
+        write_error(res, ApiError(405, "method " + method + " is not allowed on " + req.path + " (use " + allow + ")"),
+                    surface_of(req.path));
+        return;
+      }
+      write_error(res, ApiError(404, "not found: " + method + " " + req.path), surface_of(req.path));
+    };
+  };
+  const std::string any = ".*";
+  http_->Get(any, dispatch("GET"));
+  http_->Post(any, dispatch("POST"));
+  http_->Put(any, dispatch("PUT"));
+  http_->Delete(any, dispatch("DELETE"));
+  http_->Patch(any, dispatch("PATCH"));
+  http_->Options(any, dispatch("OPTIONS"));
+
+  // Errors httplib produces itself (413 body too large, 400 bad request line) still get a JSON body.
+  http_->set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty()) return;
+    std::string msg = "bad request";
+    if (res.status == 413)
+      msg = "request body is too large";
+    else if (res.status == 414)
+      msg = "request URI is too long";
+    else if (res.status == 431)
+      msg = "request headers are too large";
+    else if (res.status >= 500)
+      msg = "internal error";
+    write_error(res, ApiError(res.status, msg), surface_of(req.path));
+  });
+
+  Metrics& metrics = ctx_.metrics();
+  http_->set_logger([routes, &metrics](const httplib::Request& req, const httplib::Response& res) {
+    metrics.request_finished(endpoint_label(*routes, req.path), res.status);
+    log::debug(req.method + " " + req.path + " -> " + std::to_string(res.status));
+  });
+}
+
+int HttpServer::bind() {
+  const auto& o = ctx_.options();
+  int port = o.port;
+  if (port == 0) {
+    port = http_->bind_to_any_port(o.host);
+    if (port < 0) throw Error(ErrorKind::Io, "cannot bind " + o.host + " on any port");
+  } else if (!http_->bind_to_port(o.host, port)) {
+    throw Error(ErrorKind::Io, "cannot bind " + o.host + ":" + std::to_string(port) +
+                                   " (is another server running there? try --port)");
+  }
+  return port;
+}
+
+void HttpServer::run() { http_->listen_after_bind(); }
+
+void HttpServer::stop() { http_->stop(); }
+
+}  // namespace lathe::server

@@ -1,0 +1,57 @@
+// The HTTP front: cpp-httplib with a worker pool sized to the queue, API-key checks, body-size limit, one
+// error shape per surface, 404 vs 405, request logging and the per-route request counter.
+#pragma once
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "server/api_error.h"
+#include "server/server_context.h"
+
+namespace httplib {
+class Server;
+struct Request;
+struct Response;
+}  // namespace httplib
+
+namespace lathe::server {
+
+enum class Surface { OpenAI, Anthropic };
+
+using RouteHandler = std::function<void(const httplib::Request&, httplib::Response&)>;
+struct Route {
+  std::string method;  // GET or POST
+  std::string path;    // exact path, or a prefix ending in "/" followed by an id (see `prefix`)
+  RouteHandler handler;
+  bool prefix = false;
+};
+
+std::vector<Route> openai_routes(ServerContext& ctx);
+std::vector<Route> anthropic_routes(ServerContext& ctx);
+std::vector<Route> info_routes(ServerContext& ctx);
+
+void write_json(httplib::Response& res, const nlohmann::json& body, int status = 200);
+void write_error(httplib::Response& res, const ApiError& e, Surface surface);
+// The JSON text of a response body; invalid UTF-8 (never expected) is replaced rather than thrown on.
+std::string dump_json(const nlohmann::json& j);
+
+class HttpServer {
+ public:
+  explicit HttpServer(ServerContext& ctx);
+  ~HttpServer();
+  // Binds the configured host and port (0 = any free port); returns the port. Throws Error(Io) on failure.
+  int bind();
+  // Serves until stop() (from another thread or a signal handler's helper thread).
+  void run();
+  void stop();
+
+ private:
+  void install_routes();
+  ServerContext& ctx_;
+  std::unique_ptr<httplib::Server> http_;
+};
+
+}  // namespace lathe::server

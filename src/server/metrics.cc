@@ -1,0 +1,86 @@
+#include "server/metrics.h"
+
+#include <algorithm>
+#include <cstdio>
+
+namespace lathe::server {
+namespace {
+
+std::string fmt(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.9g", v);
+  return buf;
+}
+
+}  // namespace
+
+Histogram::Histogram(std::vector<double> upper_bounds)
+    : bounds_(std::move(upper_bounds)), counts_(bounds_.size() + 1, 0) {}
+
+void Histogram::observe(double value) {
+  const size_t i = static_cast<size_t>(std::lower_bound(bounds_.begin(), bounds_.end(), value) - bounds_.begin());
+  std::lock_guard lock(mu_);
+  ++counts_[i];
+  sum_ += value;
+  ++count_;
+}
+
+void Histogram::render(const std::string& name, std::string& out) const {
+  std::lock_guard lock(mu_);
+  uint64_t cumulative = 0;
+  for (size_t i = 0; i < bounds_.size(); ++i) {
+    cumulative += counts_[i];
+    out += name + "_bucket{le=\"" + fmt(bounds_[i]) + "\"} " + std::to_string(cumulative) + "\n";
+  }
+  out += name + "_bucket{le=\"+Inf\"} " + std::to_string(count_) + "\n";
+  out += name + "_sum " + fmt(sum_) + "\n";
+  out += name + "_count " + std::to_string(count_) + "\n";
+}
+
+Metrics::Metrics()
+    : ttft_({0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}),
+      itl_({0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1}) {}
+
+void Metrics::request_finished(const std::string& endpoint, int status) {
+  std::lock_guard lock(mu_);
+  ++requests_[{endpoint, status}];
+}
+
+void Metrics::tokens(uint64_t prompt, uint64_t generated) {
+  prompt_tokens_.fetch_add(prompt, std::memory_order_relaxed);
+  generated_tokens_.fetch_add(generated, std::memory_order_relaxed);
+}
+
+std::string Metrics::render() const {
+  std::string out;
+  out += "# HELP lathe_requests_total HTTP requests answered, by endpoint and status.\n";
+  out += "# TYPE lathe_requests_total counter\n";
+  {
+    std::lock_guard lock(mu_);
+    for (const auto& [key, n] : requests_)
+      out += "lathe_requests_total{endpoint=\"" + key.first + "\",status=\"" + std::to_string(key.second) + "\"} " +
+             std::to_string(n) + "\n";
+  }
+  auto scalar = [&](const char* name, const char* type, const char* help, const std::string& value) {
+    out +=
+        std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n" + name + " " + value + "\n";
+  };
+  scalar("lathe_prompt_tokens_total", "counter", "Prompt tokens processed (cached ones included).",
+         std::to_string(prompt_tokens_.load()));
+  scalar("lathe_generation_tokens_total", "counter", "Tokens generated.", std::to_string(generated_tokens_.load()));
+  scalar("lathe_requests_cancelled_total", "counter", "Generations stopped because the client went away.",
+         std::to_string(cancelled_.load()));
+  scalar("lathe_queue_depth", "gauge", "Generation requests waiting for the engine.",
+         std::to_string(queue_depth_.load()));
+  scalar("lathe_requests_in_flight", "gauge", "Generation requests queued or running.",
+         std::to_string(in_flight_.load()));
+  out += "# HELP lathe_time_to_first_token_seconds Time from request arrival to the first generated token.\n";
+  out += "# TYPE lathe_time_to_first_token_seconds histogram\n";
+  ttft_.render("lathe_time_to_first_token_seconds", out);
+  out += "# HELP lathe_inter_token_latency_seconds Time between consecutive generated tokens.\n";
+  out += "# TYPE lathe_inter_token_latency_seconds histogram\n";
+  itl_.render("lathe_inter_token_latency_seconds", out);
+  return out;
+}
+
+}  // namespace lathe::server

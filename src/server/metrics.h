@@ -1,0 +1,50 @@
+// Server counters and latency histograms, rendered in the Prometheus text format for GET /metrics.
+#pragma once
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace lathe::server {
+
+class Histogram {
+ public:
+  explicit Histogram(std::vector<double> upper_bounds);
+  void observe(double value);
+  // Appends _bucket/_sum/_count lines for `name`.
+  void render(const std::string& name, std::string& out) const;
+
+ private:
+  mutable std::mutex mu_;
+  std::vector<double> bounds_;
+  std::vector<uint64_t> counts_;  // per bucket, not cumulative
+  double sum_ = 0;
+  uint64_t count_ = 0;
+};
+
+class Metrics {
+ public:
+  Metrics();
+
+  void request_finished(const std::string& endpoint, int status);
+  void tokens(uint64_t prompt, uint64_t generated);
+  void cancelled() { cancelled_.fetch_add(1, std::memory_order_relaxed); }
+  void first_token(double seconds) { ttft_.observe(seconds); }
+  void inter_token(double seconds) { itl_.observe(seconds); }
+  void set_queue_depth(int64_t n) { queue_depth_.store(n, std::memory_order_relaxed); }
+  void add_in_flight(int64_t delta) { in_flight_.fetch_add(delta, std::memory_order_relaxed); }
+
+  std::string render() const;
+
+ private:
+  mutable std::mutex mu_;
+  std::map<std::pair<std::string, int>, uint64_t> requests_;
+  std::atomic<uint64_t> prompt_tokens_{0}, generated_tokens_{0}, cancelled_{0};
+  std::atomic<int64_t> queue_depth_{0}, in_flight_{0};
+  Histogram ttft_, itl_;
+};
+
+}  // namespace lathe::server

@@ -1,0 +1,136 @@
+#include "server/openai_request.h"
+
+#include <set>
+#include <string>
+
+#include "server/api_error.h"
+#include "server/json_fields.h"
+
+namespace lathe::server {
+namespace {
+
+using ojson = nlohmann::ordered_json;
+
+std::string flatten_parts(const nlohmann::json& parts, const std::string& field) {
+  std::string text;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const auto& part = parts[i];
+    const std::string at = field + "[" + std::to_string(i) + "]";
+    if (!part.is_object()) throw invalid_field(at, at + " must be an object");
+    const std::string type = part.value("type", "text");
+    if (type == "image_url" || type == "image" || type == "input_image")
+      throw invalid_field(at, "the served model does not accept images");
+    auto t = part.find("text");
+    if (t == part.end()) continue;
+    if (!t->is_string()) throw invalid_field(at + ".text", at + ".text must be a string");
+    text += t->get<std::string>();
+  }
+  return text;
+}
+
+ojson parse_tool_calls_field(const nlohmann::json& calls, const std::string& field) {
+  if (!calls.is_array()) throw invalid_field(field, field + " must be an array");
+  ojson out = ojson::array();
+  for (size_t i = 0; i < calls.size(); ++i) {
+    const std::string at = field + "[" + std::to_string(i) + "]";
+    const auto& c = calls[i];
+    if (!c.is_object() || !c.contains("function") || !c["function"].is_object())
+      throw invalid_field(at, at + " must be an object with a function");
+    const auto& fn = c["function"];
+    if (!fn.contains("name") || !fn["name"].is_string())
+      throw invalid_field(at + ".function.name", at + ".function.name must be a string");
+    ojson call = ojson(c);
+    // Templates iterate arguments as a mapping; clients send them as a JSON string.
+    if (fn.contains("arguments") && fn["arguments"].is_string()) {
+      try {
+        call["function"]["arguments"] = ojson::parse(fn["arguments"].get<std::string>());
+      } catch (const nlohmann::json::parse_error&) {
+        throw invalid_field(at + ".function.arguments", at + ".function.arguments is not valid JSON");
+      }
+    }
+    out.push_back(std::move(call));
+  }
+  return out;
+}
+
+ojson parse_messages(const nlohmann::json& body) {
+  auto it = body.find("messages");
+  if (it == body.end() || it->is_null()) throw invalid_field("messages", "messages is required");
+  if (!it->is_array()) throw invalid_field("messages", "messages must be an array");
+  if (it->empty()) throw invalid_field("messages", "messages must not be empty");
+  static const std::set<std::string> roles = {"system", "user", "assistant", "tool", "developer"};
+  ojson out = ojson::array();
+  for (size_t i = 0; i < it->size(); ++i) {
+    const auto& m = (*it)[i];
+    const std::string at = "messages[" + std::to_string(i) + "]";
+    if (!m.is_object()) throw invalid_field(at, at + " must be an object");
+    auto role = m.find("role");
+    if (role == m.end() || !role->is_string()) throw invalid_field(at + ".role", at + ".role must be a string");
+    if (!roles.count(role->get<std::string>()))
+      throw invalid_field(at + ".role", at + ".role must be one of system, user, assistant, tool, developer");
+    ojson msg = ojson(m);
+    if (*role == "developer") msg["role"] = "system";
+    auto content = m.find("content");
+    if (content != m.end()) {
+      if (content->is_array())
+        msg["content"] = flatten_parts(*content, at + ".content");
+      else if (!content->is_string() && !content->is_null())
+        throw invalid_field(at + ".content", at + ".content must be a string, an array of parts or null");
+    }
+    if (m.contains("tool_calls") && !m["tool_calls"].is_null())
+      msg["tool_calls"] = parse_tool_calls_field(m["tool_calls"], at + ".tool_calls");
+    if (m.contains("tool_call_id") && !m["tool_call_id"].is_string() && !m["tool_call_id"].is_null())
+      throw invalid_field(at + ".tool_call_id", at + ".tool_call_id must be a string");
+    out.push_back(std::move(msg));
+  }
+  return out;
+}
+
+}  // namespace
+
+nlohmann::json validate_tools(const nlohmann::json& tools, const char* field) {
+  if (!tools.is_array()) throw invalid_field(field, std::string(field) + " must be an array");
+  for (size_t i = 0; i < tools.size(); ++i) {
+    const std::string at = std::string(field) + "[" + std::to_string(i) + "]";
+    const auto& t = tools[i];
+    if (!t.is_object() || !t.contains("function") || !t["function"].is_object())
+      throw invalid_field(at, at + " must be {\"type\": \"function\", \"function\": {...}}");
+    if (!t["function"].contains("name") || !t["function"]["name"].is_string())
+      throw invalid_field(at + ".function.name", at + ".function.name must be a string");
+  }
+  return tools;
+}
+
+ChatRequest parse_openai_chat(const nlohmann::json& body, const ServerDefaults& defaults) {
+  ChatRequest r;
+  r.settings = parse_generation_settings(body, defaults, ApiSurface::OpenAI);
+  r.messages = parse_messages(body);
+  const JsonFields f(body);
+  bool tools_off = false;
+  if (auto it = body.find("tool_choice"); it != body.end() && !it->is_null()) {
+    if (it->is_string()) {
+      const std::string c = it->get<std::string>();
+      if (c != "none" && c != "auto" && c != "required")
+        throw invalid_field("tool_choice", "tool_choice must be none, auto, required or a function");
+      tools_off = c == "none";
+    } else if (!it->is_object()) {
+      throw invalid_field("tool_choice", "tool_choice must be none, auto, required or a function");
+    }
+  }
+  if (const nlohmann::json* tools = f.array("tools"); tools && !tools_off) r.tools = validate_tools(*tools, "tools");
+
+  if (const nlohmann::json* kw = f.object("chat_template_kwargs"))
+    for (const auto& [k, v] : kw->items()) r.template_kwargs[k] = v;
+  if (auto effort = f.string("reasoning_effort")) {
+    static const std::set<std::string> levels = {"none", "minimal", "low", "medium", "high"};
+    if (!levels.count(*effort))
+      throw invalid_field("reasoning_effort", "reasoning_effort must be one of none, minimal, low, medium, high");
+    // An explicit chat_template_kwargs.enable_thinking wins over the effort level.
+    if (!r.template_kwargs.contains("enable_thinking")) r.template_kwargs["enable_thinking"] = *effort != "none";
+  }
+  if (r.template_kwargs.contains("enable_thinking") && !r.template_kwargs["enable_thinking"].is_boolean())
+    throw invalid_field("chat_template_kwargs.enable_thinking", "chat_template_kwargs.enable_thinking must be a bool");
+  return r;
+}
+
+}  // namespace lathe::server

@@ -1,0 +1,189 @@
+// Request validation and translation of the HTTP surfaces: each bad field is a 400 that names it, and OpenAI /
+// Anthropic bodies turn into the same template-ready conversation.
+#include <gtest/gtest.h>
+
+#include "server/anthropic_request.h"
+#include "server/api_error.h"
+#include "server/generation_settings.h"
+#include "server/json_fields.h"
+#include "server/openai_request.h"
+
+namespace lathe::server {
+namespace {
+
+using json = nlohmann::json;
+
+// The status and field of the ApiError `f` throws (0 and "" when it does not throw).
+template <typename F>
+std::pair<int, std::string> error_of(F f) {
+  try {
+    f();
+  } catch (const ApiError& e) {
+    return {e.status(), e.param()};
+  }
+  return {0, ""};
+}
+
+GenerationSettings openai(const json& body) { return parse_generation_settings(body, {}, ApiSurface::OpenAI); }
+
+TEST(ServerRequest, SettingsPrecedenceAndDefaults) {
+  ServerDefaults d;
+  d.max_tokens = 77;
+  d.sampling.temperature = 0.5f;
+  const auto s = parse_generation_settings(json::object(), d, ApiSurface::OpenAI);
+  EXPECT_EQ(s.max_tokens, 77);
+  EXPECT_FLOAT_EQ(s.sampling.temperature, 0.5f);
+  const auto t = parse_generation_settings({{"max_tokens", 5}, {"max_completion_tokens", 9}, {"temperature", 0}}, d,
+                                           ApiSurface::OpenAI);
+  EXPECT_EQ(t.max_tokens, 9);
+  EXPECT_FLOAT_EQ(t.sampling.temperature, 0.0f);
+}
+
+TEST(ServerRequest, WrongTypesAndRangesNameTheField) {
+  EXPECT_EQ(error_of([] { openai({{"temperature", "hot"}}); }), std::make_pair(400, std::string("temperature")));
+  EXPECT_EQ(error_of([] { openai({{"temperature", -1}}); }), std::make_pair(400, std::string("temperature")));
+  EXPECT_EQ(error_of([] { openai({{"top_p", 1.5}}); }), std::make_pair(400, std::string("top_p")));
+  EXPECT_EQ(error_of([] { openai({{"top_k", 2.5}}); }), std::make_pair(400, std::string("top_k")));
+  EXPECT_EQ(error_of([] { openai({{"max_tokens", 0}}); }), std::make_pair(400, std::string("max_tokens")));
+  EXPECT_EQ(error_of([] { openai({{"stream", "yes"}}); }), std::make_pair(400, std::string("stream")));
+  EXPECT_EQ(error_of([] { openai({{"seed", "x"}}); }), std::make_pair(400, std::string("seed")));
+  EXPECT_EQ(error_of([] { openai({{"stop", 3}}); }), std::make_pair(400, std::string("stop")));
+  EXPECT_EQ(error_of([] { openai({{"stop", {"a", "b", "c", "d", "e"}}}); }), std::make_pair(400, std::string("stop")));
+  EXPECT_EQ(error_of([] { openai({{"logit_bias", {{"abc", 1}}}}); }), std::make_pair(400, std::string("logit_bias")));
+  EXPECT_EQ(error_of([] { openai({{"n", 2}}); }).first, 400);
+}
+
+TEST(ServerRequest, LogprobsChecksUseMlxMessages) {
+  auto message = [](const json& body) {
+    try {
+      openai(body);
+    } catch (const ApiError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_EQ(message({{"logprobs", 1}}), "logprobs must be of type bool");
+  EXPECT_EQ(message({{"top_logprobs", "3"}}), "top_logprobs must be of type int");
+  EXPECT_EQ(message({{"top_logprobs", -2}}), "top_logprobs must be at least 0");
+  EXPECT_EQ(message({{"top_logprobs", 12}}), "top_logprobs must be at most 11");
+  EXPECT_EQ(openai({{"top_logprobs", 11}}).top_logprobs, 11);
+  EXPECT_EQ(openai({{"top_logprobs", -1}}).top_logprobs, 0);
+}
+
+TEST(ServerRequest, StopAndLogitBiasParse) {
+  const auto s = openai({{"stop", {"x", "", "yy"}}, {"logit_bias", {{"5", -100}, {"7", 2.5}}}});
+  EXPECT_EQ(s.stop, (std::vector<std::string>{"x", "yy"}));
+  EXPECT_FLOAT_EQ(s.sampling.logit_bias.at(5), -100.0f);
+  EXPECT_FLOAT_EQ(s.sampling.logit_bias.at(7), 2.5f);
+  EXPECT_EQ(openai({{"stop", "END"}}).stop, std::vector<std::string>{"END"});
+}
+
+TEST(ServerRequest, BodyMustBeAJsonObject) {
+  EXPECT_EQ(error_of([] { parse_json_body("{\"a\":"); }).first, 400);
+  EXPECT_EQ(error_of([] { parse_json_body("[1,2]"); }).first, 400);
+  EXPECT_EQ(error_of([] { parse_json_body("{\"a\":\"\xff\"}"); }).first, 400);  // invalid UTF-8
+  EXPECT_EQ(error_of([] { parse_json_body("{\"a\":1}"); }).first, 0);
+}
+
+TEST(ServerRequest, OpenAIMessagesAreNormalised) {
+  const json body = {
+      {"messages",
+       {{{"role", "developer"}, {"content", "be brief"}},
+        {{"role", "user"}, {"content", {{{"type", "text"}, {"text", "hi "}}, {{"type", "text"}, {"text", "there"}}}}},
+        {{"role", "assistant"},
+         {"content", nullptr},
+         {"tool_calls",
+          {{{"id", "call_1"}, {"type", "function"}, {"function", {{"name", "f"}, {"arguments", "{\"x\": 1}"}}}}}}},
+        {{"role", "tool"}, {"tool_call_id", "call_1"}, {"content", "42"}}}},
+      {"tools", {{{"type", "function"}, {"function", {{"name", "f"}}}}}}};
+  const ChatRequest r = parse_openai_chat(body, {});
+  EXPECT_EQ(r.messages[0]["role"], "system");
+  EXPECT_EQ(r.messages[1]["content"], "hi there");
+  EXPECT_EQ(r.messages[2]["tool_calls"][0]["function"]["arguments"]["x"], 1);
+  EXPECT_TRUE(r.tools.is_array());
+  json none = body;
+  none["tool_choice"] = "none";
+  EXPECT_TRUE(parse_openai_chat(none, {}).tools.is_null());
+}
+
+TEST(ServerRequest, OpenAIMessageErrors) {
+  EXPECT_EQ(error_of([] { parse_openai_chat(json::object(), {}); }), std::make_pair(400, std::string("messages")));
+  EXPECT_EQ(error_of([] { parse_openai_chat({{"messages", json::array()}}, {}); }).first, 400);
+  EXPECT_EQ(error_of([] {
+              parse_openai_chat({{"messages", {{{"role", "robot"}, {"content", "x"}}}}}, {});
+            }),
+            std::make_pair(400, std::string("messages[0].role")));
+  EXPECT_EQ(error_of([] {
+              parse_openai_chat({{"messages", {{{"role", "user"}, {"content", 5}}}}}, {});
+            }),
+            std::make_pair(400, std::string("messages[0].content")));
+  const json bad_args = {
+      {"messages",
+       {{{"role", "assistant"},
+         {"tool_calls", {{{"type", "function"}, {"function", {{"name", "f"}, {"arguments", "{oops"}}}}}}}}}};
+  EXPECT_EQ(error_of([&] { parse_openai_chat(bad_args, {}); }),
+            std::make_pair(400, std::string("messages[0].tool_calls[0].function.arguments")));
+}
+
+TEST(ServerRequest, ThinkingResolution) {
+  const json base = {{"messages", {{{"role", "user"}, {"content", "x"}}}}};
+  json b = base;
+  b["reasoning_effort"] = "none";
+  EXPECT_EQ(parse_openai_chat(b, {}).template_kwargs["enable_thinking"], false);
+  b["chat_template_kwargs"] = {{"enable_thinking", true}};
+  EXPECT_EQ(parse_openai_chat(b, {}).template_kwargs["enable_thinking"], true);  // explicit kwargs win
+  b["reasoning_effort"] = "extreme";
+  EXPECT_EQ(error_of([&] { parse_openai_chat(b, {}); }).second, "reasoning_effort");
+}
+
+TEST(ServerRequest, AnthropicTranslation) {
+  const json body = {
+      {"max_tokens", 10},
+      {"system", {{{"type", "text"}, {"text", "sys a"}}, {{"type", "text"}, {"text", "sys b"}}}},
+      {"stop_sequences", {"END"}},
+      {"messages",
+       {{{"role", "user"}, {"content", "hello"}},
+        {{"role", "assistant"},
+         {"content",
+          {{{"type", "thinking"}, {"thinking", "hmm"}},
+           {{"type", "text"}, {"text", "calling"}},
+           {{"type", "tool_use"}, {"id", "toolu_1"}, {"name", "f"}, {"input", {{"q", "x"}}}}}}},
+        {{"role", "user"},
+         {"content", {{{"type", "tool_result"}, {"tool_use_id", "toolu_1"}, {"content", "result"}}}}}}},
+      {"tools", {{{"name", "f"}, {"input_schema", {{"type", "object"}}}}, {{"type", "web_search_20250305"}}}}};
+  const ChatRequest r = parse_anthropic_messages(body, {});
+  ASSERT_EQ(r.messages.size(), 4u);
+  EXPECT_EQ(r.messages[0]["content"], "sys a\nsys b");
+  EXPECT_EQ(r.messages[2]["content"], "calling");
+  EXPECT_EQ(r.messages[2]["tool_calls"][0]["function"]["arguments"]["q"], "x");
+  EXPECT_EQ(r.messages[3]["role"], "tool");
+  EXPECT_EQ(r.messages[3]["tool_call_id"], "toolu_1");
+  EXPECT_EQ(r.tools.size(), 1u);
+  EXPECT_EQ(r.settings.stop, std::vector<std::string>{"END"});
+  EXPECT_EQ(r.settings.max_tokens, 10);
+}
+
+TEST(ServerRequest, AnthropicRequiresMaxTokensAndMessages) {
+  EXPECT_EQ(error_of([] {
+              parse_anthropic_messages({{"messages", {{{"role", "user"}, {"content", "x"}}}}}, {});
+            }),
+            std::make_pair(400, std::string("max_tokens")));
+  EXPECT_EQ(error_of([] {
+              parse_anthropic_messages({{"max_tokens", 5}, {"messages", json::array()}}, {});
+            }).first,
+            400);
+}
+
+TEST(ServerRequest, ErrorBodiesPerSurface) {
+  const ApiError e(400, "temperature must be a number", "temperature");
+  const json o = openai_error_body(e);
+  EXPECT_EQ(o["error"]["type"], "invalid_request_error");
+  EXPECT_EQ(o["error"]["param"], "temperature");
+  EXPECT_TRUE(o["error"]["code"].is_null());
+  const json a = anthropic_error_body(ApiError(500, "boom"));
+  EXPECT_EQ(a["type"], "error");
+  EXPECT_EQ(a["error"]["type"], "api_error");
+}
+
+}  // namespace
+}  // namespace lathe::server
