@@ -60,6 +60,7 @@ async function expectStillServing(what) {
 }
 
 before(async () => {
+  await ctx.ready;
   const r = await openaiClient(ctx.server).chat.completions.create({
     model: 'demo',
     messages: long,

@@ -7,7 +7,15 @@ import { after, before, describe, test } from 'node:test';
 import Anthropic from '@anthropic-ai/sdk';
 import OpenAI from 'openai';
 
-import { anthropicClient, openaiClient, request, startServer } from './harness.js';
+import {
+  anthropicClient,
+  metricValue,
+  openaiClient,
+  request,
+  scrape,
+  startServer,
+  waitFor,
+} from './harness.js';
 
 const MAX_BODY = 4096;
 const hello = [{ role: 'user', content: 'hello world' }];
@@ -196,7 +204,15 @@ describe('server with --max-body-bytes and --max-queue', () => {
       assert.match(r.retryAfter ?? '', /^\d+$/, 'Retry-After is a number of seconds');
       assertOpenAIError({ status: 429, text: r.text, json: JSON.parse(r.text), headers: new Headers({ 'content-type': 'application/json' }) }, 429);
     }
-    // The aborted streams are cancelled and the next request is served.
+    // The aborted streams are cancelled (a request before that may still get a 429), then requests are served.
+    const drained = await waitFor(
+      async () => {
+        const m = await scrape(server);
+        return metricValue(m, 'lathe_requests_in_flight') === 0 && metricValue(m, 'lathe_queue_depth') === 0;
+      },
+      { timeoutMs: 10000 },
+    );
+    assert.ok(drained, 'the queue drains after the clients went away');
     const next = await request(server, 'POST', '/v1/chat/completions', { body: { messages: hello, max_tokens: 32 } });
     assert.equal(next.status, 200, next.text);
     assert.equal(next.json.choices[0].message.content, 'HELLO WORLD');

@@ -93,10 +93,24 @@ export async function startServer({ model = DEMO_MODEL, args = [], readyTimeoutM
 
 // Registers before/after hooks for the current file (or describe block) that run one server; read it from
 // the returned object's `server` field inside tests.
+// `ready` resolves to the server once it is up (await it in other before hooks).
 export function useServer(options) {
   const ctx = { server: null };
+  let resolve;
+  let reject;
+  ctx.ready = new Promise((res, rej) => {
+    resolve = res;
+    reject = rej;
+  });
+  ctx.ready.catch(() => {});
   before(async () => {
-    ctx.server = await startServer(options);
+    try {
+      ctx.server = await startServer(options);
+      resolve(ctx.server);
+    } catch (e) {
+      reject(e);
+      throw e;
+    }
   });
   after(async () => {
     if (ctx.server) await ctx.server.stop();
