@@ -86,8 +86,14 @@ void HttpServer::install_routes() {
   });
 
   // One dispatcher per method: exact routes first, then 405 for a known path, else 404.
-  auto dispatch = [routes](const std::string& method) {
-    return [routes, method](const httplib::Request& req, httplib::Response& res) {
+  const size_t max_body = ctx_.options().max_body_bytes;
+  auto dispatch = [routes, max_body](const std::string& method) {
+    return [routes, method, max_body](const httplib::Request& req, httplib::Response& res) {
+      // httplib enforces the payload limit on Content-Length bodies only; a chunked body arrives whole.
+      if (req.body.size() > max_body) {
+        write_error(res, ApiError(413, "request body is too large"), surface_of(req.path));
+        return;
+      }
       std::set<std::string> allowed;
       for (const Route& r : *routes) {
         if (!path_matches(r, req.path)) continue;
