@@ -18,7 +18,9 @@ const hello = [{ role: 'user', content: 'hello world' }];
 // One HTTP exchange over a fresh socket. `parts` are written in order (a number is a pause in ms); then the
 // socket is half-closed (`end`), left open (`open`) or destroyed (`destroy`). Resolves when the server closes
 // the connection, the socket errors, or after `timeoutMs`, with the status line's code (null if none came).
-function exchange(port, parts, { after = 'end', timeoutMs = 15000 } = {}) {
+// (A half-closed client gets no answer from cpp-httplib, which will not write to a peer that sent FIN, so
+// complete requests keep their socket open and rely on `Connection: close`.)
+function exchange(port, parts, { after = 'open', timeoutMs = 15000 } = {}) {
   return new Promise((resolve) => {
     const sock = net.connect(port, '127.0.0.1');
     const bufs = [];
@@ -132,7 +134,8 @@ function badRequests() {
   for (const route of ROUTES) {
     const big = JSON.stringify({ ...validBody[route], pad: 'x'.repeat(MAX_BODY + 100) });
     cases.push([`oversized body`, route, post(route, big), 413]);
-    cases.push([`oversized Content-Length`, route, [head(route, 50 * MiB), '{"messages": ['], 413]);
+    const junk = Buffer.alloc(MAX_BODY + 1000, 0x7b);  // the server must not try to parse these bytes
+    cases.push([`oversized body of junk`, route, [head(route, junk.length), junk], 413]);
   }
   const chunk = (s) => `${Buffer.byteLength(s).toString(16)}\r\n${s}\r\n`;
   cases.push([
@@ -160,6 +163,7 @@ function truncatedRequests() {
     cases.push([`half the body, half-closed`, route, [head(route, body.length), body.slice(0, body.length >> 1)], 'end']);
     cases.push([`half the body, then closed`, route, [head(route, body.length), body.slice(0, body.length >> 1), 20], 'destroy']);
     cases.push([`headers only, then closed`, route, [head(route, body.length), 20], 'destroy']);
+    cases.push([`Content-Length of 50 MiB, a little sent, half-closed`, route, [head(route, 50 * MiB), body], 'end']);
     cases.push([`half the headers, half-closed`, route, [head(route, body.length).slice(0, 40)], 'end']);
   }
   cases.push(['garbage request line', '-', ['GARBAGE\r\n\r\n'], 'end']);
