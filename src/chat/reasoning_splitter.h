@@ -23,8 +23,12 @@ class ReasoningSplitter {
   bool in_reasoning() const { return in_reasoning_; }
 
  private:
+  // Appends text to the channel of the current mode (content drops whitespace right after a </think>).
+  void emit(std::string_view text, ReasoningDelta& out);
+
   bool in_reasoning_;
-  std::string held_;
+  bool strip_leading_space_ = false;  // content since the last </think> has been whitespace only
+  std::string held_;                  // a tail that could be the start of a tag
 };
 
 // True when the last "<think>" in the prompt text comes after the last "</think>".
