@@ -5,6 +5,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh
 jobs=$(nproc)
+# npm packages of the server's SDK end-to-end tests (a no-op when node_modules is current).
+tests/e2e/node/ensure_deps.sh
 
 echo "=== clang-format check ==="
 git ls-files '*.cc' '*.h' '*.cu' '*.cuh' | xargs -r clang-format --dry-run --Werror

@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <set>
 
 #include <httplib.h>
@@ -81,7 +82,29 @@ void HttpServer::install_routes() {
     for (Route& r : (*make)(ctx_)) routes->push_back(std::move(r));
 
   const std::string key = ctx_.options().api_key;
-  http_->set_pre_routing_handler([key](const httplib::Request& req, httplib::Response& res) {
+  const size_t max_body = ctx_.options().max_body_bytes;
+  http_->set_pre_routing_handler([key, max_body](const httplib::Request& req, httplib::Response& res) {
+    // Size checks run before httplib reads the body: it would otherwise buffer a chunked body whole, and
+    // drain an oversized declared one (waiting out the read timeout when the client never sends it).
+    if (req.get_header_value("Transfer-Encoding").find("chunked") != std::string::npos) {
+      res.set_header("Connection", "close");
+      write_error(res, ApiError(411, "send the request body with a Content-Length (chunked bodies are not accepted)"),
+                  surface_of(req.path));
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    if (req.has_header("Content-Length")) {
+      const std::string len = req.get_header_value("Content-Length");
+      char* end = nullptr;
+      const unsigned long long n = std::strtoull(len.c_str(), &end, 10);
+      if (end != len.c_str() && n > max_body) {
+        res.set_header("Connection", "close");
+        write_error(res,
+                    ApiError(413, "request body is too large (" + len + " bytes; the limit is " +
+                                      std::to_string(max_body) + ", see --max-body-bytes)"),
+                    surface_of(req.path));
+        return httplib::Server::HandlerResponse::Handled;
+      }
+    }
     if (key.empty() || req.path == "/health" || authorized(req, key))
       return httplib::Server::HandlerResponse::Unhandled;
     write_error(res, ApiError(401, "invalid or missing API key (send Authorization: Bearer KEY or x-api-key)"),
@@ -91,10 +114,14 @@ void HttpServer::install_routes() {
 
   // One dispatcher per method: exact routes first, then 405 for a known path, else 404.
   ServerContext* ctx = &ctx_;
-  auto dispatch = [routes, ctx](const std::string& method) {
-    return [routes, method, ctx](const httplib::Request& req, httplib::Response& res) {
+  auto dispatch = [routes, ctx, max_body](const std::string& method) {
+    return [routes, method, ctx, max_body](const httplib::Request& req, httplib::Response& res) {
       t_request_id = ctx->next_request_id();
       res.set_header("X-Request-Id", t_request_id);
+      if (req.body.size() > max_body) {  // belt and braces: the pre-routing check sees declared sizes only
+        write_error(res, ApiError(413, "request body is too large"), surface_of(req.path));
+        return;
+      }
       std::set<std::string> allowed;
       for (const Route& r : *routes) {
         if (!path_matches(r, req.path)) continue;

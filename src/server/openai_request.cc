@@ -71,6 +71,9 @@ ojson parse_messages(const nlohmann::ordered_json& body) {
     ojson msg = ojson(m);
     if (*role == "developer") msg["role"] = "system";
     auto content = m.find("content");
+    // OpenAI clients send `content: null` (or none) on assistant tool-call turns; templates such as Qwen3's
+    // test `'</think>' in message.content`, which fails on null, so it renders as "" (as mlx_lm.server does).
+    if (content == m.end() || content->is_null()) msg["content"] = "";
     if (content != m.end()) {
       if (content->is_array())
         msg["content"] = flatten_parts(*content, at + ".content");

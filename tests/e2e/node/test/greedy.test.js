@@ -1,0 +1,115 @@
+// Greedy output through the server equals the fixture's reference continuation (token ids from the reference
+// implementation), through the OpenAI and the Anthropic surfaces; seeded sampling is reproducible.
+import assert from 'node:assert/strict';
+import path from 'node:path';
+import { before, describe, test } from 'node:test';
+
+import { anthropicClient, fixtureModel, lathe, openaiClient, readJson, request, useServer } from './harness.js';
+
+const MODEL = fixtureModel('qwen3-q4g64');
+const PROMPT = 'Write a haiku about the sea.';
+const ctx = useServer({ model: MODEL });
+const oai = () => openaiClient(ctx.server);
+const ant = () => anthropicClient(ctx.server);
+
+const ref = readJson(path.join(MODEL, 'reference.json'));
+const refIds = ref.greedy_continuation;
+const N = refIds.length;
+let expected;
+
+before(() => {
+  // The reference ids decoded with special tokens skipped, as a client should see them.
+  expected = lathe(['tokenize', '--tokenizer', MODEL, '--decode', '--skip-special', JSON.stringify(refIds)]);
+  assert.ok(expected.length > 0);
+});
+
+const messages = [{ role: 'user', content: PROMPT }];
+
+describe('greedy output equals the reference continuation', () => {
+  test('the CLI agrees with the reference (sanity check of the expectation)', () => {
+    const out = lathe(['generate', '--model', MODEL, '--chat', '--prompt', PROMPT, '--temp', '0', '--max-tokens', `${N}`]);
+    assert.equal(out, expected);
+  });
+
+  test('openai chat, non-stream; logprobs ids are the reference ids', async () => {
+    const r = await oai().chat.completions.create({
+      model: 'm',
+      messages,
+      temperature: 0,
+      max_tokens: N,
+      logprobs: true,
+      top_logprobs: 1,
+    });
+    assert.equal(r.choices[0].message.content, expected);
+    assert.equal(r.choices[0].finish_reason, 'length');
+    assert.equal(r.usage.completion_tokens, N);
+    assert.equal(r.usage.prompt_tokens, ref.prompts.chat.length);
+    assert.deepEqual(
+      r.choices[0].logprobs.content.map((e) => e.id),
+      refIds,
+    );
+  });
+
+  test('openai chat, stream', async () => {
+    const stream = await oai().chat.completions.create({ model: 'm', messages, temperature: 0, max_tokens: N, stream: true });
+    let text = '';
+    let last;
+    for await (const c of stream) {
+      text += c.choices[0]?.delta?.content ?? '';
+      last = c;
+    }
+    assert.equal(text, expected);
+    assert.equal(last.choices[0].finish_reason, 'length');
+    assert.equal(last.usage.completion_tokens, N);
+  });
+
+  test('openai completions on the rendered chat text', async () => {
+    const r = await oai().completions.create({ model: 'm', prompt: ref.chat_text, temperature: 0, max_tokens: N });
+    assert.equal(r.choices[0].text, expected);
+    assert.equal(r.usage.prompt_tokens, ref.prompts.chat.length);
+  });
+
+  test('anthropic messages, non-stream', async () => {
+    const m = await ant().messages.create({ model: 'm', max_tokens: N, temperature: 0, messages });
+    assert.equal(m.content[0].text, expected);
+    assert.equal(m.stop_reason, 'max_tokens');
+    assert.equal(m.usage.output_tokens, N);
+  });
+
+  test('anthropic messages, stream', async () => {
+    const stream = await ant().messages.create({ model: 'm', max_tokens: N, temperature: 0, messages, stream: true });
+    let text = '';
+    for await (const e of stream) if (e.type === 'content_block_delta') text += e.delta.text;
+    assert.equal(text, expected);
+  });
+});
+
+describe('seed', () => {
+  const sample = async (seed) => {
+    const r = await request(ctx.server, 'POST', '/v1/chat/completions', {
+      body: { messages: [{ role: 'user', content: 'hi' }], temperature: 1.0, max_tokens: 12, seed },
+    });
+    assert.equal(r.status, 200, r.text);
+    return r.json.choices[0].message.content;
+  };
+
+  test('the same seed gives the same text (temperature 1)', async () => {
+    const a = await sample(1234);
+    const b = await sample(1234);
+    assert.equal(a, b);
+    const c = await oai().chat.completions.create({
+      model: 'm',
+      messages: [{ role: 'user', content: 'hi' }],
+      temperature: 1.0,
+      max_tokens: 12,
+      seed: 1234,
+    });
+    assert.equal(c.choices[0].message.content, a);
+  });
+
+  test('different seeds give different texts', async () => {
+    const texts = new Set();
+    for (const seed of [1, 2, 3, 4, 5]) texts.add(await sample(seed));
+    assert.ok(texts.size >= 2, `5 seeds gave ${texts.size} distinct text(s)`);
+  });
+});
