@@ -3,9 +3,9 @@
 set -euo pipefail
 PKGS=(build-essential cmake pkg-config git nlohmann-json3-dev libcli11-dev libpcre2-dev libicu-dev zlib1g-dev
       libgtest-dev libgmock-dev libbenchmark-dev clang-format xz-utils
-      libcpp-httplib-dev libssl-dev libbrotli-dev)
+      libcpp-httplib-dev libssl-dev libbrotli-dev
+      nodejs npm)  # node + npm: the server's end-to-end tests drive it with the official SDKs (tests/e2e/node)
 missing=()
-PKGS+=(nodejs npm)  # the server's end-to-end tests drive it with the official SDKs (tests/e2e/node)
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done

@@ -62,4 +62,17 @@ bool ConnectionWatch::closed() {
   return recv(fd_, &c, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
 }
 
+void ConnectionWatch::drain(size_t max_bytes, int idle_ms) {
+  if (fd_ < 0) return;
+  char buf[16384];
+  size_t total = 0;
+  while (total < max_bytes) {
+    pollfd p{fd_, POLLIN, 0};
+    if (poll(&p, 1, idle_ms) <= 0) return;
+    const ssize_t n = recv(fd_, buf, sizeof buf, MSG_DONTWAIT);
+    if (n <= 0) return;
+    total += static_cast<size_t>(n);
+  }
+}
+
 }  // namespace lathe::server

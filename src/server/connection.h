@@ -11,6 +11,9 @@ class ConnectionWatch {
   ConnectionWatch(const std::string& remote_addr, int remote_port);
   // True once the peer has closed or reset the connection (false when the socket could not be found).
   bool closed();
+  // Reads and discards what the client is still sending (up to max_bytes, until it pauses for idle_ms or
+  // closes), so a response sent before its body was read reaches it instead of being lost to a TCP reset.
+  void drain(size_t max_bytes, int idle_ms);
 
  private:
   int fd_ = -1;

@@ -12,6 +12,7 @@
 
 #include "common/error.h"
 #include "common/log.h"
+#include "server/connection.h"
 
 namespace lathe::server {
 namespace {
@@ -39,6 +40,11 @@ bool authorized(const httplib::Request& req, const std::string& key) {
 }
 
 thread_local std::string t_request_id;
+
+// A refused upload is drained (not read) before the answer, like a lingering close: at most this much, and
+// only while the client keeps sending.
+constexpr size_t kDrainLimit = size_t{256} << 20;
+constexpr int kDrainIdleMs = 1000;
 
 }  // namespace
 
@@ -88,6 +94,7 @@ void HttpServer::install_routes() {
     // drain an oversized declared one (waiting out the read timeout when the client never sends it).
     if (req.get_header_value("Transfer-Encoding").find("chunked") != std::string::npos) {
       res.set_header("Connection", "close");
+      ConnectionWatch(req.remote_addr, req.remote_port).drain(kDrainLimit, kDrainIdleMs);
       write_error(res, ApiError(411, "send the request body with a Content-Length (chunked bodies are not accepted)"),
                   surface_of(req.path));
       return httplib::Server::HandlerResponse::Handled;
@@ -98,6 +105,8 @@ void HttpServer::install_routes() {
       const unsigned long long n = std::strtoull(len.c_str(), &end, 10);
       if (end != len.c_str() && n > max_body) {
         res.set_header("Connection", "close");
+        ConnectionWatch(req.remote_addr, req.remote_port)
+            .drain(std::min<unsigned long long>(n, kDrainLimit), kDrainIdleMs);
         write_error(res,
                     ApiError(413, "request body is too large (" + len + " bytes; the limit is " +
                                       std::to_string(max_body) + ", see --max-body-bytes)"),
