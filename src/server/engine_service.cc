@@ -1,5 +1,7 @@
 #include "server/engine_service.h"
 
+#include <cstdio>
+
 #include "common/log.h"
 #include "server/api_error.h"
 
@@ -22,11 +24,24 @@ bool GenerationJob::wait(std::vector<TokenEvent>& out, std::chrono::milliseconds
 }
 
 void GenerationJob::push(TokenEvent e) {
+  // Waking the HTTP thread for every token costs a context switch per token, which a fast model on few
+  // cores feels. The first token wakes it at once; later ones at most every kCoalesce (the reader also
+  // polls that often once tokens flow), so a token is never held back longer than that.
+  const auto now = Clock::now();
+  bool wake;
   {
     std::lock_guard lock(mu_);
     events_.push_back(std::move(e));
+    wake = !started_ || now - last_wake_ >= kCoalesce;
+    started_ = true;
+    if (wake) last_wake_ = now;
   }
-  cv_.notify_all();
+  if (wake) cv_.notify_all();
+}
+
+bool GenerationJob::started() const {
+  std::lock_guard lock(mu_);
+  return started_;
 }
 
 void GenerationJob::finish(GenerateResult r, std::exception_ptr error) {
@@ -116,6 +131,14 @@ void EngineService::run(GenerationJob& job) {
       job.push(TokenEvent{t.id, t.text, t.sample});
     });
     metrics_.tokens(job.prompt_.size(), r.tokens.size());
+    if (log::level() <= log::Level::Debug) {
+      char line[256];
+      std::snprintf(line, sizeof line,
+                    "request %s: prompt %d tokens (%d cached) at %.1f tok/s, %zu generated at %.1f tok/s",
+                    job.request_id_.c_str(), r.prompt_tokens, r.cached_tokens, r.prompt_tps(), r.tokens.size(),
+                    r.generation_tps());
+      log::debug(line);
+    }
     if (r.finish_reason == "cancelled") {
       metrics_.cancelled();
       log::info("request " + job.request_id_ + ": client went away, generation stopped after " +

@@ -33,6 +33,9 @@ class GenerationJob {
   // every event has been handed out.
   bool wait(std::vector<TokenEvent>& out, std::chrono::milliseconds timeout);
   void cancel() { cancel_.store(true); }
+  // Tokens are flowing: the reader should poll every kCoalesce rather than rely on wake-ups alone.
+  bool started() const;
+  static constexpr std::chrono::milliseconds kCoalesce{3};
   bool cancelled() const { return cancel_.load(); }
   // Valid once wait() returned true.
   const GenerateResult& result() const { return result_; }
@@ -50,9 +53,11 @@ class GenerationJob {
   std::string request_id_;
   Clock::time_point received_;
   std::atomic<bool> cancel_{false};
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<TokenEvent> events_;
+  bool started_ = false;  // a token has been pushed
+  Clock::time_point last_wake_;
   bool finished_ = false;
   GenerateResult result_;
   std::exception_ptr error_;

@@ -86,7 +86,7 @@ GenerationOutcome drive(ServerContext& ctx, GenerationJob& job, const PreparedGe
   bool finished = false;
   while (!finished) {
     events.clear();
-    finished = job.wait(events, std::chrono::milliseconds(50));
+    finished = job.wait(events, job.started() ? GenerationJob::kCoalesce : std::chrono::milliseconds(50));
     for (const TokenEvent& e : events) {
       const bool is_eos = e.id >= 0 && std::find(eos.begin(), eos.end(), e.id) != eos.end();
       if (want_logprobs && e.id >= 0 && !is_eos) {
