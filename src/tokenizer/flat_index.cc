@@ -27,20 +27,23 @@ void TokenIndex::reserve(size_t n) {
   size_t cap = 16;
   while (cap < n * 2) cap <<= 1;
   if (cap > slots_.size()) {
-    slots_.assign(cap, -1);
+    slots_.assign(cap, Slot{0, -1});
     mask_ = cap - 1;
     for (size_t e = 0; e < entries_.size(); ++e) {
       const std::string_view key = std::string_view(arena_).substr(entries_[e].offset, entries_[e].length);
-      slots_[slot_of(key, hash(key))] = static_cast<int32_t>(e);
+      const uint64_t h = hash(key);
+      slots_[slot_of(key, h)] = Slot{static_cast<uint32_t>(h >> 32), static_cast<int32_t>(e)};
     }
   }
 }
 
 size_t TokenIndex::slot_of(std::string_view key, uint64_t h) const {
+  const uint32_t tag = static_cast<uint32_t>(h >> 32);
   for (size_t i = h & mask_;; i = (i + 1) & mask_) {
-    const int32_t e = slots_[i];
-    if (e < 0) return i;
-    const Entry& en = entries_[static_cast<size_t>(e)];
+    const Slot& s = slots_[i];
+    if (s.entry < 0) return i;
+    if (s.tag != tag) continue;
+    const Entry& en = entries_[static_cast<size_t>(s.entry)];
     if (en.length == key.size() && std::memcmp(arena_.data() + en.offset, key.data(), key.size()) == 0) return i;
   }
 }
@@ -49,19 +52,20 @@ void TokenIndex::grow() { reserve(slots_.empty() ? 8 : slots_.size()); }
 
 void TokenIndex::insert_or_assign(std::string_view key, int32_t id) {
   if ((entries_.size() + 1) * 2 > slots_.size()) grow();
-  const size_t slot = slot_of(key, hash(key));
-  if (slots_[slot] >= 0) {
-    entries_[static_cast<size_t>(slots_[slot])].id = id;
+  const uint64_t h = hash(key);
+  const size_t slot = slot_of(key, h);
+  if (slots_[slot].entry >= 0) {
+    entries_[static_cast<size_t>(slots_[slot].entry)].id = id;
     return;
   }
-  slots_[slot] = static_cast<int32_t>(entries_.size());
+  slots_[slot] = Slot{static_cast<uint32_t>(h >> 32), static_cast<int32_t>(entries_.size())};
   entries_.push_back(Entry{static_cast<uint32_t>(arena_.size()), static_cast<uint32_t>(key.size()), id});
   arena_.append(key);
 }
 
 const int32_t* TokenIndex::find(std::string_view key) const {
   if (slots_.empty()) return nullptr;
-  const int32_t e = slots_[slot_of(key, hash(key))];
+  const int32_t e = slots_[slot_of(key, hash(key))].entry;
   return e < 0 ? nullptr : &entries_[static_cast<size_t>(e)].id;
 }
 

@@ -32,7 +32,11 @@ class TokenIndex {
 
   std::string arena_;
   std::vector<Entry> entries_;
-  std::vector<int32_t> slots_;  // index into entries_, -1 = empty
+  struct Slot {
+    uint32_t tag;   // high bits of the key's hash: most probes of other keys stop here
+    int32_t entry;  // index into entries_, -1 = empty
+  };
+  std::vector<Slot> slots_;
   size_t mask_ = 0;
 };
 

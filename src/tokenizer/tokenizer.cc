@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "common/error.h"
+#include "io/mapped_file.h"
 #include "tokenizer/utf8.h"
 
 namespace lathe {
@@ -57,7 +58,11 @@ SpecialTokensConfig parse_config(std::string_view text) {
 }  // namespace
 
 std::unique_ptr<Tokenizer> Tokenizer::load(const std::filesystem::path& dir) {
-  const std::string json = read_file(dir / "tokenizer.json");
+  // Mapped, not read: a real tokenizer.json is ~10 MB, parsed once, straight from the page cache.
+  const auto path = dir / "tokenizer.json";
+  if (!std::filesystem::exists(path)) throw Error(ErrorKind::NotFound, "cannot open " + path.string());
+  const auto mapped = MappedFile::open(path.string());
+  const std::string_view json(reinterpret_cast<const char*>(mapped->data()), mapped->size());
   const auto config_path = dir / "tokenizer_config.json";
   const std::string config = std::filesystem::exists(config_path) ? read_file(config_path) : std::string();
   return from_json(json, config);
