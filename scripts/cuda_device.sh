@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs on the device machine from the repository root, over what scripts/cuda_pack.sh put in .device/.
-# Usage: .device/cuda_device.sh test|kernels|e2e LIKE BITS GS|peer LIKE ...; results go to $OUT (or ./out).
+# Usage: .device/cuda_device.sh test|kernels|e2e LIKE BITS GS|kvq LIKE BITS GS|peer LIKE ...; results go to $OUT
+# (or ./out).
 set -uo pipefail
 out=${OUT:-$PWD/out}
 mkdir -p "$out"
@@ -29,6 +30,14 @@ case "$1" in
     while [ $# -ge 3 ]; do
       d=$(synth "$1" "$2" "$3")
       "$dev/bin/cuda_e2e" --model "$d" | tee -a "$out/e2e.jsonl"
+      shift 3
+    done
+    ;;
+  kvq)  # quantized-KV quality and bytes per token (bench/cuda_kv_quant)
+    shift
+    while [ $# -ge 3 ]; do
+      d=$(synth "$1" "$2" "$3")
+      "$dev/bin/cuda_kv_quant" --model "$d" | tee -a "$out/kv_quant.jsonl"
       shift 3
     done
     ;;

@@ -40,6 +40,7 @@ DecoderModel::DecoderModel(ModelConfig config, Checkpoint ckpt, const DecoderSpe
     if (c.is_sliding(i) && c.sliding_window <= 0)
       throw Error(ErrorKind::Corrupt, c.dir + "/config.json: sliding layers need a positive sliding_window");
     a.rope = make_rope(c.rope_for_layer(i), c.head_dim);
+    a.f32_out = true;  // bf16 runs: the attention output joins the F32 residual without a bf16 rounding
     L.attn = Attention(b, p + ".self_attn", a);
     L.mlp = bind_gated_mlp(b, p + ".mlp", c.hidden_size, c.intermediate_size, spec.act, spec.mlp_bias);
     L.input_norm = {b.tensor(p + ".input_layernorm.weight", {c.hidden_size}), eps, spec.norm_plus_one};
@@ -92,11 +93,11 @@ Tensor DecoderModel::forward_tokens(const std::vector<int32_t>& ids, CacheList& 
     Tensor a = L.attn.forward(norm(L.input_norm, h, act), *caches[i]);
     if (spec_.sandwich_norms) {
       add_inplace(h, norm(L.post_attn_norm, a, DType::F32));
-      Tensor m = L.mlp(norm(L.pre_ff_norm, h, act));
+      Tensor m = L.mlp(norm(L.pre_ff_norm, h, act), /*f32_out=*/true);
       add_inplace(h, norm(L.post_ff_norm, m, DType::F32));
     } else {
       add_inplace(h, a);
-      Tensor m = L.mlp(norm(L.post_attn_norm, h, act));
+      Tensor m = L.mlp(norm(L.post_attn_norm, h, act), /*f32_out=*/true);
       add_inplace(h, m);
     }
   }

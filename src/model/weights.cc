@@ -120,13 +120,20 @@ std::vector<Weight> WeightBinder::stacked_linear(const std::string& module, int6
   if (!ckpt_.has(wname)) throw Error(ErrorKind::NotFound, ckpt_.dir() + ": missing tensor '" + module + "'");
   std::vector<Weight> stack(static_cast<size_t>(experts));
   if (!ckpt_.has(sname)) {
-    const Tensor t = tensor(wname, {experts, out, in});
+    // Dense experts take the activation type on a device, like other matmul weights.
+    const Tensor t = place(checked(wname, {experts, out, in}), config_.load, config_.load.dtype);
     for (int64_t e = 0; e < experts; ++e) stack[static_cast<size_t>(e)].dense = t.select(0, e);
     return stack;
   }
   const QuantSpec spec = quant_spec(module, in);
   check_quantized(module, wname, {experts, out, in * spec.bits / 32}, {experts, out, in / spec.group_size});
-  const Tensor q = ckpt_.get(wname), s = ckpt_.get(sname), b = ckpt_.get(bname);
+  // Uploaded once as whole stacks (scales/biases as linear() places them); experts are views into them.
+  const LoadOptions& o = config_.load;
+  const Tensor sh = ckpt_.get(sname), bh = ckpt_.get(bname);
+  const bool sb_bf16 = sh.dtype() == DType::BF16 && bh.dtype() == DType::BF16;
+  const Tensor q = place(ckpt_.get(wname), o, DType::U32);
+  const Tensor s = place(sh, o, sb_bf16 ? DType::BF16 : DType::F32),
+               b = place(bh, o, sb_bf16 ? DType::BF16 : DType::F32);
   for (const auto& n : {wname, sname, bname}) used_.insert(n);
   for (int64_t e = 0; e < experts; ++e) {
     Weight& w = stack[static_cast<size_t>(e)];

@@ -26,7 +26,13 @@ const std::vector<std::string> kFixtures = {"llama-bf16",
                                             "gemma3-q8g32",
                                             "gemma3-mixed",
                                             "qwen3-q4g64-sharded-legacy",
-                                            "gemma3-q4g64-vlm"};
+                                            "gemma3-q4g64-vlm",
+                                            "gemma4-bf16",
+                                            "gemma4-q4g64",
+                                            "gemma4moe-bf16",
+                                            "gemma4moe-q4g64",
+                                            "qwen3_5-bf16",
+                                            "qwen3_5-q4g64"};
 const std::vector<std::string> kPrompts = {"chat", "long", "one", "chat_greedy"};
 
 std::vector<int32_t> greedy_decode(Model& m, const std::vector<int32_t>& prompt, size_t n) {

@@ -51,7 +51,7 @@ Tensor Attention::finish(const Tensor& q, const Tensor& gate, const KVView& kv, 
   ap.q_pos0 = pos0;
   Tensor out = attend(q, kv, ap).reshape({T, spec_.heads * spec_.head_dim});
   if (spec_.q_gate) out = sigmoid_mul(out, gate);
-  return o_(out);
+  return linear(out, o_.w, o_.bias.defined() ? &o_.bias : nullptr, spec_.f32_out);
 }
 
 Tensor Attention::forward(const Tensor& x, LayerCache& cache, KVView* kv_out) const {

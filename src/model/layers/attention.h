@@ -22,7 +22,8 @@ struct AttentionSpec {
   float norm_eps = 1e-6f;
   float scale = 1.0f;
   float softcap = 0.0f;
-  int64_t window = 0;  // > 0 for sliding layers
+  int64_t window = 0;    // > 0 for sliding layers
+  bool f32_out = false;  // o_proj emits F32 whatever the activation type (added to an F32 residual unrounded)
   RopeTable rope;
 };
 

@@ -18,9 +18,10 @@ Activation parse_activation(const std::string& name) {
   throw Error(ErrorKind::Unsupported, "activation '" + name + "' is not supported (silu, gelu_pytorch_tanh)");
 }
 
-Tensor GatedMLP::operator()(const Tensor& x) const {
+Tensor GatedMLP::operator()(const Tensor& x, bool f32_out) const {
   const Tensor g = gate(x), u = up(x);
-  return down(act == Activation::SiLU ? silu_mul(g, u) : gelu_tanh_mul(g, u));
+  return linear(act == Activation::SiLU ? silu_mul(g, u) : gelu_tanh_mul(g, u), down.w,
+                down.bias.defined() ? &down.bias : nullptr, f32_out);
 }
 
 GatedMLP bind_gated_mlp(WeightBinder& b, const std::string& prefix, int64_t hidden, int64_t inter, Activation act,
