@@ -6,6 +6,7 @@ set -uo pipefail
 out=${OUT:-$PWD/out}
 mkdir -p "$out"
 dev=$PWD/.device
+[ -d "$dev/lib" ] || tar -xJf "$dev/lib.tar.xz" -C "$dev"  # packed compressed by cuda_pack.sh
 export LATHE_FIXTURES_DIR=$PWD/tests/fixtures
 export LD_LIBRARY_PATH=$dev/lib:${LD_LIBRARY_PATH:-}
 # cuBLAS: the toolkit's, else the one in the image's Python wheels.

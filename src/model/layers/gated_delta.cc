@@ -28,11 +28,14 @@ GatedDeltaNet::GatedDeltaNet(WeightBinder& b, const std::string& p, const GatedD
   norm_w_ = b.tensor(p + ".norm.weight", {s.v_dim});
 }
 
+// The projections emit F32 whatever the activation type: the decay exp(g) compounds over every later token, so
+// a bf16 rounding of a (or of the conv input) would drift the state; the outputs are small vectors.
 Tensor GatedDeltaNet::forward(const Tensor& x, SSMCache& cache) const {
+  auto proj = [&x](const Linear& l) { return linear(x, l.w, nullptr, /*f32_out=*/true); };
   const int64_t T = x.dim(0), Hk = spec_.k_heads, Hv = spec_.v_heads, Dk = spec_.k_dim, Dv = spec_.v_dim;
   const int64_t key_dim = Hk * Dk;
   Tensor& conv_state = cache.conv_state(spec_.conv_kernel - 1, conv_w_.dim(0), x.device());
-  const Tensor mixed = causal_conv1d_silu(in_qkv_(x), conv_w_, conv_state);
+  const Tensor mixed = causal_conv1d_silu(proj(in_qkv_), conv_w_, conv_state);
   Tensor q = l2_normalize(mixed.slice(1, 0, key_dim).reshape({T, Hk, Dk}), 1e-6f);
   const Tensor k = l2_normalize(mixed.slice(1, key_dim, 2 * key_dim).reshape({T, Hk, Dk}), 1e-6f);
   const Tensor v = mixed.slice(1, 2 * key_dim, mixed.dim(1)).reshape({T, Hv, Dv});
@@ -40,13 +43,14 @@ Tensor GatedDeltaNet::forward(const Tensor& x, SSMCache& cache) const {
 
   // Per token and value head: decay (log space) and the delta rule's step size.
   Tensor g, beta;
-  delta_gates(in_a_(x), in_b_(x), neg_a_, dt_bias_, g, beta);
+  delta_gates(proj(in_a_), proj(in_b_), neg_a_, dt_bias_, g, beta);
   Tensor& state = cache.recurrent_state(Hv, Dv, Dk, x.device());
   const Tensor y = gated_delta_rule(q, k, v, g, beta, state);
   cache.advance(T);
-  const Tensor z = in_z_(x).reshape({T, Hv, Dv});
-  return linear(rms_norm_gated(y, z, norm_w_, spec_.norm_eps).reshape({T, Hv * Dv}), out_.w, nullptr,
-                /*f32_out=*/true);
+  const Tensor z = proj(in_z_).reshape({T, Hv, Dv});
+  // The gated norm feeds out_proj: back to the activation type there.
+  const Tensor n = convert(rms_norm_gated(y, z, norm_w_, spec_.norm_eps).reshape({T, Hv * Dv}), x.dtype());
+  return linear(n, out_.w, nullptr, /*f32_out=*/true);
 }
 
 }  // namespace lathe
