@@ -36,6 +36,9 @@ void router_topk(const Tensor& scores, const Tensor& expert_scale, int64_t k, Te
 Tensor gather_rows(const Tensor& x, const std::vector<int32_t>& idx);
 void scatter_add_rows(Tensor& out, const std::vector<int32_t>& idx, const Tensor& x, const std::vector<float>& w);
 QuantizedMatrix quantize_kv(const Tensor& x, int bits, int group_size);
+Tensor rms_norm_rope(const Tensor& x, const Tensor& weight, float eps, bool plus_one, const RopeTable& rope,
+                     int64_t pos0);
+Tensor add_rms_norm(Tensor& h, const Tensor& b, const Tensor& weight, float eps, bool plus_one, DType out);
 // Dequantizes the cached K/V (q's type) and runs attention() over them.
 Tensor attention_quantized(const Tensor& q, const QuantizedMatrix& k, const QuantizedMatrix& v, int64_t kv_heads,
                            const AttentionParams& p);

@@ -83,6 +83,27 @@ void router_topk(const Tensor& scores_in, const Tensor& expert_scale, int64_t K,
   }
 }
 
+Tensor rms_norm_rope(const Tensor& x, const Tensor& weight, float eps, bool plus_one, const RopeTable& rope,
+                     int64_t pos0) {
+  LATHE_CHECK(x.ndim() == 3 && rope.dims <= x.dim(2) && static_cast<int64_t>(rope.inv_freq.size()) == rope.dims / 2,
+              "rms_norm_rope: expects [T, H, D] and a rope table that fits the head");
+#ifdef LATHE_HAVE_CUDA
+  if (x.device() == Device::CUDA) return gpu::rms_norm_rope(x, weight, eps, plus_one, rope, pos0);
+#endif
+  Tensor out = rms_norm(x, weight, eps, plus_one);
+  rope_inplace(out, rope, pos0);
+  return out;
+}
+
+Tensor add_rms_norm(Tensor& h, const Tensor& b, const Tensor& weight, float eps, bool plus_one, DType out) {
+  LATHE_CHECK(h.shape() == b.shape() && h.is_contiguous(), "add_rms_norm: shapes differ");
+#ifdef LATHE_HAVE_CUDA
+  if (h.device() == Device::CUDA) return gpu::add_rms_norm(h, b, weight, eps, plus_one, out);
+#endif
+  add_inplace(h, b);
+  return rms_norm(h, weight, eps, plus_one, out);
+}
+
 QuantizedMatrix quantize_kv(const Tensor& x_in, int bits, int group_size) {
   LATHE_CHECK(x_in.ndim() == 2, "quantize_kv: expects [rows, cols]");
 #ifdef LATHE_HAVE_CUDA

@@ -24,4 +24,11 @@ void router_topk(const Tensor& scores, const Tensor& expert_scale, int64_t k, Te
 // are F32; on CUDA scales/biases take x's type (F32 or BF16), as MLX keeps them in the activations' type.
 QuantizedMatrix quantize_kv(const Tensor& x, int bits, int group_size);
 
+// Fusions of two ops.h calls into one pass (one launch on CUDA; the two calls on the CPU):
+// rms_norm(x, weight, eps, plus_one) followed by rope_inplace(·, rope, pos0), for x [T, H, D]; x's type.
+Tensor rms_norm_rope(const Tensor& x, const Tensor& weight, float eps, bool plus_one, const RopeTable& rope,
+                     int64_t pos0);
+// add_inplace(h, b) followed by rms_norm(h, weight, eps, plus_one, out).
+Tensor add_rms_norm(Tensor& h, const Tensor& b, const Tensor& weight, float eps, bool plus_one, DType out);
+
 }  // namespace lathe

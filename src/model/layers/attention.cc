@@ -1,6 +1,7 @@
 #include "model/layers/attention.h"
 
 #include "common/error.h"
+#include "tensor/ops_extra.h"
 
 namespace lathe {
 
@@ -37,7 +38,7 @@ Tensor Attention::project_q(const Tensor& x, int64_t pos0, Tensor* gate) const {
   } else {
     q = q.reshape({T, H, D});
   }
-  if (spec_.qk_norm) q = q_norm_(q);
+  if (spec_.qk_norm) return rms_norm_rope(q, q_norm_.weight, q_norm_.eps, q_norm_.plus_one, spec_.rope, pos0);
   rope_inplace(q, spec_.rope, pos0);
   return q;
 }
@@ -61,9 +62,14 @@ Tensor Attention::forward(const Tensor& x, LayerCache& cache, KVView* kv_out) co
   const Tensor q = project_q(x, pos0, &gate);
   const Tensor k_raw = k_(x).reshape({T, spec_.kv_heads, spec_.head_dim});
   Tensor v = spec_.k_eq_v ? k_raw : v_(x).reshape({T, spec_.kv_heads, spec_.head_dim});
-  Tensor k = spec_.qk_norm ? k_norm_(k_raw) : k_raw.clone();
+  Tensor k;
+  if (spec_.qk_norm) {  // one pass (one launch on CUDA) for the norm and the rotation
+    k = rms_norm_rope(k_raw, k_norm_.weight, k_norm_.eps, k_norm_.plus_one, spec_.rope, pos0);
+  } else {
+    k = k_raw.clone();
+    rope_inplace(k, spec_.rope, pos0);
+  }
   if (spec_.v_norm) v = v_norm_(v);
-  rope_inplace(k, spec_.rope, pos0);
   const KVView kv = cache.update(k, v);
   if (kv_out) *kv_out = kv;
   return finish(q, gate, kv, pos0);

@@ -40,4 +40,13 @@ void quantize_rows(const void* x, DType xt, int64_t rows, int64_t cols, int bits
 // Any-geometry dequantization (KV caches: groups as small as 16 values) into a dense [rows, cols] of type ot.
 void dequantize_any(const QuantView& q, void* out, DType ot);
 
+// Fused per-layer kernels (decode is launch-bound: each saves a launch per layer; fused.cu).
+// out = RMSNorm(x) per head row of D, then RoPE (pairs i, i + dims/2 over the first `dims`) at position
+// pos0 + t + *step_delta(); x, out [T, H, D] of type t; inv_freq a host array of dims/2 entries.
+void rms_norm_rope(const void* x, void* out, DType t, int64_t T, int64_t H, int64_t D, const float* w, float eps,
+                   bool plus_one, const float* inv_freq, int dims, float scaling, int64_t pos0);
+// h += b (h F32 or BF16, b any activation type), then out = RMSNorm(h) of type ot; rows of D.
+void add_rms_norm(void* h, DType ht, const void* b, DType bt, void* out, DType ot, int64_t rows, int64_t D,
+                  const float* w, float eps, bool plus_one);
+
 }  // namespace lathe::cuda
