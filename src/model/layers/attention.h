@@ -42,10 +42,13 @@ class Attention {
   const AttentionSpec& spec() const { return spec_; }
 
  private:
-  Tensor project_q(const Tensor& x, int64_t pos0, Tensor* gate) const;
+  // q: the q_proj output [T, q_out]; returns the normed, roped query heads (and the gate of a q_gate layer).
+  Tensor project_q(const Tensor& q, int64_t pos0, Tensor* gate) const;
   Tensor finish(const Tensor& q, const Tensor& gate, const KVView& kv, int64_t pos0) const;
   AttentionSpec spec_;
   Linear q_, k_, v_, o_;
+  Weight qkv_;  // on a device: q, k (and v) stacked (one GEMV); q_/k_/v_ are then row views of it
+  bool fused_qkv_ = false;
   RMSNorm q_norm_, k_norm_, v_norm_;
 };
 

@@ -29,6 +29,8 @@ Activation parse_activation(const std::string& name);
 
 struct GatedMLP {
   Linear gate, up, down;
+  Weight gate_up;  // on a device: gate and up stacked (one GEMV); gate/up are then row views of it
+  bool fused = false;
   Activation act = Activation::SiLU;
   // f32_out: down_proj emits F32 whatever the activation type (for an F32 residual add without rounding).
   Tensor operator()(const Tensor& x, bool f32_out = false) const;
