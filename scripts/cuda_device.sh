@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Runs on the device machine from the repository root, over what scripts/cuda_pack.sh put in .device/.
-# Usage: .device/cuda_device.sh test|kernels|e2e LIKE BITS GS|peer LIKE ...; results go to $OUT (or ./out).
+# Usage: .device/cuda_device.sh test|kernels|e2e LIKE BITS GS|kvq LIKE BITS GS|peer LIKE ...; results go to $OUT
+# (or ./out).
 set -uo pipefail
 out=${OUT:-$PWD/out}
 mkdir -p "$out"
 dev=$PWD/.device
+[ -d "$dev/lib" ] || tar -xJf "$dev/lib.tar.xz" -C "$dev"  # packed compressed by cuda_pack.sh
 export LATHE_FIXTURES_DIR=$PWD/tests/fixtures
 export LD_LIBRARY_PATH=$dev/lib:${LD_LIBRARY_PATH:-}
 # cuBLAS: the toolkit's, else the one in the image's Python wheels.
@@ -29,6 +31,14 @@ case "$1" in
     while [ $# -ge 3 ]; do
       d=$(synth "$1" "$2" "$3")
       "$dev/bin/cuda_e2e" --model "$d" | tee -a "$out/e2e.jsonl"
+      shift 3
+    done
+    ;;
+  kvq)  # quantized-KV quality and bytes per token (bench/cuda_kv_quant)
+    shift
+    while [ $# -ge 3 ]; do
+      d=$(synth "$1" "$2" "$3")
+      "$dev/bin/cuda_kv_quant" --model "$d" | tee -a "$out/kv_quant.jsonl"
       shift 3
     done
     ;;

@@ -9,14 +9,19 @@ build=${1:-build-cuda}
 dest=${2:-${LATHE_DEVICE_DIR:-$(pwd)/.device}}
 src_root=$(pwd)
 rm -rf "$dest" && mkdir -p "$dest/bin" "$dest/ctest/tests"
-cp "$build/lathe" "$build/tests/lathe_cuda_tests" "$build/bench/cuda_e2e" "$build/bench/cuda_kernels" "$dest/bin/"
+cp "$build/lathe" "$build/bench/cuda_e2e" "$build/bench/cuda_kernels" "$build/bench/cuda_kv_quant" "$dest/bin/"
+strip "$dest"/bin/* 2>/dev/null || true
 cp bench/peers/hf_transformers.py scripts/cuda_device.sh "$dest/"
 # Shared libraries from Debian packages the device image lacks (the tokenizer's PCRE2 and ICU).
 mkdir -p "$dest/lib"
 ldd "$build/lathe" | awk '/libpcre2|libicu/ {print $3}' | xargs -r -I{} cp -L {} "$dest/lib/"
+# The device tool carries at most 64 MiB with the working tree: ICU's data library is most of the pack, so the
+# libraries travel xz-compressed (cuda_device.sh unpacks them).
+tar -cJf "$dest/lib.tar.xz" -C "$dest" lib && rm -rf "$dest/lib"
 # CTest files reference the build tree by absolute path; cuda_device.sh recreates that path as a link.
 cp "$build/CTestTestfile.cmake" "$dest/ctest/"
 cp "$build"/tests/lathe_cuda_tests* "$dest/ctest/tests/"
+strip "$dest/ctest/tests/lathe_cuda_tests"
 grep -F 'lathe_cuda_tests' "$build/tests/CTestTestfile.cmake" > "$dest/ctest/tests/CTestTestfile.cmake"  # cuda only
 echo "$(cd "$build" && pwd)" > "$dest/build_dir"
 echo "$src_root" > "$dest/source_dir"

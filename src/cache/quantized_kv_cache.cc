@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "common/error.h"
-#include "quant/affine.h"
+#include "tensor/ops_extra.h"
 
 namespace lathe {
 namespace {
@@ -16,8 +16,9 @@ void check_geometry(int bits, int group_size) {
   if (group_size != 32 && group_size != 64) throw Error(ErrorKind::InvalidArgument, "KV group size must be 32 or 64");
 }
 
-// k/v [T, H, D] f32 -> the six row tensors [T, H, ...]. A head smaller than the group size is one group
-// (tiny test models have 16-wide heads; real ones are 64-256 wide).
+// k/v [T, H, D] -> the six row tensors [T, H, ...], on k's device (F32 scales on the CPU, the activations'
+// type on CUDA). A head smaller than the group size is one group (tiny test models have 16-wide heads; real
+// ones are 64-256 wide).
 RowTensors quantize_kv(const Tensor& k, const Tensor& v, int bits, int group_size) {
   RowTensors out;
   for (const Tensor* x : {&k, &v}) {
@@ -26,8 +27,7 @@ RowTensors quantize_kv(const Tensor& k, const Tensor& v, int bits, int group_siz
     if (D % gs != 0 || (gs * bits) % 32 != 0)
       throw Error(ErrorKind::Unsupported, "quantized KV cache: head size " + std::to_string(D) +
                                               " is not a multiple of the group size " + std::to_string(gs));
-    const Tensor rows = x->contiguous();
-    QuantizedMatrix q = quant::quantize_kv_rows(rows.data<float>(), T * H, D, bits, gs, DType::F32);
+    QuantizedMatrix q = quantize_kv(x->contiguous().reshape({T * H, D}), bits, gs);
     out.parts.push_back(q.w.reshape({T, H, -1}));
     out.parts.push_back(q.scales.reshape({T, H, -1}));
     out.parts.push_back(q.biases.reshape({T, H, -1}));

@@ -1,8 +1,7 @@
 #include "cache/row_tensors.h"
 
-#include <cstring>
-
 #include "common/error.h"
+#include "tensor/ops.h"
 
 namespace lathe {
 
@@ -17,7 +16,7 @@ RowTensors RowTensors::empty_like(const RowTensors& like, int64_t rows) {
   for (const Tensor& t : like.parts) {
     Shape s = t.shape();
     s[0] = rows;
-    out.parts.push_back(Tensor::empty(s, t.dtype()));
+    out.parts.push_back(Tensor::empty(s, t.dtype(), t.device()));
   }
   return out;
 }
@@ -37,16 +36,8 @@ RowTensors RowTensors::clone() const {
 void RowTensors::copy_from(int64_t dst_row, const RowTensors& src, int64_t src_row, int64_t n) {
   LATHE_CHECK(src.parts.size() == parts.size(), "RowTensors: part counts differ");
   if (n <= 0) return;
-  for (size_t i = 0; i < parts.size(); ++i) {
-    Tensor& d = parts[i];
-    const Tensor s = src.parts[i].contiguous();
-    const size_t row = static_cast<size_t>(d.numel() / d.dim(0)) * dtype_size(d.dtype());
-    LATHE_CHECK(s.dtype() == d.dtype() && static_cast<size_t>(s.numel() / s.dim(0)) * dtype_size(s.dtype()) == row,
-                "RowTensors: row layouts differ");
-    LATHE_CHECK(dst_row + n <= d.dim(0) && src_row + n <= s.dim(0), "RowTensors: copy out of range");
-    std::memcpy(static_cast<char*>(d.raw()) + static_cast<size_t>(dst_row) * row,
-                static_cast<const char*>(s.raw()) + static_cast<size_t>(src_row) * row, static_cast<size_t>(n) * row);
-  }
+  // copy_rows checks the layouts and copies on the parts' device (a memcpy on the CPU).
+  for (size_t i = 0; i < parts.size(); ++i) copy_rows(parts[i], dst_row, src.parts[i], src_row, n);
 }
 
 }  // namespace lathe

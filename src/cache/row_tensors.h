@@ -13,7 +13,7 @@ struct RowTensors {
   bool defined() const { return !parts.empty() && parts[0].defined(); }
   int64_t rows() const { return defined() ? parts[0].dim(0) : 0; }
   size_t nbytes() const;
-  // Uninitialised storage for `rows` rows shaped like `like`'s rows.
+  // Uninitialised storage for `rows` rows shaped like `like`'s rows, on its device.
   static RowTensors empty_like(const RowTensors& like, int64_t rows);
   RowTensors slice(int64_t begin, int64_t end) const;  // views
   RowTensors clone() const;

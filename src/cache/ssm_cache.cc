@@ -5,9 +5,9 @@
 namespace lathe {
 namespace {
 
-Tensor& ensure(Tensor& t, const Shape& shape, const char* what) {
+Tensor& ensure(Tensor& t, const Shape& shape, const char* what, Device device) {
   if (!t.defined()) {
-    t = Tensor::zeros(shape, DType::F32);
+    t = Tensor::zeros(shape, DType::F32, device);
   } else if (t.shape() != shape) {
     throw Error(ErrorKind::InvalidArgument, std::string("ssm cache: ") + what + " state is " + t.describe() +
                                                 ", the layer needs " + shape_str(shape));
@@ -21,10 +21,12 @@ KVView SSMCache::update(const Tensor&, const Tensor&) {
   throw Error(ErrorKind::Internal, "ssm cache: a linear-attention layer has no keys/values to append");
 }
 
-Tensor& SSMCache::conv_state(int64_t rows, int64_t channels) { return ensure(conv_, {rows, channels}, "conv"); }
+Tensor& SSMCache::conv_state(int64_t rows, int64_t channels, Device device) {
+  return ensure(conv_, {rows, channels}, "conv", device);
+}
 
-Tensor& SSMCache::recurrent_state(int64_t heads, int64_t v_dim, int64_t k_dim) {
-  return ensure(recurrent_, {heads, v_dim, k_dim}, "recurrent");
+Tensor& SSMCache::recurrent_state(int64_t heads, int64_t v_dim, int64_t k_dim, Device device) {
+  return ensure(recurrent_, {heads, v_dim, k_dim}, "recurrent", device);
 }
 
 CacheState SSMCache::state() const {

@@ -17,9 +17,9 @@ class SSMCache : public LayerCache {
   int64_t trim(int64_t) override { return 0; }
   size_t bytes() const override;
 
-  // The states, created zeroed on first use with these shapes (checked against existing ones).
-  Tensor& conv_state(int64_t rows, int64_t channels);
-  Tensor& recurrent_state(int64_t heads, int64_t v_dim, int64_t k_dim);
+  // The states, created zeroed on `device` on first use with these shapes (checked against existing ones).
+  Tensor& conv_state(int64_t rows, int64_t channels, Device device = Device::CPU);
+  Tensor& recurrent_state(int64_t heads, int64_t v_dim, int64_t k_dim, Device device = Device::CPU);
   void advance(int64_t tokens) { offset_ += tokens; }
 
  private:

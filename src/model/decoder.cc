@@ -5,6 +5,7 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "model/layers/rope.h"
+#include "tensor/ops_extra.h"
 
 namespace lathe {
 
@@ -40,6 +41,7 @@ DecoderModel::DecoderModel(ModelConfig config, Checkpoint ckpt, const DecoderSpe
     if (c.is_sliding(i) && c.sliding_window <= 0)
       throw Error(ErrorKind::Corrupt, c.dir + "/config.json: sliding layers need a positive sliding_window");
     a.rope = make_rope(c.rope_for_layer(i), c.head_dim);
+    a.f32_out = true;  // bf16 runs: the attention output joins the F32 residual without a bf16 rounding
     L.attn = Attention(b, p + ".self_attn", a);
     L.mlp = bind_gated_mlp(b, p + ".mlp", c.hidden_size, c.intermediate_size, spec.act, spec.mlp_bias);
     L.input_norm = {b.tensor(p + ".input_layernorm.weight", {c.hidden_size}), eps, spec.norm_plus_one};
@@ -85,21 +87,26 @@ Tensor DecoderModel::forward_tokens(const std::vector<int32_t>& ids, CacheList& 
   auto norm = [](const RMSNorm& n, const Tensor& x, DType out) {
     return rms_norm(x, n.weight, n.eps, n.plus_one, out);
   };
+  // Residual adds are fused with the RMSNorm that reads h next (one launch on CUDA): `pending` is a block's
+  // output not yet added to h.
+  auto add_norm = [](Tensor& h, const Tensor& b, const RMSNorm& n, DType out) {
+    return add_rms_norm(h, b, n.weight, n.eps, n.plus_one, out);
+  };
   Tensor h = embedding(ids, embed_);
   if (spec_.embed_scale != 1.0f) scale_inplace(h, spec_.embed_scale);
+  Tensor pending;
   for (size_t i = 0; i < layers_.size(); ++i) {
     const Layer& L = layers_[i];
-    Tensor a = L.attn.forward(norm(L.input_norm, h, act), *caches[i]);
+    const Tensor x = pending.defined() ? add_norm(h, pending, L.input_norm, act) : norm(L.input_norm, h, act);
+    Tensor a = L.attn.forward(x, *caches[i]);
     if (spec_.sandwich_norms) {
-      add_inplace(h, norm(L.post_attn_norm, a, DType::F32));
-      Tensor m = L.mlp(norm(L.pre_ff_norm, h, act));
-      add_inplace(h, norm(L.post_ff_norm, m, DType::F32));
+      Tensor m = L.mlp(add_norm(h, norm(L.post_attn_norm, a, DType::F32), L.pre_ff_norm, act), /*f32_out=*/true);
+      pending = norm(L.post_ff_norm, m, DType::F32);
     } else {
-      add_inplace(h, a);
-      Tensor m = L.mlp(norm(L.post_attn_norm, h, act));
-      add_inplace(h, m);
+      pending = L.mlp(add_norm(h, a, L.post_attn_norm, act), /*f32_out=*/true);
     }
   }
+  if (pending.defined()) add_inplace(h, pending);
   if (!all_logits) h = h.slice(0, h.dim(0) - 1, h.dim(0));
   Tensor logits = linear(norm(final_norm_, h, act), lm_head_, nullptr, /*f32_out=*/true);
   if (spec_.final_softcap > 0) softcap_inplace(logits, spec_.final_softcap);

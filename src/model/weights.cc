@@ -33,12 +33,12 @@ Tensor WeightBinder::optional_tensor(const std::string& name, const Shape& shape
   return ckpt_.has(name) ? tensor(name, shape) : Tensor();
 }
 
-Weight WeightBinder::linear(const std::string& module, int64_t out, int64_t in) {
+Weight WeightBinder::linear_on(const std::string& module, int64_t out, int64_t in, const LoadOptions& o) {
   const std::string wname = module + ".weight", sname = module + ".scales", bname = module + ".biases";
   Weight w;
   if (!ckpt_.has(wname)) throw Error(ErrorKind::NotFound, ckpt_.dir() + ": missing tensor '" + wname + "'");
   if (!ckpt_.has(sname)) {
-    w.dense = place(checked(wname, {out, in}), config_.load, config_.load.dtype);
+    w.dense = place(checked(wname, {out, in}), o, o.dtype);
     return w;
   }
   // Quantized: the config must say how.
@@ -65,7 +65,6 @@ Weight WeightBinder::linear(const std::string& module, int64_t out, int64_t in) 
   used_.insert(sname);
   used_.insert(bname);
   w.quantized = true;
-  const LoadOptions& o = config_.load;
   w.q.w = place(q, o, DType::U32);
   w.q.scales = place(s, o, s.dtype() == DType::BF16 ? DType::BF16 : DType::F32);
   w.q.biases = place(b, o, s.dtype() == DType::BF16 && b.dtype() == DType::BF16 ? DType::BF16 : DType::F32);
@@ -73,6 +72,71 @@ Weight WeightBinder::linear(const std::string& module, int64_t out, int64_t in) 
   w.q.bits = spec->bits;
   w.q.group_size = spec->group_size;
   return w;
+}
+
+namespace {
+Tensor cat_rows(const std::vector<Tensor>& parts) {
+  int64_t rows = 0;
+  for (const Tensor& t : parts) rows += t.dim(0);
+  Tensor out = Tensor::empty({rows, parts[0].dim(1)}, parts[0].dtype());
+  int64_t at = 0;
+  for (const Tensor& t : parts) {
+    copy_rows(out, at, t, 0, t.dim(0));
+    at += t.dim(0);
+  }
+  return out;
+}
+}  // namespace
+
+std::optional<Weight> WeightBinder::fused_linear(const std::vector<std::string>& modules,
+                                                 const std::vector<int64_t>& outs, int64_t in) {
+  if (config_.load.device == Device::CPU) return std::nullopt;
+  for (const auto& m : modules)
+    if (!ckpt_.has(m + ".weight") || ckpt_.has(m + ".scales") != ckpt_.has(modules[0] + ".scales")) return std::nullopt;
+  // Validated exactly as linear() does, as host views of the file; then stacked and placed once.
+  std::vector<Weight> parts;
+  for (size_t i = 0; i < modules.size(); ++i)
+    parts.push_back(linear_on(modules[i], outs[i], in, LoadOptions{Device::CPU, DType::F32}));
+  const Weight& p0 = parts[0];
+  for (const Weight& p : parts) {
+    const bool same = p.quantized
+                          ? p.q.bits == p0.q.bits && p.q.group_size == p0.q.group_size &&
+                                p.q.scales.dtype() == p0.q.scales.dtype() && p.q.biases.dtype() == p0.q.biases.dtype()
+                          : p.dense.dtype() == p0.dense.dtype();
+    if (!same) return std::nullopt;
+  }
+  std::vector<Tensor> a, s, b;
+  for (const Weight& p : parts) {
+    a.push_back(p.quantized ? p.q.w : p.dense);
+    s.push_back(p.q.scales);
+    b.push_back(p.q.biases);
+  }
+  Weight w;
+  w.quantized = p0.quantized;
+  const LoadOptions& o = config_.load;
+  if (!w.quantized) {
+    w.dense = place(cat_rows(a), o, o.dtype);
+    return w;
+  }
+  w.q.w = place(cat_rows(a), o, DType::U32);
+  const bool sb_bf16 = p0.q.scales.dtype() == DType::BF16 && p0.q.biases.dtype() == DType::BF16;
+  w.q.scales = place(cat_rows(s), o, sb_bf16 ? DType::BF16 : DType::F32);
+  w.q.biases = place(cat_rows(b), o, sb_bf16 ? DType::BF16 : DType::F32);
+  w.q.bits = p0.q.bits;
+  w.q.group_size = p0.q.group_size;
+  return w;
+}
+
+Weight WeightBinder::row_slice(const Weight& w, int64_t begin, int64_t end) {
+  Weight r = w;
+  if (w.quantized) {
+    r.q.w = w.q.w.slice(0, begin, end);
+    r.q.scales = w.q.scales.slice(0, begin, end);
+    r.q.biases = w.q.biases.slice(0, begin, end);
+  } else {
+    r.dense = w.dense.slice(0, begin, end);
+  }
+  return r;
 }
 
 QuantSpec WeightBinder::quant_spec(const std::string& module, int64_t in) const {
@@ -120,13 +184,20 @@ std::vector<Weight> WeightBinder::stacked_linear(const std::string& module, int6
   if (!ckpt_.has(wname)) throw Error(ErrorKind::NotFound, ckpt_.dir() + ": missing tensor '" + module + "'");
   std::vector<Weight> stack(static_cast<size_t>(experts));
   if (!ckpt_.has(sname)) {
-    const Tensor t = tensor(wname, {experts, out, in});
+    // Dense experts take the activation type on a device, like other matmul weights.
+    const Tensor t = place(checked(wname, {experts, out, in}), config_.load, config_.load.dtype);
     for (int64_t e = 0; e < experts; ++e) stack[static_cast<size_t>(e)].dense = t.select(0, e);
     return stack;
   }
   const QuantSpec spec = quant_spec(module, in);
   check_quantized(module, wname, {experts, out, in * spec.bits / 32}, {experts, out, in / spec.group_size});
-  const Tensor q = ckpt_.get(wname), s = ckpt_.get(sname), b = ckpt_.get(bname);
+  // Uploaded once as whole stacks (scales/biases as linear() places them); experts are views into them.
+  const LoadOptions& o = config_.load;
+  const Tensor sh = ckpt_.get(sname), bh = ckpt_.get(bname);
+  const bool sb_bf16 = sh.dtype() == DType::BF16 && bh.dtype() == DType::BF16;
+  const Tensor q = place(ckpt_.get(wname), o, DType::U32);
+  const Tensor s = place(sh, o, sb_bf16 ? DType::BF16 : DType::F32),
+               b = place(bh, o, sb_bf16 ? DType::BF16 : DType::F32);
   for (const auto& n : {wname, sname, bname}) used_.insert(n);
   for (int64_t e = 0; e < experts; ++e) {
     Weight& w = stack[static_cast<size_t>(e)];

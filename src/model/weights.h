@@ -2,6 +2,7 @@
 // quantized exactly when its `.scales` tensor exists; bits and group size come from the config's
 // quantization dict. Every error names the file and the tensor.
 #pragma once
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -17,7 +18,14 @@ class WeightBinder {
   WeightBinder(const Checkpoint& ckpt, const ModelConfig& config) : ckpt_(ckpt), config_(config) {}
 
   // `module` is a path like "model.layers.0.self_attn.q_proj"; expects module.weight [out, in].
-  Weight linear(const std::string& module, int64_t out, int64_t in);
+  Weight linear(const std::string& module, int64_t out, int64_t in) { return linear_on(module, out, in, config_.load); }
+  // Modules that read the same input (q/k/v, gate/up), stacked by rows on the host and uploaded as one weight
+  // [Σ outs, in], so decode runs one GEMV launch instead of several. Nullopt on the CPU (weights stay zero-copy
+  // views of the file) or when the modules differ in format (dense vs quantized, bits, group, dtypes).
+  std::optional<Weight> fused_linear(const std::vector<std::string>& modules, const std::vector<int64_t>& outs,
+                                     int64_t in);
+  // Rows [begin, end) of a weight as a view (one module's part of a fused weight).
+  static Weight row_slice(const Weight& w, int64_t begin, int64_t end);
   // An embedding table [vocab, dim], dense or quantized (module.weight + module.scales).
   Weight embedding(const std::string& module, int64_t vocab, int64_t dim) { return linear(module, vocab, dim); }
   // A stack of E matrices [E, out, in] (MoE experts) stored as one 3-D tensor named `module` or
@@ -37,6 +45,7 @@ class WeightBinder {
   void check_quantized(const std::string& module, const std::string& wname, const Shape& wshape,
                        const Shape& sshape) const;
   Tensor checked(const std::string& name, const Shape& shape);  // validated, still where the file has it
+  Weight linear_on(const std::string& module, int64_t out, int64_t in, const LoadOptions& o);
   std::string where(const std::string& name) const { return ckpt_.file_of(name) + ": tensor '" + name + "'"; }
   const Checkpoint& ckpt_;
   const ModelConfig& config_;

@@ -14,6 +14,9 @@ void device_memset_zero(void* p, size_t bytes);
 // Host<->device copies return once the host buffer may be reused; device->device copies are stream-ordered.
 void device_copy(void* dst, const void* src, size_t bytes, Device dst_device, Device src_device);
 void device_synchronize();  // waits for all queued device work
+// Gathers a strided device tensor (≤ 6 dims, element strides) into contiguous dst on the device, stream-ordered
+// (views such as a head slice become contiguous without a trip through host memory).
+void device_strided_copy(void* dst, const void* src, const Shape& shape, const Shape& strides, size_t elem_size);
 
 // The caching allocator's counters. malloc_calls counts real cudaMalloc calls: a loop that adds none
 // allocated nothing on the device.

@@ -15,6 +15,7 @@ void device_free(void*) {}
 void device_memset_zero(void*, size_t) { no_cuda(); }
 void device_copy(void*, const void*, size_t, Device, Device) { no_cuda(); }
 void device_synchronize() {}
+void device_strided_copy(void*, const void*, const Shape&, const Shape&, size_t) { no_cuda(); }
 DeviceMemoryStats device_memory_stats() { return {}; }
 void device_reset_peak() {}
 void device_release_cached() {}

@@ -132,6 +132,7 @@ Tensor attention(const Tensor& q_in, const Tensor& k, const Tensor& v, const Att
 
 Tensor attention_quantized(const Tensor& q_in, const QuantizedMatrix& k, const QuantizedMatrix& v, int64_t kv_heads,
                            const AttentionParams& p) {
+  LATHE_ON_CUDA(q_in, gpu::attention_quantized(q_in, k, v, kv_heads, p));
   require_cpu(q_in, "attention_quantized");
   const Tensor q = q_in.contiguous();
   LATHE_CHECK(q.ndim() == 3 && kv_heads > 0 && q.dim(1) % kv_heads == 0, "attention_quantized: head layout");
@@ -145,6 +146,7 @@ Tensor attention_quantized(const Tensor& q_in, const QuantizedMatrix& k, const Q
 }
 
 Tensor sigmoid_mul(const Tensor& x, const Tensor& gate) {
+  LATHE_ON_CUDA(x, gpu::sigmoid_mul(x, gate));
   require_cpu(x, "sigmoid_mul");
   LATHE_CHECK(x.shape() == gate.shape(), "sigmoid_mul: shapes differ");
   Tensor out = Tensor::empty(x.shape(), DType::F32);
@@ -153,6 +155,7 @@ Tensor sigmoid_mul(const Tensor& x, const Tensor& gate) {
 }
 
 Tensor l2_normalize(const Tensor& x_in, float eps) {
+  LATHE_ON_CUDA(x_in, gpu::l2_normalize(x_in, eps));
   require_cpu(x_in, "l2_normalize");
   require_f32_rows(x_in, "l2_normalize");
   const Tensor x = x_in.contiguous();
@@ -162,6 +165,7 @@ Tensor l2_normalize(const Tensor& x_in, float eps) {
 }
 
 Tensor rms_norm_gated(const Tensor& x_in, const Tensor& z, const Tensor& weight, float eps) {
+  LATHE_ON_CUDA(x_in, gpu::rms_norm_gated(x_in, z, weight, eps));
   require_cpu(x_in, "rms_norm_gated");
   require_f32_rows(x_in, "rms_norm_gated");
   const Tensor x = x_in.contiguous();
@@ -172,6 +176,7 @@ Tensor rms_norm_gated(const Tensor& x_in, const Tensor& z, const Tensor& weight,
 }
 
 Tensor causal_conv1d_silu(const Tensor& x_in, const Tensor& weight, Tensor& state) {
+  LATHE_ON_CUDA(x_in, gpu::causal_conv1d_silu(x_in, weight, state));
   require_cpu(x_in, "causal_conv1d");
   require_f32_rows(x_in, "causal_conv1d");
   const Tensor x = x_in.contiguous();
@@ -188,6 +193,7 @@ Tensor causal_conv1d_silu(const Tensor& x_in, const Tensor& weight, Tensor& stat
 
 Tensor gated_delta_rule(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, const Tensor& g_in,
                         const Tensor& beta_in, Tensor& state) {
+  LATHE_ON_CUDA(q_in, gpu::gated_delta_rule(q_in, k_in, v_in, g_in, beta_in, state));
   require_cpu(q_in, "gated_delta_rule");
   const Tensor q = q_in.contiguous(), k = k_in.contiguous(), v = v_in.contiguous(), g = g_in.contiguous(),
                beta = beta_in.contiguous();
@@ -204,6 +210,7 @@ Tensor gated_delta_rule(const Tensor& q_in, const Tensor& k_in, const Tensor& v_
 }
 
 Tensor gather_rows(const Tensor& x_in, const std::vector<int32_t>& idx) {
+  LATHE_ON_CUDA(x_in, gpu::gather_rows(x_in, idx));
   require_cpu(x_in, "gather_rows");
   const Tensor x = x_in.contiguous();
   const int64_t D = x.numel() / std::max<int64_t>(x.dim(0), 1);
@@ -217,6 +224,7 @@ Tensor gather_rows(const Tensor& x_in, const std::vector<int32_t>& idx) {
 }
 
 void scatter_add_rows(Tensor& out, const std::vector<int32_t>& idx, const Tensor& x_in, const std::vector<float>& w) {
+  LATHE_ON_CUDA(out, gpu::scatter_add_rows(out, idx, x_in, w));
   require_cpu(out, "scatter_add_rows");
   const Tensor x = x_in.contiguous();
   LATHE_CHECK(out.is_contiguous() && out.dtype() == DType::F32 && x.dtype() == DType::F32 && out.ndim() == 2 &&

@@ -21,4 +21,26 @@ void softcap_inplace(Tensor& x, float cap);
 std::vector<int32_t> argmax_rows(const Tensor& x);
 void copy_rows(void* dst, int64_t dst_row, const void* src_rows, int64_t n, size_t row_bytes);
 
+// Newer families and cache kinds (ops_cuda_models.cc).
+Tensor convert(const Tensor& x, DType t);
+Tensor sigmoid_mul(const Tensor& x, const Tensor& gate);
+Tensor l2_normalize(const Tensor& x, float eps);
+// Output in z's type (the activation type: it feeds out_proj), f32 arithmetic.
+Tensor rms_norm_gated(const Tensor& x, const Tensor& z, const Tensor& weight, float eps);
+// Output F32 (it feeds the f32 recurrence).
+Tensor causal_conv1d_silu(const Tensor& x, const Tensor& weight, Tensor& state);
+Tensor gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
+                        Tensor& state);
+void delta_gates(const Tensor& a, const Tensor& b, const Tensor& neg_a, const Tensor& dt_bias, Tensor& g, Tensor& beta);
+void router_topk(const Tensor& scores, const Tensor& expert_scale, int64_t k, Tensor& idx, Tensor& weights);
+Tensor gather_rows(const Tensor& x, const std::vector<int32_t>& idx);
+void scatter_add_rows(Tensor& out, const std::vector<int32_t>& idx, const Tensor& x, const std::vector<float>& w);
+QuantizedMatrix quantize_kv(const Tensor& x, int bits, int group_size);
+Tensor rms_norm_rope(const Tensor& x, const Tensor& weight, float eps, bool plus_one, const RopeTable& rope,
+                     int64_t pos0);
+Tensor add_rms_norm(Tensor& h, const Tensor& b, const Tensor& weight, float eps, bool plus_one, DType out);
+// Dequantizes the cached K/V (q's type) and runs attention() over them.
+Tensor attention_quantized(const Tensor& q, const QuantizedMatrix& k, const QuantizedMatrix& v, int64_t kv_heads,
+                           const AttentionParams& p);
+
 }  // namespace lathe::gpu

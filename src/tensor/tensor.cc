@@ -189,7 +189,11 @@ void for_each_offset(const Shape& shape, const Shape& strides, F&& f) {
 
 Tensor Tensor::contiguous() const {
   if (is_contiguous()) return *this;
-  if (device() != Device::CPU) return to(Device::CPU).contiguous().to(device());
+  if (device() != Device::CPU) {
+    Tensor out = empty(shape_, dtype_, device());
+    device_strided_copy(out.raw(), raw(), shape_, strides_, dtype_size(dtype_));
+    return out;
+  }
   Tensor out = empty(shape_, dtype_);
   const size_t es = dtype_size(dtype_);
   const char* src = static_cast<const char*>(raw());

@@ -1,3 +1,5 @@
+// Precision on CUDA (bf16 runs): the residual stream h stays F32; norms that feed a matmul emit the activation
+// type, norms whose output is added to h emit F32 (as in decoder.cc). On the CPU everything is F32.
 // Gemma 4 (text): sandwich-normed blocks (plain-weight RMSNorm) over sliding layers (default rope, head_dim)
 // and global layers (proportional partial rope, their own head_dim and KV heads from per_layer_config or the
 // legacy global_head_dim / num_global_key_value_heads); q/k norms and a weightless v norm with attention scale
@@ -12,6 +14,7 @@
 #include "model/layers/attention.h"
 #include "model/layers/moe.h"
 #include "model/layers/rope.h"
+#include "tensor/ops_extra.h"
 
 namespace lathe::arch {
 namespace {
@@ -131,6 +134,7 @@ Gemma4Model::Gemma4Model(ModelConfig config, Checkpoint ckpt) : Model(std::move(
     if (!full && c.sliding_window <= 0)
       throw Error(ErrorKind::Corrupt, c.dir + "/config.json: sliding layers need a positive sliding_window");
     a.rope = make_rope(c.rope_for_layer(i), a.head_dim);
+    a.f32_out = true;
     Ly.attn = Attention(b, p + ".self_attn", a);
     const int64_t inter = c.intermediate_size * (double_wide && is_shared ? 2 : 1);
     Ly.mlp = bind_gated_mlp(b, p + ".mlp", H, inter, act_);
@@ -165,40 +169,44 @@ CacheList Gemma4Model::make_cache(const CacheOptions& options) const {
 
 // PLE: token-identity rows of embed_tokens_per_layer (× √W) plus a projection of the scaled embeddings
 // (× hidden^-½, RMSNorm per layer slice), averaged by × 2^-½. Returns [T, L, W].
+// The result is in the activation type and laid out [L, T, W], so each layer's slice is contiguous.
 Tensor Gemma4Model::per_layer_inputs(const std::vector<int32_t>& ids, const Tensor& h) const {
   const int64_t T = h.dim(0), L = static_cast<int64_t>(layers_.size());
-  Tensor proj = ple_model_proj_(h);
+  const DType act = config_.load.dtype;
+  Tensor proj = linear(convert(h, act), ple_model_proj_.w, nullptr, /*f32_out=*/true);
   scale_inplace(proj, 1.0f / std::sqrt(static_cast<float>(config_.hidden_size)));
   proj = ple_proj_norm_(proj.reshape({T, L, ple_dim_}));
   Tensor tok = embedding(ids, embed_per_layer_);
   scale_inplace(tok, std::sqrt(static_cast<float>(ple_dim_)));
   add_inplace(proj, tok.reshape({T, L, ple_dim_}));
   scale_inplace(proj, 1.0f / std::sqrt(2.0f));
-  return proj;
+  return convert(proj, act).transpose(0, 1).contiguous();
 }
 
 void Gemma4Model::run_layer(size_t i, Tensor& h, const Tensor& ple, CacheList& caches, std::vector<KVView>& views,
                             int64_t pos0) const {
   const Layer& Ly = layers_[i];
-  const Tensor x = Ly.input_norm(h);
+  const DType act = config_.load.dtype;
+  auto to_act = [act](const RMSNorm& n, const Tensor& x) { return rms_norm(x, n.weight, n.eps, n.plus_one, act); };
+  auto to_f32 = [](const RMSNorm& n, const Tensor& x) { return rms_norm(x, n.weight, n.eps, n.plus_one, DType::F32); };
+  const Tensor x = to_act(Ly.input_norm, h);
   Tensor a = Ly.kv_donor >= 0 ? Ly.attn.forward_shared(x, views[static_cast<size_t>(Ly.kv_donor)], pos0)
                               : Ly.attn.forward(x, *caches[i], &views[i]);
-  add_inplace(h, Ly.post_attn_norm(a));
+  add_inplace(h, to_f32(Ly.post_attn_norm, a));
 
-  Tensor m = Ly.mlp(Ly.pre_ff_norm(h));
+  Tensor m = Ly.mlp(to_act(Ly.pre_ff_norm, h), /*f32_out=*/true);
   if (Ly.moe) {  // the experts and the router read the post-attention residual, not the MLP's input norm
-    m = Ly.post_ff_norm_1(m);
+    m = to_f32(Ly.post_ff_norm_1, m);
     std::vector<int32_t> idx;
     std::vector<float> w;
-    Ly.router.route(h, idx, w);
-    add_inplace(m, Ly.post_ff_norm_2(Ly.experts(Ly.pre_ff_norm_2(h), idx, w, Ly.router.top_k)));
+    Ly.router.route(h, act, idx, w);
+    add_inplace(m, to_f32(Ly.post_ff_norm_2, Ly.experts(to_act(Ly.pre_ff_norm_2, h), idx, w, Ly.router.top_k)));
   }
-  add_inplace(h, Ly.post_ff_norm(m));
+  add_inplace(h, to_f32(Ly.post_ff_norm, m));
 
   if (ple_dim_ > 0) {
-    const Tensor slice = ple.select(1, static_cast<int64_t>(i)).contiguous();
-    const Tensor g = gelu_tanh_mul(Ly.ple_gate(h), slice);
-    add_inplace(h, Ly.ple_post_norm(Ly.ple_proj(g)));
+    const Tensor g = gelu_tanh_mul(Ly.ple_gate(convert(h, act)), ple.select(0, static_cast<int64_t>(i)));
+    add_inplace(h, to_f32(Ly.ple_post_norm, Ly.ple_proj(g)));
   }
   if (Ly.scalar != 1.0f) scale_inplace(h, Ly.scalar);
 }
@@ -216,7 +224,8 @@ Tensor Gemma4Model::forward(const std::vector<int32_t>& ids, CacheList& caches, 
   std::vector<KVView> views(layers_.size());
   for (size_t i = 0; i < layers_.size(); ++i) run_layer(i, h, ple, caches, views, pos0);
   if (!all_logits) h = h.slice(0, h.dim(0) - 1, h.dim(0));
-  Tensor logits = linear(final_norm_(h), embed_);
+  const Tensor x = rms_norm(h, final_norm_.weight, final_norm_.eps, final_norm_.plus_one, config_.load.dtype);
+  Tensor logits = linear(x, embed_, nullptr, /*f32_out=*/true);
   if (final_softcap_ > 0) softcap_inplace(logits, final_softcap_);
   return logits;
 }

@@ -84,6 +84,7 @@ Qwen35Model::Qwen35Model(ModelConfig config, Checkpoint ckpt) : Model(std::move(
       a.norm_eps = eps;
       a.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
       a.rope = make_rope(c.rope_for_layer(i), c.head_dim);
+      a.f32_out = true;
       L.attn = Attention(b, p + ".self_attn", a);
     }
     L.mlp = bind_gated_mlp(b, p + ".mlp", H, c.intermediate_size, parse_activation(c.hidden_act));
@@ -108,10 +109,13 @@ Tensor Qwen35Model::forward(const std::vector<int32_t>& ids, CacheList& caches, 
   if (ids.empty()) throw Error(ErrorKind::InvalidArgument, "forward: no tokens");
   if (caches.size() != layers_.size())
     throw Error(ErrorKind::InvalidArgument, "forward: cache list does not match the model");
+  // The residual stream h stays F32; norms feeding a matmul emit the activation type (BF16 in CUDA bf16 runs).
+  const DType act = config_.load.dtype;
+  auto norm = [act](const RMSNorm& n, const Tensor& x) { return rms_norm(x, n.weight, n.eps, n.plus_one, act); };
   Tensor h = embedding(ids, embed_);
   for (size_t i = 0; i < layers_.size(); ++i) {
     const Layer& L = layers_[i];
-    const Tensor x = L.input_norm(h);
+    const Tensor x = norm(L.input_norm, h);
     Tensor a;
     if (L.linear) {
       auto* ssm = dynamic_cast<SSMCache*>(caches[i].get());
@@ -121,10 +125,10 @@ Tensor Qwen35Model::forward(const std::vector<int32_t>& ids, CacheList& caches, 
       a = L.attn.forward(x, *caches[i]);
     }
     add_inplace(h, a);
-    add_inplace(h, L.mlp(L.post_attn_norm(h)));
+    add_inplace(h, L.mlp(norm(L.post_attn_norm, h), /*f32_out=*/true));
   }
   if (!all_logits) h = h.slice(0, h.dim(0) - 1, h.dim(0));
-  return linear(final_norm_(h), lm_head_);
+  return linear(norm(final_norm_, h), lm_head_, nullptr, /*f32_out=*/true);
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 #include "model/layers/attention.h"
 
 #include "common/error.h"
+#include "tensor/ops_extra.h"
 
 namespace lathe {
 
@@ -13,9 +14,24 @@ Tensor attend(const Tensor& q, const KVView& kv, const AttentionParams& params) 
 }
 
 Attention::Attention(WeightBinder& b, const std::string& p, const AttentionSpec& s) : spec_(s) {
-  const int64_t q_out = s.heads * s.head_dim * (s.q_gate ? 2 : 1);
-  q_ = bind_linear(b, p + ".q_proj", q_out, s.hidden, s.qkv_bias);
-  if (!s.kv_shared) {
+  const int64_t q_out = s.heads * s.head_dim * (s.q_gate ? 2 : 1), kv_out = s.kv_heads * s.head_dim;
+  std::vector<std::string> names{p + ".q_proj"};
+  std::vector<int64_t> outs{q_out};
+  for (const char* m : {".k_proj", ".v_proj"})
+    if (!s.kv_shared && (m[1] == 'k' || !s.k_eq_v)) {
+      names.push_back(p + m);
+      outs.push_back(kv_out);
+    }
+  if (auto f = s.qkv_bias || names.size() == 1 ? std::nullopt : b.fused_linear(names, outs, s.hidden)) {
+    fused_qkv_ = true;
+    qkv_ = *f;
+    q_.w = WeightBinder::row_slice(*f, 0, q_out);
+    k_.w = WeightBinder::row_slice(*f, q_out, q_out + kv_out);
+    if (names.size() == 3) v_.w = WeightBinder::row_slice(*f, q_out + kv_out, q_out + 2 * kv_out);
+  } else {
+    q_ = bind_linear(b, p + ".q_proj", q_out, s.hidden, s.qkv_bias);
+  }
+  if (!s.kv_shared && !fused_qkv_) {
     k_ = bind_linear(b, p + ".k_proj", s.kv_heads * s.head_dim, s.hidden, s.qkv_bias);
     if (!s.k_eq_v) v_ = bind_linear(b, p + ".v_proj", s.kv_heads * s.head_dim, s.hidden, s.qkv_bias);
   }
@@ -27,9 +43,9 @@ Attention::Attention(WeightBinder& b, const std::string& p, const AttentionSpec&
   v_norm_ = {Tensor(), s.norm_eps, false};
 }
 
-Tensor Attention::project_q(const Tensor& x, int64_t pos0, Tensor* gate) const {
-  const int64_t T = x.dim(0), H = spec_.heads, D = spec_.head_dim;
-  Tensor q = q_(x);
+Tensor Attention::project_q(const Tensor& q_lin, int64_t pos0, Tensor* gate) const {
+  const int64_t T = q_lin.dim(0), H = spec_.heads, D = spec_.head_dim;
+  Tensor q = q_lin;
   if (spec_.q_gate) {  // per head: [query (D) | gate (D)]
     const Tensor qg = q.reshape({T, H, 2 * D});
     *gate = qg.slice(2, D, 2 * D).contiguous().reshape({T, H * D});
@@ -37,7 +53,7 @@ Tensor Attention::project_q(const Tensor& x, int64_t pos0, Tensor* gate) const {
   } else {
     q = q.reshape({T, H, D});
   }
-  if (spec_.qk_norm) q = q_norm_(q);
+  if (spec_.qk_norm) return rms_norm_rope(q, q_norm_.weight, q_norm_.eps, q_norm_.plus_one, spec_.rope, pos0);
   rope_inplace(q, spec_.rope, pos0);
   return q;
 }
@@ -51,19 +67,37 @@ Tensor Attention::finish(const Tensor& q, const Tensor& gate, const KVView& kv, 
   ap.q_pos0 = pos0;
   Tensor out = attend(q, kv, ap).reshape({T, spec_.heads * spec_.head_dim});
   if (spec_.q_gate) out = sigmoid_mul(out, gate);
-  return o_(out);
+  return linear(out, o_.w, o_.bias.defined() ? &o_.bias : nullptr, spec_.f32_out);
 }
 
 Tensor Attention::forward(const Tensor& x, LayerCache& cache, KVView* kv_out) const {
   LATHE_CHECK(!spec_.kv_shared, "a KV-shared attention layer has no cache of its own");
   const int64_t T = x.dim(0), pos0 = cache.offset();
-  Tensor gate;
-  const Tensor q = project_q(x, pos0, &gate);
-  const Tensor k_raw = k_(x).reshape({T, spec_.kv_heads, spec_.head_dim});
-  Tensor v = spec_.k_eq_v ? k_raw : v_(x).reshape({T, spec_.kv_heads, spec_.head_dim});
-  Tensor k = spec_.qk_norm ? k_norm_(k_raw) : k_raw.clone();
+  Tensor gate, q_lin, k_lin, v_lin;
+  // Decode: one GEMV over the stacked rows (its column slices of one token are contiguous). Prefill: a GEMM per
+  // row view, so each output is contiguous (slicing one [T, q+k+v] output would need three copies).
+  if (fused_qkv_ && T == 1) {
+    const Tensor y = linear(x, qkv_);
+    const int64_t qo = q_.w.out_features(), ko = k_.w.out_features();
+    q_lin = y.slice(1, 0, qo);
+    k_lin = y.slice(1, qo, qo + ko);
+    if (!spec_.k_eq_v) v_lin = y.slice(1, qo + ko, qo + 2 * ko);
+  } else {
+    q_lin = q_(x);
+    k_lin = k_(x);
+    if (!spec_.k_eq_v) v_lin = v_(x);
+  }
+  const Tensor q = project_q(q_lin, pos0, &gate);
+  const Tensor k_raw = k_lin.reshape({T, spec_.kv_heads, spec_.head_dim});
+  Tensor v = spec_.k_eq_v ? k_raw : v_lin.reshape({T, spec_.kv_heads, spec_.head_dim});
+  Tensor k;
+  if (spec_.qk_norm) {  // one pass (one launch on CUDA) for the norm and the rotation
+    k = rms_norm_rope(k_raw, k_norm_.weight, k_norm_.eps, k_norm_.plus_one, spec_.rope, pos0);
+  } else {
+    k = k_raw.clone();
+    rope_inplace(k, spec_.rope, pos0);
+  }
   if (spec_.v_norm) v = v_norm_(v);
-  rope_inplace(k, spec_.rope, pos0);
   const KVView kv = cache.update(k, v);
   if (kv_out) *kv_out = kv;
   return finish(q, gate, kv, pos0);
@@ -71,7 +105,7 @@ Tensor Attention::forward(const Tensor& x, LayerCache& cache, KVView* kv_out) co
 
 Tensor Attention::forward_shared(const Tensor& x, const KVView& kv, int64_t pos0) const {
   Tensor gate;
-  const Tensor q = project_q(x, pos0, &gate);
+  const Tensor q = project_q(q_(x), pos0, &gate);
   return finish(q, gate, kv, pos0);
 }
 

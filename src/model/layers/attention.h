@@ -22,7 +22,8 @@ struct AttentionSpec {
   float norm_eps = 1e-6f;
   float scale = 1.0f;
   float softcap = 0.0f;
-  int64_t window = 0;  // > 0 for sliding layers
+  int64_t window = 0;    // > 0 for sliding layers
+  bool f32_out = false;  // o_proj emits F32 whatever the activation type (added to an F32 residual unrounded)
   RopeTable rope;
 };
 
@@ -41,10 +42,13 @@ class Attention {
   const AttentionSpec& spec() const { return spec_; }
 
  private:
-  Tensor project_q(const Tensor& x, int64_t pos0, Tensor* gate) const;
+  // q: the q_proj output [T, q_out]; returns the normed, roped query heads (and the gate of a q_gate layer).
+  Tensor project_q(const Tensor& q, int64_t pos0, Tensor* gate) const;
   Tensor finish(const Tensor& q, const Tensor& gate, const KVView& kv, int64_t pos0) const;
   AttentionSpec spec_;
   Linear q_, k_, v_, o_;
+  Weight qkv_;  // on a device: q, k (and v) stacked (one GEMV); q_/k_/v_ are then row views of it
+  bool fused_qkv_ = false;
   RMSNorm q_norm_, k_norm_, v_norm_;
 };
 

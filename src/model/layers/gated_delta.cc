@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "common/error.h"
+#include "tensor/ops_extra.h"
 
 namespace lathe {
 
@@ -19,39 +20,37 @@ GatedDeltaNet::GatedDeltaNet(WeightBinder& b, const std::string& p, const GatedD
   const std::string conv = p + ".conv1d.weight";
   hf_layout_ = b.has(conv) && b.shape_of(conv) == Shape({C, 1, K});
   conv_w_ = b.tensor(conv, hf_layout_ ? Shape{C, 1, K} : Shape{C, K, 1}).to(DType::F32).contiguous().reshape({C, K});
-  neg_a_ = b.tensor(p + ".A_log", {s.v_heads}).to_floats();
-  for (float& v : neg_a_) v = -std::exp(v);
-  dt_bias_ = b.tensor(p + ".dt_bias", {s.v_heads}).to_floats();
+  std::vector<float> neg_a = b.tensor(p + ".A_log", {s.v_heads}).to_floats();
+  for (float& v : neg_a) v = -std::exp(v);
+  const Tensor dt_bias = b.tensor(p + ".dt_bias", {s.v_heads});
+  neg_a_ = Tensor::from_floats(neg_a, {s.v_heads}).to(dt_bias.device());
+  dt_bias_ = dt_bias.to(DType::F32);
   norm_w_ = b.tensor(p + ".norm.weight", {s.v_dim});
 }
 
+// The projections emit F32 whatever the activation type: the decay exp(g) compounds over every later token, so
+// a bf16 rounding of a (or of the conv input) would drift the state; the outputs are small vectors.
 Tensor GatedDeltaNet::forward(const Tensor& x, SSMCache& cache) const {
+  auto proj = [&x](const Linear& l) { return linear(x, l.w, nullptr, /*f32_out=*/true); };
   const int64_t T = x.dim(0), Hk = spec_.k_heads, Hv = spec_.v_heads, Dk = spec_.k_dim, Dv = spec_.v_dim;
   const int64_t key_dim = Hk * Dk;
-  Tensor& conv_state = cache.conv_state(spec_.conv_kernel - 1, conv_w_.dim(0));
-  const Tensor mixed = causal_conv1d_silu(in_qkv_(x), conv_w_, conv_state);
+  Tensor& conv_state = cache.conv_state(spec_.conv_kernel - 1, conv_w_.dim(0), x.device());
+  const Tensor mixed = causal_conv1d_silu(proj(in_qkv_), conv_w_, conv_state);
   Tensor q = l2_normalize(mixed.slice(1, 0, key_dim).reshape({T, Hk, Dk}), 1e-6f);
   const Tensor k = l2_normalize(mixed.slice(1, key_dim, 2 * key_dim).reshape({T, Hk, Dk}), 1e-6f);
   const Tensor v = mixed.slice(1, 2 * key_dim, mixed.dim(1)).reshape({T, Hv, Dv});
   scale_inplace(q, 1.0f / std::sqrt(static_cast<float>(Dk)));
 
   // Per token and value head: decay (log space) and the delta rule's step size.
-  const std::vector<float> a = in_a_(x).to_floats(), bl = in_b_(x).to_floats();
-  std::vector<float> g(a.size()), beta(bl.size());
-  for (int64_t t = 0; t < T; ++t)
-    for (int64_t h = 0; h < Hv; ++h) {
-      const size_t i = static_cast<size_t>(t * Hv + h);
-      const float u = a[i] + dt_bias_[static_cast<size_t>(h)];
-      const float softplus = u > 20.f ? u : std::log1p(std::exp(u));
-      g[i] = neg_a_[static_cast<size_t>(h)] * softplus;
-      beta[i] = 1.0f / (1.0f + std::exp(-bl[i]));
-    }
-  Tensor& state = cache.recurrent_state(Hv, Dv, Dk);
-  const Tensor y =
-      gated_delta_rule(q, k, v, Tensor::from_floats(g, {T, Hv}), Tensor::from_floats(beta, {T, Hv}), state);
+  Tensor g, beta;
+  delta_gates(proj(in_a_), proj(in_b_), neg_a_, dt_bias_, g, beta);
+  Tensor& state = cache.recurrent_state(Hv, Dv, Dk, x.device());
+  const Tensor y = gated_delta_rule(q, k, v, g, beta, state);
   cache.advance(T);
-  const Tensor z = in_z_(x).reshape({T, Hv, Dv});
-  return out_(rms_norm_gated(y, z, norm_w_, spec_.norm_eps).reshape({T, Hv * Dv}));
+  const Tensor z = proj(in_z_).reshape({T, Hv, Dv});
+  // The gated norm feeds out_proj: back to the activation type there.
+  const Tensor n = convert(rms_norm_gated(y, z, norm_w_, spec_.norm_eps).reshape({T, Hv * Dv}), x.dtype());
+  return linear(n, out_.w, nullptr, /*f32_out=*/true);
 }
 
 }  // namespace lathe

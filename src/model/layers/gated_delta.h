@@ -19,7 +19,8 @@ class GatedDeltaNet {
  public:
   GatedDeltaNet() = default;
   GatedDeltaNet(WeightBinder& b, const std::string& prefix, const GatedDeltaSpec& spec);
-  // x: [T, hidden] after the tokens the cache has seen; returns [T, hidden] and advances the cache.
+  // x: [T, hidden] after the tokens the cache has seen (the activation type: F32, or BF16 on CUDA); returns
+  // [T, hidden] F32 (for the F32 residual) and advances the cache.
   Tensor forward(const Tensor& x, SSMCache& cache) const;
   // Whether the conv weight was stored in HF layout [C, 1, K] (an unconverted checkpoint) rather than
   // MLX's [C, K, 1]; unconverted Qwen3.5 checkpoints also keep zero-centred (1 + w) RMSNorm weights.
@@ -28,8 +29,8 @@ class GatedDeltaNet {
  private:
   GatedDeltaSpec spec_;
   Linear in_qkv_, in_z_, in_a_, in_b_, out_;
-  Tensor conv_w_;                       // [C, K] f32
-  std::vector<float> neg_a_, dt_bias_;  // −exp(A_log), dt_bias per value head
+  Tensor conv_w_;           // [C, K] f32
+  Tensor neg_a_, dt_bias_;  // −exp(A_log), dt_bias per value head: F32 [Hv] beside the weights
   Tensor norm_w_;
   bool hf_layout_ = true;
 };

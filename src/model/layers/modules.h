@@ -29,8 +29,11 @@ Activation parse_activation(const std::string& name);
 
 struct GatedMLP {
   Linear gate, up, down;
+  Weight gate_up;  // on a device: gate and up stacked (one GEMV); gate/up are then row views of it
+  bool fused = false;
   Activation act = Activation::SiLU;
-  Tensor operator()(const Tensor& x) const;
+  // f32_out: down_proj emits F32 whatever the activation type (for an F32 residual add without rounding).
+  Tensor operator()(const Tensor& x, bool f32_out = false) const;
 };
 GatedMLP bind_gated_mlp(WeightBinder& b, const std::string& prefix, int64_t hidden, int64_t inter, Activation act,
                         bool bias = false);

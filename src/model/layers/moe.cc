@@ -1,10 +1,9 @@
 #include "model/layers/moe.h"
 
-#include <algorithm>
 #include <cmath>
-#include <numeric>
 
 #include "common/error.h"
+#include "tensor/ops_extra.h"
 
 namespace lathe {
 
@@ -19,41 +18,19 @@ Router bind_router(WeightBinder& b, const std::string& p, int64_t hidden, int64_
   std::vector<float> w = b.tensor(p + ".scale", {hidden}).to_floats();
   const float root = 1.0f / std::sqrt(static_cast<float>(hidden));
   for (float& v : w) v *= root;
-  r.norm_weight = Tensor::from_floats(w, {hidden});
   r.per_expert_scale = b.tensor(p + ".per_expert_scale", {experts});
+  r.norm_weight = Tensor::from_floats(w, {hidden}).to(r.per_expert_scale.device());
   r.proj = bind_linear(b, p + ".proj", experts, hidden);
   return r;
 }
 
-void Router::route(const Tensor& x, std::vector<int32_t>& idx, std::vector<float>& weights) const {
-  const std::vector<float> scores = proj(rms_norm(x, norm_weight, eps)).to_floats();
-  const std::vector<float> expert_scale = per_expert_scale.to_floats();
-  const int64_t T = x.dim(0), E = experts, K = top_k;
-  idx.assign(static_cast<size_t>(T * K), 0);
-  weights.assign(static_cast<size_t>(T * K), 0.f);
-  std::vector<float> prob(static_cast<size_t>(E));
-  std::vector<int32_t> order(static_cast<size_t>(E));
-  for (int64_t t = 0; t < T; ++t) {
-    const float* s = scores.data() + t * E;
-    const float mx = *std::max_element(s, s + E);
-    float sum = 0.f;
-    for (int64_t e = 0; e < E; ++e) sum += prob[static_cast<size_t>(e)] = std::exp(s[e] - mx);
-    for (float& p : prob) p /= sum;
-    std::iota(order.begin(), order.end(), 0);
-    // Highest probability first; ties keep the lower expert index.
-    std::partial_sort(order.begin(), order.begin() + K, order.end(), [&](int32_t a, int32_t c) {
-      const float pa = prob[static_cast<size_t>(a)], pc = prob[static_cast<size_t>(c)];
-      return pa > pc || (pa == pc && a < c);
-    });
-    float top_sum = 0.f;
-    for (int64_t k = 0; k < K; ++k) top_sum += prob[static_cast<size_t>(order[static_cast<size_t>(k)])];
-    for (int64_t k = 0; k < K; ++k) {
-      const int32_t e = order[static_cast<size_t>(k)];
-      idx[static_cast<size_t>(t * K + k)] = e;
-      weights[static_cast<size_t>(t * K + k)] =
-          prob[static_cast<size_t>(e)] / top_sum * expert_scale[static_cast<size_t>(e)];
-    }
-  }
+void Router::route(const Tensor& x, DType act, std::vector<int32_t>& idx, std::vector<float>& weights) const {
+  const Tensor scores = linear(rms_norm(x, norm_weight, eps, false, act), proj.w, nullptr, /*f32_out=*/true);
+  Tensor picks, picked_weights;
+  router_topk(scores, per_expert_scale, top_k, picks, picked_weights);
+  const Tensor host_idx = picks.to(Device::CPU);
+  idx.assign(host_idx.data<int32_t>(), host_idx.data<int32_t>() + host_idx.numel());
+  weights = picked_weights.to_floats();
 }
 
 Experts bind_experts(WeightBinder& b, const std::string& p, int64_t experts, int64_t hidden, int64_t inter,
@@ -77,7 +54,7 @@ Experts bind_experts(WeightBinder& b, const std::string& p, int64_t experts, int
 Tensor Experts::operator()(const Tensor& x, const std::vector<int32_t>& idx, const std::vector<float>& weights,
                            int64_t top_k) const {
   const int64_t T = x.dim(0), E = static_cast<int64_t>(down.size());
-  Tensor out = Tensor::zeros({T, x.dim(1)}, DType::F32);
+  Tensor out = Tensor::zeros({T, x.dim(1)}, DType::F32, x.device());
   // Group the (token, pick) pairs by expert so each expert runs once over its tokens.
   std::vector<std::vector<int32_t>> tokens(static_cast<size_t>(E));
   std::vector<std::vector<float>> scale(static_cast<size_t>(E));

@@ -18,8 +18,10 @@ struct Router {
   Linear proj;
   int64_t experts = 0, top_k = 0;
   float eps = 1e-6f;
-  // For x [T, H]: idx/weights [T·k] (token t's picks at t·k .. t·k + k − 1).
-  void route(const Tensor& x, std::vector<int32_t>& idx, std::vector<float>& weights) const;
+  // For x [T, H] (the F32 residual): idx/weights [T·k] (token t's picks at t·k .. t·k + k − 1). `act` is the
+  // matmul input type (BF16 on CUDA in bf16 runs); scores, softmax and top-k are f32 on x's device, and only the
+  // T·k picks come back to the host (the experts are grouped there).
+  void route(const Tensor& x, DType act, std::vector<int32_t>& idx, std::vector<float>& weights) const;
 };
 Router bind_router(WeightBinder& b, const std::string& prefix, int64_t hidden, int64_t experts, int64_t top_k,
                    float eps);
@@ -29,7 +31,7 @@ struct Experts {
   std::vector<Weight> gate, up, down;
   int64_t inter = 0;
   Activation act = Activation::GeluTanh;
-  // x [T, H] through the experts picked by route(); returns [T, H].
+  // x [T, H] through the experts picked by route(); returns F32 [T, H] on x's device.
   Tensor operator()(const Tensor& x, const std::vector<int32_t>& idx, const std::vector<float>& weights,
                     int64_t top_k) const;
 };

@@ -1,0 +1,107 @@
+// Fused per-layer kernels for decode, where each launch costs more than its bytes: q/k RMSNorm + RoPE in one
+// pass over a head row, and the residual add + the next RMSNorm in one pass over the hidden row. Same f32
+// arithmetic as the separate kernels, with one rounding to the output type instead of two.
+#include <cstring>
+
+#include "tensor/cuda/common.cuh"
+#include "tensor/cuda/kernels_models.h"
+
+namespace lathe::cuda {
+namespace {
+
+struct Freqs {
+  float inv_freq[256];
+};
+
+// Block-wide sum over blockDim.x threads (a multiple of 32, ≤ 1024).
+__device__ __forceinline__ float block_sum(float v) {
+  __shared__ float part[32];
+  v = warp_sum(v);
+  if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = v;
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    float p = threadIdx.x < (blockDim.x >> 5) ? part[threadIdx.x] : 0.f;
+    p = warp_sum(p);
+    if (threadIdx.x == 0) part[0] = p;
+  }
+  __syncthreads();
+  return part[0];
+}
+
+// One block per (t, h) row of D ≤ 1024 values, one thread per value (blockDim.x ≥ D).
+template <class T>
+__global__ void norm_rope_kernel(const T* __restrict__ x, T* __restrict__ out, int64_t H, int64_t D,
+                                 const float* __restrict__ w, float eps, bool plus_one, const Freqs f, int half,
+                                 float scaling, int64_t pos0, const int64_t* __restrict__ delta) {
+  __shared__ float row[1024];
+  const int64_t r = blockIdx.x;
+  const int i = threadIdx.x;
+  const float v = i < D ? to_f(x[r * D + i]) : 0.f;
+  const float inv = 1.0f / sqrtf(block_sum(v * v) / static_cast<float>(D) + eps);
+  if (i < D) row[i] = (w ? (plus_one ? w[i] + 1.0f : w[i]) : 1.0f) * (v * inv);
+  __syncthreads();
+  if (i >= D) return;
+  float o = row[i];
+  if (i < 2 * half) {
+    const int j = i < half ? i : i - half;
+    float s, c;
+    sincosf(static_cast<float>(pos0 + r / H + *delta) * f.inv_freq[j], &s, &c);
+    c *= scaling;
+    s *= scaling;
+    o = i < half ? row[i] * c - row[i + half] * s : row[i] * c + row[i - half] * s;
+  }
+  out[r * D + i] = from_f<T>(o);
+}
+
+template <class TH, class TB, class TO>
+__global__ void add_norm_kernel(TH* h, const TB* __restrict__ b, TO* __restrict__ out, int64_t D,
+                                const float* __restrict__ w, float eps, bool plus_one) {
+  const int64_t r = blockIdx.x;
+  TH* hr = h + r * D;
+  float ss = 0.f;
+  for (int64_t i = threadIdx.x; i < D; i += blockDim.x) {
+    const TH sum = from_f<TH>(to_f(hr[i]) + to_f(b[r * D + i]));
+    hr[i] = sum;
+    ss += to_f(sum) * to_f(sum);
+  }
+  const float inv = 1.0f / sqrtf(block_sum(ss) / static_cast<float>(D) + eps);
+  for (int64_t i = threadIdx.x; i < D; i += blockDim.x) {
+    const float g = w ? (plus_one ? w[i] + 1.0f : w[i]) : 1.0f;
+    out[r * D + i] = from_f<TO>(g * (to_f(hr[i]) * inv));
+  }
+}
+
+}  // namespace
+
+void rms_norm_rope(const void* x, void* out, DType t, int64_t T_, int64_t H, int64_t D, const float* w, float eps,
+                   bool plus_one, const float* inv_freq, int dims, float scaling, int64_t pos0) {
+  const int half = dims / 2;
+  if (D > 1024 || half > 256 || 2 * half > D)
+    throw Error(ErrorKind::Unsupported, "rms_norm_rope: head above 1024 or rotary dims above 512 on CUDA");
+  if (T_ * H == 0) return;
+  Freqs f{};
+  std::memcpy(f.inv_freq, inv_freq, sizeof(float) * static_cast<size_t>(half));
+  const int threads = static_cast<int>((D + 31) / 32 * 32);
+  LATHE_DISPATCH_ACT(t, "rms_norm_rope", T,
+                     norm_rope_kernel<T><<<static_cast<unsigned>(T_ * H), threads, 0, stream()>>>(
+                         static_cast<const T*>(x), static_cast<T*>(out), H, D, w, eps, plus_one, f, half, scaling, pos0,
+                         step_delta()));
+  check_launch("rms_norm_rope");
+}
+
+void add_rms_norm(void* h, DType ht, const void* b, DType bt, void* out, DType ot, int64_t rows, int64_t D,
+                  const float* w, float eps, bool plus_one) {
+  if (rows == 0) return;
+  const int threads = D >= 1024 ? 256 : (D >= 256 ? 128 : 32);
+  LATHE_DISPATCH_ACT(ht, "add_rms_norm", TH, {
+    LATHE_DISPATCH_ACT(bt, "add_rms_norm", TB, {
+      LATHE_DISPATCH_ACT(
+          ot, "add_rms_norm", TO,
+          add_norm_kernel<TH, TB, TO><<<static_cast<unsigned>(rows), threads, 0, stream()>>>(
+              static_cast<TH*>(h), static_cast<const TB*>(b), static_cast<TO*>(out), D, w, eps, plus_one));
+    });
+  });
+  check_launch("add_rms_norm");
+}
+
+}  // namespace lathe::cuda

@@ -1,0 +1,92 @@
+// Quantized KV caches on the device: MLX affine quantization of new K/V rows (the same arithmetic as
+// quant::quantize_kv_rows, so CPU and device caches hold the same codes) and a dequantization that accepts the
+// small groups of narrow heads, which the weight kernels (groups ≥ 32) do not.
+#include "tensor/cuda/common.cuh"
+#include "tensor/cuda/kernels_models.h"
+
+namespace lathe::cuda {
+namespace {
+
+__device__ __forceinline__ float load_s(const void* p, bool bf16, int64_t i) {
+  return bf16 ? __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]) : static_cast<const float*>(p)[i];
+}
+
+// One thread per (row, group).
+template <class TX, class TS>
+__global__ void quantize_kernel(const TX* __restrict__ x, int64_t rows, int64_t cols, int bits, int gs,
+                                uint32_t* __restrict__ w, TS* __restrict__ scales, TS* __restrict__ biases) {
+  const int64_t groups = cols / gs;
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= rows * groups) return;
+  const int64_t r = i / groups, gi = i % groups;
+  const TX* xg = x + r * cols + gi * gs;
+  float mn = to_f(xg[0]), mx = mn;
+  for (int j = 1; j < gs; ++j) {
+    mn = fminf(mn, to_f(xg[j]));
+    mx = fmaxf(mx, to_f(xg[j]));
+  }
+  const float n_bins = static_cast<float>((1 << bits) - 1);
+  // Represent the extreme of larger magnitude exactly: it becomes code 0 or n_bins.
+  const bool neg_edge = fabsf(mn) > fabsf(mx);
+  float scale = fmaxf((mx - mn) / n_bins, 1e-7f);
+  scale = neg_edge ? scale : -scale;
+  const float edge = neg_edge ? mn : mx;
+  const float q0 = rintf(edge / scale);
+  float bias = 0.0f;
+  if (q0 != 0.0f) {
+    scale = edge / q0;
+    bias = edge;
+  }
+  scales[i] = from_f<TS>(scale);
+  biases[i] = from_f<TS>(bias);
+  const float s = to_f(scales[i]), b = to_f(biases[i]);  // codes against the stored (rounded) values
+  const int epw = 32 / bits;
+  uint32_t* wg = w + r * (cols / epw) + gi * gs / epw;
+  for (int wi = 0; wi < gs / epw; ++wi) {
+    uint32_t word = 0;
+    for (int j = 0; j < epw; ++j) {
+      const float code = fminf(fmaxf(rintf((to_f(xg[wi * epw + j]) - b) / s), 0.0f), n_bins);
+      word |= static_cast<uint32_t>(code) << (bits * j);
+    }
+    wg[wi] = word;
+  }
+}
+
+template <class TO>
+__global__ void dequant_any_kernel(const QuantView q, TO* __restrict__ out) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= q.rows * q.cols) return;
+  const int64_t r = i / q.cols, c = i % q.cols;
+  const int epw = 32 / q.bits;
+  const uint32_t word = q.w[r * q.w_stride + c / epw];
+  const uint32_t code = (word >> (q.bits * (c % epw))) & ((1u << q.bits) - 1u);
+  const int64_t g = r * q.sb_stride + c / q.group_size;
+  out[i] = from_f<TO>(load_s(q.scales, q.sb_bf16, g) * static_cast<float>(code) + load_s(q.biases, q.sb_bf16, g));
+}
+
+}  // namespace
+
+void quantize_rows(const void* x, DType xt, int64_t rows, int64_t cols, int bits, int gs, uint32_t* w, void* scales,
+                   void* biases, DType st) {
+  if ((bits != 4 && bits != 8) || gs <= 0 || cols % gs != 0 || (gs * bits) % 32 != 0)
+    throw Error(ErrorKind::Unsupported, "quantize_rows: geometry not supported on CUDA");
+  const int64_t n = rows * (cols / gs);
+  if (n == 0) return;
+  LATHE_DISPATCH_ACT(xt, "quantize_rows", TX, {
+    LATHE_DISPATCH_ACT(st, "quantize_rows", TS,
+                       quantize_kernel<TX, TS>
+                       <<<blocks_for(n, 128), 128, 0, stream()>>>(static_cast<const TX*>(x), rows, cols, bits, gs, w,
+                                                                  static_cast<TS*>(scales), static_cast<TS*>(biases)));
+  });
+  check_launch("quantize_rows");
+}
+
+void dequantize_any(const QuantView& q, void* out, DType ot) {
+  const int64_t n = q.rows * q.cols;
+  if (n == 0) return;
+  LATHE_DISPATCH_ACT(ot, "dequantize", TO,
+                     dequant_any_kernel<TO><<<blocks_for(n, 256), 256, 0, stream()>>>(q, static_cast<TO*>(out)));
+  check_launch("dequantize_any");
+}
+
+}  // namespace lathe::cuda

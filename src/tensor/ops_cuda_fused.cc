@@ -1,0 +1,33 @@
+// Device dispatch for the fused ops of ops_extra.h (q/k RMSNorm + RoPE, residual add + RMSNorm): checks,
+// output allocation, one kernel launch each (tensor/cuda/fused.cu).
+#ifdef LATHE_HAVE_CUDA
+#include "common/error.h"
+#include "tensor/cuda/kernels_models.h"
+#include "tensor/ops_cuda.h"
+#include "tensor/ops_cuda_check.h"
+
+namespace lathe::gpu {
+
+Tensor rms_norm_rope(const Tensor& x_in, const Tensor& weight, float eps, bool plus_one, const RopeTable& rope,
+                     int64_t pos0) {
+  require_act(x_in, "rms_norm_rope");
+  const Tensor x = x_in.contiguous();
+  Tensor out = Tensor::empty(x.shape(), x.dtype(), Device::CUDA);
+  cuda::rms_norm_rope(x.raw(), out.raw(), x.dtype(), x.dim(0), x.dim(1), x.dim(2), f32_ptr(&weight, "rms_norm_rope"),
+                      eps, plus_one, rope.inv_freq.data(), rope.dims, rope.attention_scaling, pos0);
+  return out;
+}
+
+Tensor add_rms_norm(Tensor& h, const Tensor& b_in, const Tensor& weight, float eps, bool plus_one, DType out_type) {
+  require_act(h, "add_rms_norm");
+  require_act(b_in, "add_rms_norm");
+  const Tensor b = b_in.contiguous();
+  Tensor out = Tensor::empty(h.shape(), out_type, Device::CUDA);
+  const int64_t D = h.dim(-1);
+  cuda::add_rms_norm(h.raw(), h.dtype(), b.raw(), b.dtype(), out.raw(), out_type, h.numel() / D, D,
+                     f32_ptr(&weight, "add_rms_norm"), eps, plus_one);
+  return out;
+}
+
+}  // namespace lathe::gpu
+#endif

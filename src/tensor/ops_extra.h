@@ -1,0 +1,34 @@
+// Ops added for the newer model families and cache kinds, beside ops.h (kept apart so adding them does not
+// rebuild everything that includes ops.h): a type conversion, the Gated DeltaNet gates, the MoE router's top-k
+// and KV-row quantization. Each runs on the device of its first tensor.
+#pragma once
+#include <cstdint>
+
+#include "tensor/ops.h"
+
+namespace lathe {
+
+// x converted to `t` (a copy; x itself when it already has that type). The CPU keeps activations F32.
+Tensor convert(const Tensor& x, DType t);
+
+// Per token and value head: g = neg_a · softplus(a + dt_bias) (log-space decay), beta = sigmoid(b).
+// a, b: [T, H]; neg_a = −exp(A_log), dt_bias: F32 [H]. g and beta come back F32 [T, H].
+void delta_gates(const Tensor& a, const Tensor& b, const Tensor& neg_a, const Tensor& dt_bias, Tensor& g, Tensor& beta);
+
+// Router picks: softmax over scores [T, E] (F32), the k most probable experts (ties: lower index), their
+// probabilities renormalised over the k and multiplied by expert_scale[e] (F32 [E]). idx I32 [T, k] and
+// weights F32 [T, k] on the scores' device.
+void router_topk(const Tensor& scores, const Tensor& expert_scale, int64_t k, Tensor& idx, Tensor& weights);
+
+// MLX affine quantization of KV rows x [rows, cols] (quant::quantize_kv_rows): on the CPU x is F32 and scales
+// are F32; on CUDA scales/biases take x's type (F32 or BF16), as MLX keeps them in the activations' type.
+QuantizedMatrix quantize_kv(const Tensor& x, int bits, int group_size);
+
+// Fusions of two ops.h calls into one pass (one launch on CUDA; the two calls on the CPU):
+// rms_norm(x, weight, eps, plus_one) followed by rope_inplace(·, rope, pos0), for x [T, H, D]; x's type.
+Tensor rms_norm_rope(const Tensor& x, const Tensor& weight, float eps, bool plus_one, const RopeTable& rope,
+                     int64_t pos0);
+// add_inplace(h, b) followed by rms_norm(h, weight, eps, plus_one, out).
+Tensor add_rms_norm(Tensor& h, const Tensor& b, const Tensor& weight, float eps, bool plus_one, DType out);
+
+}  // namespace lathe
