@@ -57,9 +57,24 @@ PreparedGeneration prepare_chat(ServerContext& ctx, const ChatRequest& request) 
   return p;
 }
 
-PreparedGeneration prepare_completion(ServerContext& ctx, const std::string& prompt, GenerationSettings settings) {
+PreparedGeneration prepare_completion(ServerContext& ctx, const nlohmann::ordered_json& prompt,
+                                      GenerationSettings settings) {
   PreparedGeneration p;
-  p.prompt = ctx.session().text_prompt(prompt);
+  if (prompt.is_string() && !prompt.get<std::string>().empty()) {
+    p.prompt = ctx.session().text_prompt(prompt.get<std::string>());
+  } else if (prompt.is_array() && !prompt.empty()) {
+    // Token ids, used as given (no BOS added): clients that tokenize themselves know what they sent.
+    const int64_t vocab = ctx.session().model().config().vocab_size;
+    for (size_t i = 0; i < prompt.size(); ++i) {
+      const auto& id = prompt[i];
+      if (!id.is_number_integer() || id.get<int64_t>() < 0 || (vocab > 0 && id.get<int64_t>() >= vocab))
+        throw invalid_field("prompt", "prompt[" + std::to_string(i) + "] is not a token id of this model (0.." +
+                                          std::to_string(vocab - 1) + ")");
+      p.prompt.push_back(static_cast<int32_t>(id.get<int64_t>()));
+    }
+  } else {
+    throw invalid_field("prompt", "prompt must be a non-empty string or a non-empty array of token ids");
+  }
   p.settings = std::move(settings);
   fit_context(ctx, p);
   return p;

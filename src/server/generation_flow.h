@@ -40,7 +40,9 @@ struct GenerationOutcome {
 };
 
 PreparedGeneration prepare_chat(ServerContext& ctx, const ChatRequest& request);
-PreparedGeneration prepare_completion(ServerContext& ctx, const std::string& prompt, GenerationSettings settings);
+// prompt: text (tokenized with the tokenizer's special tokens) or an array of token ids (used as given).
+PreparedGeneration prepare_completion(ServerContext& ctx, const nlohmann::ordered_json& prompt,
+                                      GenerationSettings settings);
 
 std::shared_ptr<GenerationJob> submit(ServerContext& ctx, const PreparedGeneration& prepared,
                                       const std::string& request_id);

@@ -145,9 +145,8 @@ void completions(ServerContext& ctx, const httplib::Request& req, httplib::Respo
   const json body = parse_json_body(req.body);
   GenerationSettings settings = parse_generation_settings(body, ctx.options().defaults, ApiSurface::OpenAI);
   auto p = body.find("prompt");
-  if (p == body.end() || !p->is_string() || p->get<std::string>().empty())
-    throw invalid_field("prompt", "prompt (a non-empty string) is required");
-  Generation g = start(ctx, prepare_completion(ctx, p->get<std::string>(), std::move(settings)), "cmpl-");
+  if (p == body.end()) throw invalid_field("prompt", "prompt is required");
+  Generation g = start(ctx, prepare_completion(ctx, *p, std::move(settings)), "cmpl-");
   const std::string model = ctx.model_id();
   auto text_chunk = [model](const Generation& gen, const std::string& text, json finish) {
     return json{
