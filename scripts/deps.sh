@@ -3,9 +3,11 @@
 set -euo pipefail
 PKGS=(build-essential cmake pkg-config git nlohmann-json3-dev libcli11-dev libpcre2-dev libicu-dev zlib1g-dev
       libgtest-dev libgmock-dev libbenchmark-dev clang-format xz-utils
-      libcpp-httplib-dev libssl-dev libbrotli-dev
-      nodejs npm)  # node + npm: the server's end-to-end tests drive it with the official SDKs (tests/e2e/node)
+      libcpp-httplib-dev libssl-dev libbrotli-dev)
 missing=()
+# node + npm: the server's end-to-end tests drive it with the official SDKs (tests/e2e/node). Judged by the
+# commands, not the packages: a NodeSource nodejs bundles npm and conflicts with Debian's npm package.
+if ! command -v node >/dev/null || ! command -v npm >/dev/null; then missing+=(nodejs npm); fi
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
