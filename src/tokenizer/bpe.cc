@@ -51,13 +51,17 @@ void tables_from_tree(const JsonAt& model, BpeTables& t) {
 
 Bpe::Bpe(const JsonAt& model, BpeTables tables) {
   if (!tables.error.empty()) JsonAt(model.value(), tables.error_path).fail(tables.error);
-  tables_from_tree(model, tables);
-  vocab_.reserve(tables.vocab.size());
-  int64_t max_id = -1;
-  for (const auto& [token, id] : tables.vocab) {
-    max_id = std::max(max_id, id);
-    vocab_.insert_or_assign(token, static_cast<int32_t>(id));
+  const bool prebuilt = tables.prebuilt.has_value();
+  if (prebuilt) {
+    vocab_ = std::move(tables.prebuilt->vocab);
+    merges_ = std::move(tables.prebuilt->merges);
+  } else {
+    tables_from_tree(model, tables);
+    vocab_.reserve(tables.vocab.size());
+    for (const auto& [token, id] : tables.vocab) vocab_.insert_or_assign(token, static_cast<int32_t>(id));
   }
+  int64_t max_id = -1;
+  vocab_.for_each([&](std::string_view, int32_t id) { max_id = std::max<int64_t>(max_id, id); });
   id_to_token_.resize(static_cast<size_t>(max_id + 1));
   vocab_.for_each([&](std::string_view token, int32_t id) { id_to_token_[id] = token; });
 
@@ -84,6 +88,7 @@ Bpe::Bpe(const JsonAt& model, BpeTables tables) {
     byte_ids_[b] = id ? *id : -1;
   }
 
+  if (prebuilt) return;
   merges_.reserve(tables.merges.size());
   std::string joined;
   for (size_t i = 0; i < tables.merges.size(); ++i) {
@@ -101,6 +106,11 @@ Bpe::Bpe(const JsonAt& model, BpeTables tables) {
     if (!inew) fail("merged token '" + joined + "' is not in the vocabulary");
     merges_.insert(pair_key(*ia, *ib), Merge{static_cast<int32_t>(i), *inew});
   }
+}
+
+void Bpe::save_index(std::string& out) const {
+  vocab_.save(out);
+  merges_.save(out);
 }
 
 std::optional<int32_t> Bpe::token_to_id(std::string_view token) const {

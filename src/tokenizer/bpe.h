@@ -37,12 +37,11 @@ class Bpe {
   const std::string* id_to_token(int32_t id) const;  // nullptr when the id has no token
   size_t vocab_size() const { return vocab_.size(); }
   int32_t max_id() const { return static_cast<int32_t>(id_to_token_.size()) - 1; }
+  // The vocabulary and merge tables as bytes, for the tokenizer cache (BpeTables::prebuilt reads them back).
+  void save_index(std::string& out) const;
 
  private:
-  struct Merge {
-    int32_t rank;
-    int32_t new_id;
-  };
+  using Merge = BpeMerge;
   static uint64_t pair_key(int32_t a, int32_t b) {
     return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
   }

@@ -69,4 +69,25 @@ const int32_t* TokenIndex::find(std::string_view key) const {
   return e < 0 ? nullptr : &entries_[static_cast<size_t>(e)].id;
 }
 
+void TokenIndex::save(std::string& out) const {
+  const std::vector<char> arena(arena_.begin(), arena_.end());
+  append_array(out, arena);
+  append_array(out, entries_);
+  append_array(out, slots_);
+}
+
+bool TokenIndex::load(std::string_view& in) {
+  std::vector<char> arena;
+  if (!take_array(in, arena) || !take_array(in, entries_) || !take_array(in, slots_)) return false;
+  arena_.assign(arena.begin(), arena.end());
+  if (slots_.empty() || (slots_.size() & (slots_.size() - 1))) return false;
+  mask_ = slots_.size() - 1;
+  // Every reference must stay inside the arrays, or a damaged image could read out of bounds.
+  for (const Entry& e : entries_)
+    if (uint64_t{e.offset} + e.length > arena_.size() || e.id < 0 || e.id >= (1 << 26)) return false;
+  for (const Slot& sl : slots_)
+    if (sl.entry >= static_cast<int64_t>(entries_.size())) return false;
+  return entries_.size() * 2 <= slots_.size();
+}
+
 }  // namespace lathe

@@ -3,11 +3,32 @@
 // and chasing nodes, where these keep everything in a few flat arrays.
 #pragma once
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <string_view>
 #include <vector>
 
 namespace lathe {
+
+// Raw images of trivially copyable arrays, for the tokenizer cache: a length, then the bytes.
+template <typename T>
+void append_array(std::string& out, const std::vector<T>& v) {
+  const uint64_t n = v.size();
+  out.append(reinterpret_cast<const char*>(&n), sizeof n);
+  out.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
+}
+template <typename T>
+bool take_array(std::string_view& in, std::vector<T>& v) {
+  uint64_t n = 0;
+  if (in.size() < sizeof n) return false;
+  std::memcpy(&n, in.data(), sizeof n);
+  in.remove_prefix(sizeof n);
+  if (n > in.size() / sizeof(T)) return false;
+  v.resize(n);
+  std::memcpy(v.data(), in.data(), n * sizeof(T));
+  in.remove_prefix(n * sizeof(T));
+  return true;
+}
 
 class TokenIndex {
  public:
@@ -16,6 +37,8 @@ class TokenIndex {
   void insert_or_assign(std::string_view key, int32_t id);
   const int32_t* find(std::string_view key) const;
   size_t size() const { return entries_.size(); }
+  void save(std::string& out) const;
+  bool load(std::string_view& in);  // false on a malformed image
   template <typename F>
   void for_each(F f) const {
     for (const Entry& e : entries_) f(std::string_view(arena_).substr(e.offset, e.length), e.id);
@@ -59,6 +82,17 @@ class PairIndex {
     values_[i] = v;
     ++size_;
   }
+  void save(std::string& out) const {
+    append_array(out, keys_);
+    append_array(out, values_);
+  }
+  bool load(std::string_view& in) {
+    if (!take_array(in, keys_) || !take_array(in, values_) || keys_.size() != values_.size()) return false;
+    if (keys_.empty() || (keys_.size() & (keys_.size() - 1))) return keys_.empty();
+    size_ = 0;
+    for (uint64_t k : keys_) size_ += k != kEmpty;
+    return true;
+  }
   const Value* find(uint64_t key) const {
     if (keys_.empty()) return nullptr;
     for (size_t i = mix(key) & (keys_.size() - 1);; i = (i + 1) & (keys_.size() - 1)) {
@@ -91,6 +125,17 @@ class PairIndex {
   std::vector<uint64_t> keys_;
   std::vector<Value> values_;
   size_t size_ = 0;
+};
+
+struct BpeMerge {
+  int32_t rank;
+  int32_t new_id;
+};
+
+// The BPE model's lookup tables, as built from tokenizer.json or read back from the tokenizer cache.
+struct BpeIndex {
+  TokenIndex vocab;
+  PairIndex<BpeMerge> merges;
 };
 
 }  // namespace lathe

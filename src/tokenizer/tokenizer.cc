@@ -5,6 +5,7 @@
 
 #include "common/error.h"
 #include "io/mapped_file.h"
+#include "tokenizer/tokenizer_cache.h"
 #include "tokenizer/utf8.h"
 
 namespace lathe {
@@ -58,18 +59,35 @@ SpecialTokensConfig parse_config(std::string_view text) {
 }  // namespace
 
 std::unique_ptr<Tokenizer> Tokenizer::load(const std::filesystem::path& dir) {
-  // Mapped, not read: a real tokenizer.json is ~10 MB, parsed once, straight from the page cache.
   const auto path = dir / "tokenizer.json";
   if (!std::filesystem::exists(path)) throw Error(ErrorKind::NotFound, "cannot open " + path.string());
-  const auto mapped = MappedFile::open(path.string());
-  const std::string_view json(reinterpret_cast<const char*>(mapped->data()), mapped->size());
   const auto config_path = dir / "tokenizer_config.json";
   const std::string config = std::filesystem::exists(config_path) ? read_file(config_path) : std::string();
-  return from_json(json, config);
+  if (auto cached = read_tokenizer_cache(path)) {
+    TokenizerJson parsed = parse_tokenizer_json(cached->rest_json);
+    parsed.tables.prebuilt = std::move(cached->index);
+    return from_parsed(std::move(parsed), config);
+  }
+  // Mapped, not read: a real tokenizer.json is ~10 MB, parsed once, straight from the page cache.
+  const auto mapped = MappedFile::open(path.string());
+  TokenizerJson parsed =
+      parse_tokenizer_json(std::string_view(reinterpret_cast<const char*>(mapped->data()), mapped->size()));
+  const bool cache = mapped->size() >= kTokenizerCacheMinBytes;
+  const std::string rest = cache ? parsed.doc.dump() : std::string();
+  auto t = from_parsed(std::move(parsed), config);
+  if (cache) {
+    std::string image;
+    t->model_->save_index(image);
+    write_tokenizer_cache(path, rest, image);
+  }
+  return t;
 }
 
 std::unique_ptr<Tokenizer> Tokenizer::from_json(std::string_view tokenizer_json, std::string_view config_json) {
-  TokenizerJson parsed = parse_tokenizer_json(tokenizer_json);
+  return from_parsed(parse_tokenizer_json(tokenizer_json), config_json);
+}
+
+std::unique_ptr<Tokenizer> Tokenizer::from_parsed(TokenizerJson parsed, std::string_view config_json) {
   const nlohmann::json& doc = parsed.doc;
   const JsonAt root(doc, "");
   if (!doc.is_object()) root.fail("expected an object");

@@ -52,6 +52,7 @@ class Tokenizer {
 
  private:
   Tokenizer() = default;
+  static std::unique_ptr<Tokenizer> from_parsed(TokenizerJson parsed, std::string_view config_json);
   std::optional<int32_t> lookup(const std::string& token) const;
   void encode_plain(std::string_view text, bool at_text_start, std::vector<int32_t>& ids) const;
 

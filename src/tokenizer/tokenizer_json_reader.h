@@ -4,12 +4,15 @@
 // containers so the rest of the loader still sees their shape.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
+
+#include "tokenizer/flat_index.h"
 
 namespace lathe {
 
@@ -20,6 +23,8 @@ struct BpeTables {
   std::vector<std::pair<std::string, std::string>> merges;
   // The first malformed entry: its path (e.g. model.merges[3]) and what is wrong with it.
   std::string error_path, error;
+  // Tables read back from the tokenizer cache: used instead of vocab/merges when set.
+  std::optional<BpeIndex> prebuilt;
 };
 
 struct TokenizerJson {
