@@ -18,7 +18,7 @@ std::string block_text(const nlohmann::ordered_json& content, const std::string&
     const auto& b = content[i];
     const std::string at = field + "[" + std::to_string(i) + "]";
     if (!b.is_object()) throw invalid_field(at, at + " must be an object");
-    if (b.value("type", "") != "text") continue;
+    if (string_member(b, "type", "", at + ".type") != "text") continue;
     if (!b.contains("text") || !b["text"].is_string()) throw invalid_field(at + ".text", at + ".text must be a string");
     if (!text.empty()) text += "\n";
     text += b["text"].get<std::string>();
@@ -61,7 +61,7 @@ void translate_message(const nlohmann::ordered_json& m, const std::string& at, o
       ojson input = b.contains("input") && b["input"].is_object() ? ojson(b["input"]) : ojson::object();
       calls.push_back({{"id", id}, {"type", "function"}, {"function", {{"name", b["name"]}, {"arguments", input}}}});
     } else if (type == "tool_result") {
-      const std::string id = b.value("tool_use_id", "");
+      const std::string id = string_member(b, "tool_use_id", "", bat + ".tool_use_id");
       out.push_back(
           {{"role", "tool"},
            {"tool_call_id", id},
@@ -94,7 +94,8 @@ ChatRequest parse_anthropic_messages(const nlohmann::ordered_json& body, const S
     translate_message((*messages)[i], "messages[" + std::to_string(i) + "]", r.messages);
 
   bool tools_off = false;
-  if (const nlohmann::ordered_json* choice = f.object("tool_choice")) tools_off = choice->value("type", "") == "none";
+  if (const nlohmann::ordered_json* choice = f.object("tool_choice"))
+    tools_off = string_member(*choice, "type", "", "tool_choice.type") == "none";
   if (const nlohmann::ordered_json* tools = f.array("tools"); tools && !tools_off) {
     nlohmann::ordered_json fns = nlohmann::ordered_json::array();
     for (const auto& t : *tools) {
@@ -107,7 +108,7 @@ ChatRequest parse_anthropic_messages(const nlohmann::ordered_json& body, const S
     if (!fns.empty()) r.tools = std::move(fns);
   }
   if (const nlohmann::ordered_json* thinking = f.object("thinking"))
-    r.template_kwargs["enable_thinking"] = thinking->value("type", "") == "enabled";
+    r.template_kwargs["enable_thinking"] = string_member(*thinking, "type", "", "thinking.type") == "enabled";
   return r;
 }
 

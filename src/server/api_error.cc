@@ -14,6 +14,9 @@ ApiError api_error_from(const std::exception& e) {
       default: break;
     }
   }
+  // A JSON type error escaping request translation is a malformed request, not a fault of ours.
+  if (dynamic_cast<const nlohmann::ordered_json::type_error*>(&e))
+    return ApiError(400, std::string("a request field has the wrong type: ") + e.what());
   return ApiError(500, std::string("internal error: ") + e.what());
 }
 

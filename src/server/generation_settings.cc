@@ -40,6 +40,8 @@ void parse_logit_bias(const nlohmann::ordered_json& body, SamplingParams& p) {
     const long id = std::strtol(key.c_str(), &end, 10);
     if (key.empty() || *end != '\0' || errno != 0 || id < 0 || id > INT32_MAX || !value.is_number())
       throw invalid_field("logit_bias", msg);
+    if (!(value.get<double>() >= -100 && value.get<double>() <= 100))
+      throw invalid_field("logit_bias", "logit_bias values must be between -100 and 100");
     p.logit_bias[static_cast<int32_t>(id)] = value.get<float>();
   }
 }

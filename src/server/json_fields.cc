@@ -82,6 +82,15 @@ const nlohmann::ordered_json* JsonFields::array(const char* name) const {
   return v;
 }
 
+std::string string_member(const nlohmann::ordered_json& obj, const char* key, const std::string& fallback,
+                          const std::string& field) {
+  if (!obj.is_object()) return fallback;
+  auto it = obj.find(key);
+  if (it == obj.end() || it->is_null()) return fallback;
+  if (!it->is_string()) throw invalid_field(field, field + " must be a string");
+  return it->get<std::string>();
+}
+
 nlohmann::ordered_json parse_json_body(const std::string& body) {
   nlohmann::ordered_json j;
   try {

@@ -30,6 +30,10 @@ class JsonFields {
   std::string prefix_;
 };
 
+// obj[key] as a string: `fallback` when absent or null, a 400 naming `field` when it is not a string.
+std::string string_member(const nlohmann::ordered_json& obj, const char* key, const std::string& fallback,
+                          const std::string& field);
+
 // Parses a request body as a JSON object (400 with the parser's position otherwise).
 nlohmann::ordered_json parse_json_body(const std::string& body);
 

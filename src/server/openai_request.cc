@@ -17,7 +17,7 @@ std::string flatten_parts(const nlohmann::ordered_json& parts, const std::string
     const auto& part = parts[i];
     const std::string at = field + "[" + std::to_string(i) + "]";
     if (!part.is_object()) throw invalid_field(at, at + " must be an object");
-    const std::string type = part.value("type", "text");
+    const std::string type = string_member(part, "type", "text", at + ".type");
     if (type == "image_url" || type == "image" || type == "input_image")
       throw invalid_field(at, "the served model does not accept images");
     auto t = part.find("text");

@@ -125,6 +125,19 @@ TEST(ServerRequest, OpenAIMessageErrors) {
             std::make_pair(400, std::string("messages[0].tool_calls[0].function.arguments")));
 }
 
+TEST(ServerRequest, NonStringTypesAreClientErrors) {
+  const json part = {{"messages", {{{"role", "user"}, {"content", {{{"type", 5}, {"text", "x"}}}}}}}};
+  EXPECT_EQ(error_of([&] { parse_openai_chat(part, {}); }),
+            std::make_pair(400, std::string("messages[0].content[0].type")));
+  const json block = {{"max_tokens", 5}, {"messages", {{{"role", "user"}, {"content", {{{"type", true}}}}}}}};
+  EXPECT_EQ(error_of([&] { parse_anthropic_messages(block, {}); }).first, 400);
+  const json result = {
+      {"max_tokens", 5},
+      {"messages", {{{"role", "user"}, {"content", {{{"type", "tool_result"}, {"tool_use_id", 7}}}}}}}};
+  EXPECT_EQ(error_of([&] { parse_anthropic_messages(result, {}); }).first, 400);
+  EXPECT_EQ(error_of([] { openai({{"logit_bias", {{"5", 1e300}}}}); }), std::make_pair(400, std::string("logit_bias")));
+}
+
 TEST(ServerRequest, ThinkingResolution) {
   const json base = {{"messages", {{{"role", "user"}, {"content", "x"}}}}};
   json b = base;
