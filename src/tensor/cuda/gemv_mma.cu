@@ -11,18 +11,17 @@
 // diagonal D[g][g], D[g+8][g] is used (lane (g, g/2)): it is Σ (128+q)·x over the group, exact products summed
 // in f32, so scale and bias are applied per group in f32 as in the SIMT kernel:
 //   y += s·D + (b − 128·s)·Σx,  Σx from one more mma with A = 1.
-// Warps of a block split the groups of the same 4 rows (more warps in flight for few-row matrices) and meet
+// Warps of a block split the groups of the same kRows rows (more warps in flight for few-row matrices) and meet
 // in shared memory.
 #include <cuda_bf16.h>
+
+#include <cstdlib>
 
 #include "tensor/cuda/common.cuh"
 #include "tensor/cuda/gemv_mma.h"
 
 namespace lathe::cuda {
 namespace {
-
-constexpr int kWarps = 4;  // warps per block, splitting K
-constexpr int kRows = 4;   // output rows per block (two mma row pairs)
 
 __device__ __forceinline__ void mma16816(float* d, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
                                          uint32_t b1) {
@@ -63,7 +62,8 @@ __device__ __forceinline__ float sb_at(const void* p, bool bf16, int64_t i) {
 // kBits 4: word k of a lane holds 8 values, taken as pairs (j, j+4) in two mma steps. kBits 8: 4 values, the
 // pairs (0, 2) and (1, 3), each byte split into its low nibble (128 + lo) and high nibble (2048 + 16·hi), two
 // mmas into the same sums. D = off·Σx + Σ q·x with off = 128 or 2048 + 128.
-template <int kBits, int W, class TY>
+// kRows output rows per block (kRows/2 mma row pairs); kWarps warps split the groups of those rows.
+template <int kBits, int W, int kRows, int kSlots, int kWarps, class TY>
 __global__ void __launch_bounds__(kWarps * 32) gemv_q_mma_kernel(const QuantView q, const __nv_bfloat16* __restrict__ x,
                                                                  TY* __restrict__ y, const float* __restrict__ bias) {
   constexpr int kGroup = 128 * W / kBits;  // values per quantization group
@@ -75,81 +75,105 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_q_mma_kernel(const QuantView
   const int rows = static_cast<int>(q.rows);
   const int row0 = blockIdx.x * kRows;
   const int groups = static_cast<int>(q.cols / kGroup);
-  const int iters = (groups + 7) / 8;
-  const uint32_t* wrow[kRows];
-  int64_t sbrow[kRows];
+  const int iters = (groups + 8 * kSlots - 1) / (8 * kSlots);
+  // Offsets from row0's row (the last row repeats past the end rather than branching).
+  const uint32_t* wbase = q.w + row0 * q.w_stride + t * W;
+  const int64_t sbbase = row0 * q.sb_stride;
+  int woff[kRows], sboff[kRows];
   float acc[kRows];
 #pragma unroll
   for (int r = 0; r < kRows; ++r) {
-    const int n = min(row0 + r, rows - 1);  // duplicate the last row rather than branch
-    wrow[r] = q.w + n * q.w_stride + t * W;
-    sbrow[r] = n * q.sb_stride;
+    const int dr = min(row0 + r, rows - 1) - row0;
+    woff[r] = dr * static_cast<int>(q.w_stride);
+    sboff[r] = dr * static_cast<int>(q.sb_stride);
     acc[r] = 0.f;
   }
   const bool odd = g & 1;
-#pragma unroll 2
-  for (int it = warp; it < iters; it += kWarps) {
-    const int gi = it * 8 + g;
-    const bool valid = gi < groups;
-    const int gc = valid ? gi : groups - 1;  // tail lanes read a real group and multiply it by x = 0
-    uint32_t wv[kRows][W];
+  // One iteration: all loads first, then the math.
+  struct Stage {
+    int gc[kSlots];
+    uint32_t wv[kSlots][kRows][W];
+    uint32_t xr[kSlots][kXRegs];
+    float s[kSlots][kRows], b[kSlots][kRows];
+  };
+  auto load = [&](int it, Stage& st) {
 #pragma unroll
-    for (int r = 0; r < kRows; ++r) load_words<W>(wrow[r] + gc * W * 4, wv[r]);
-    uint32_t xr[kXRegs];
-    const uint4* xs4 = reinterpret_cast<const uint4*>(x + gc * kGroup + t * (kGroup / 4));
+    for (int sl = 0; sl < kSlots; ++sl) {
+      const int gi = (it * kSlots + sl) * 8 + g;
+      const bool valid = gi < groups;
+      st.gc[sl] = valid ? gi : groups - 1;  // tail lanes read a real group and multiply it by x = 0
 #pragma unroll
-    for (int i = 0; i < kXRegs / 4; ++i) {
-      uint4 v = __ldg(xs4 + i);
-      if (!valid) v = make_uint4(0, 0, 0, 0);
-      xr[4 * i] = v.x;
-      xr[4 * i + 1] = v.y;
-      xr[4 * i + 2] = v.z;
-      xr[4 * i + 3] = v.w;
+      for (int r = 0; r < kRows; ++r) load_words<W>(wbase + woff[r] + st.gc[sl] * W * 4, st.wv[sl][r]);
+      const uint4* xs4 = reinterpret_cast<const uint4*>(x + st.gc[sl] * kGroup + t * (kGroup / 4));
+#pragma unroll
+      for (int i = 0; i < kXRegs / 4; ++i) {
+        uint4 v = __ldg(xs4 + i);
+        if (!valid) v = make_uint4(0, 0, 0, 0);
+        st.xr[sl][4 * i] = v.x;
+        st.xr[sl][4 * i + 1] = v.y;
+        st.xr[sl][4 * i + 2] = v.z;
+        st.xr[sl][4 * i + 3] = v.w;
+      }
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+        st.s[sl][r] = sb_at(q.scales, q.sb_bf16, sbbase + sboff[r] + st.gc[sl]);
+        st.b[sl][r] = sb_at(q.biases, q.sb_bf16, sbbase + sboff[r] + st.gc[sl]);
+      }
     }
-    float dx[4] = {0.f, 0.f, 0.f, 0.f};
-    float d[kRows / 2][4];
+  };
+  auto compute = [&](const Stage& st) {
 #pragma unroll
-    for (int p = 0; p < kRows / 2; ++p) d[p][0] = d[p][1] = d[p][2] = d[p][3] = 0.f;
+    for (int sl = 0; sl < kSlots; ++sl) {
+      float dx[4] = {0.f, 0.f, 0.f, 0.f};
+      float d[kRows / 2][4];
 #pragma unroll
-    for (int k = 0; k < W; ++k) {
-      if constexpr (kBits == 4) {
-        const uint32_t* r = xr + 4 * k;  // x0..x7 as (x0,x1) (x2,x3) (x4,x5) (x6,x7) -> (xj, xj+4)
-        const uint32_t xp[4] = {__byte_perm(r[0], r[2], 0x5410), __byte_perm(r[0], r[2], 0x7632),
-                                __byte_perm(r[1], r[3], 0x5410), __byte_perm(r[1], r[3], 0x7632)};
+      for (int p = 0; p < kRows / 2; ++p) d[p][0] = d[p][1] = d[p][2] = d[p][3] = 0.f;
 #pragma unroll
-        for (int m = 0; m < 2; ++m) {
-          mma16816(dx, kOnes, kOnes, kOnes, kOnes, xp[2 * m], xp[2 * m + 1]);
+      for (int k = 0; k < W; ++k) {
+        if constexpr (kBits == 4) {
+          const uint32_t* r = st.xr[sl] + 4 * k;  // x0..x7 as (x0,x1) (x2,x3) (x4,x5) (x6,x7) -> (xj, xj+4)
+          const uint32_t xp[4] = {__byte_perm(r[0], r[2], 0x5410), __byte_perm(r[0], r[2], 0x7632),
+                                  __byte_perm(r[1], r[3], 0x5410), __byte_perm(r[1], r[3], 0x7632)};
+#pragma unroll
+          for (int m = 0; m < 2; ++m) {
+            mma16816(dx, kOnes, kOnes, kOnes, kOnes, xp[2 * m], xp[2 * m + 1]);
+#pragma unroll
+            for (int p = 0; p < kRows / 2; ++p) {
+              const uint32_t a = st.wv[sl][2 * p][k], c = st.wv[sl][2 * p + 1][k];
+              mma16816(d[p], nib(a, 8 * m, kLo), nib(c, 8 * m, kLo), nib(a, 8 * m + 4, kLo), nib(c, 8 * m + 4, kLo),
+                       xp[2 * m], xp[2 * m + 1]);
+            }
+          }
+        } else {
+          const uint32_t* r = st.xr[sl] + 2 * k;  // x0..x3 as (x0,x1) (x2,x3) -> (x0,x2) (x1,x3)
+          const uint32_t x02 = __byte_perm(r[0], r[1], 0x5410), x13 = __byte_perm(r[0], r[1], 0x7632);
+          mma16816(dx, kOnes, kOnes, kOnes, kOnes, x02, x13);
 #pragma unroll
           for (int p = 0; p < kRows / 2; ++p) {
-            const uint32_t a = wv[2 * p][k], b = wv[2 * p + 1][k];
-            mma16816(d[p], nib(a, 8 * m, kLo), nib(b, 8 * m, kLo), nib(a, 8 * m + 4, kLo), nib(b, 8 * m + 4, kLo),
-                     xp[2 * m], xp[2 * m + 1]);
+            const uint32_t a = st.wv[sl][2 * p][k], c = st.wv[sl][2 * p + 1][k];
+            mma16816(d[p], nib(a, 0, kLo), nib(c, 0, kLo), nib(a, 8, kLo), nib(c, 8, kLo), x02, x13);
+            mma16816(d[p], nib(a, 4, kHi), nib(c, 4, kHi), nib(a, 12, kHi), nib(c, 12, kHi), x02, x13);
           }
         }
-      } else {
-        const uint32_t* r = xr + 2 * k;  // x0..x3 as (x0,x1) (x2,x3) -> (x0,x2) (x1,x3)
-        const uint32_t x02 = __byte_perm(r[0], r[1], 0x5410), x13 = __byte_perm(r[0], r[1], 0x7632);
-        mma16816(dx, kOnes, kOnes, kOnes, kOnes, x02, x13);
+      }
+      const float sx = odd ? dx[1] : dx[0];
 #pragma unroll
-        for (int p = 0; p < kRows / 2; ++p) {
-          const uint32_t a = wv[2 * p][k], b = wv[2 * p + 1][k];
-          mma16816(d[p], nib(a, 0, kLo), nib(b, 0, kLo), nib(a, 8, kLo), nib(b, 8, kLo), x02, x13);
-          mma16816(d[p], nib(a, 4, kHi), nib(b, 4, kHi), nib(a, 12, kHi), nib(b, 12, kHi), x02, x13);
+      for (int p = 0; p < kRows / 2; ++p) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int r = 2 * p + h;
+          const float dv = odd ? d[p][2 * h + 1] : d[p][2 * h];
+          acc[r] = fmaf(st.s[sl][r], dv, fmaf(fmaf(-kOff, st.s[sl][r], st.b[sl][r]), sx, acc[r]));
         }
       }
     }
-    const float sx = odd ? dx[1] : dx[0];
-#pragma unroll
-    for (int p = 0; p < kRows / 2; ++p) {
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int r = 2 * p + h;
-        const float dv = odd ? d[p][2 * h + 1] : d[p][2 * h];
-        const float s = sb_at(q.scales, q.sb_bf16, sbrow[r] + gc);
-        const float b = sb_at(q.biases, q.sb_bf16, sbrow[r] + gc);
-        acc[r] = fmaf(s, dv, fmaf(fmaf(-kOff, s, b), sx, acc[r]));
-      }
-    }
+  };
+  // A register double buffer (next iteration's loads before this one's math) measured slower: the extra
+  // registers cost more occupancy than the overlap gained.
+  for (int it = warp; it < iters; it += kWarps) {
+    Stage st;
+    load(it, st);
+    compute(st);
   }
   // Lane (g, g/2) holds group slot g's sums; the others hold products of mismatched columns.
   __shared__ float part[kWarps][kRows];
@@ -168,10 +192,13 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_q_mma_kernel(const QuantView
   }
 }
 
-template <int kBits, int W, class TY>
+// Tuned on the H200 (4096×14336, 14336×4096, 19456×2560, 6144×2560, 2560×9728; groups 32/64/128): 8 rows per
+// block, 4 warps, one group per lane per iteration. More groups per lane (kSlots) or more rows cost occupancy
+// (registers) and were slower.
+template <int kBits, int W, class TY, int kRows = 8, int kSlots = 1, int kWarps = 4>
 void launch(const QuantView& q, const __nv_bfloat16* x, TY* y, const float* bias) {
   const unsigned blocks = static_cast<unsigned>((q.rows + kRows - 1) / kRows);
-  gemv_q_mma_kernel<kBits, W, TY><<<blocks, kWarps * 32, 0, stream()>>>(q, x, y, bias);
+  gemv_q_mma_kernel<kBits, W, kRows, kSlots, kWarps, TY><<<blocks, kWarps * 32, 0, stream()>>>(q, x, y, bias);
 }
 
 template <class TY>
@@ -190,7 +217,11 @@ bool dispatch(const QuantView& q, const __nv_bfloat16* x, TY* y, const float* bi
 }  // namespace
 
 bool gemv_q_mma(const QuantView& q, const void* x, DType xt, void* y, DType yt, const float* bias) {
-  if (xt != DType::BF16) return false;
+  static const bool off = [] {  // LATHE_CUDA_GEMV_MMA=0: the SIMT kernel, for comparisons
+    const char* e = std::getenv("LATHE_CUDA_GEMV_MMA");
+    return e && e[0] == '0';
+  }();
+  if (off || xt != DType::BF16) return false;
   const auto* xb = static_cast<const __nv_bfloat16*>(x);
   if (yt == DType::BF16) return dispatch(q, xb, static_cast<__nv_bfloat16*>(y), bias);
   if (yt == DType::F32) return dispatch(q, xb, static_cast<float*>(y), bias);
