@@ -63,9 +63,10 @@ __device__ __forceinline__ float sb_at(const void* p, bool bf16, int64_t i) {
 // pairs (0, 2) and (1, 3), each byte split into its low nibble (128 + lo) and high nibble (2048 + 16·hi), two
 // mmas into the same sums. D = off·Σx + Σ q·x with off = 128 or 2048 + 128.
 // kRows output rows per block (kRows/2 mma row pairs); kWarps warps split the groups of those rows.
-template <int kBits, int W, int kRows, int kSlots, int kWarps, class TY>
-__global__ void __launch_bounds__(kWarps * 32) gemv_q_mma_kernel(const QuantView q, const __nv_bfloat16* __restrict__ x,
-                                                                 TY* __restrict__ y, const float* __restrict__ bias) {
+template <int kBits, int W, int kRows, int kSlots, int kWarps, class TY, int kMinBlocks>
+__global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
+    gemv_q_mma_kernel(const QuantView q, const __nv_bfloat16* __restrict__ x, TY* __restrict__ y,
+                      const float* __restrict__ bias) {
   constexpr int kGroup = 128 * W / kBits;  // values per quantization group
   constexpr int kXRegs = kGroup / 8;       // bf16 pairs of x per lane per group
   constexpr float kOff = kBits == 4 ? 128.f : 2176.f;
@@ -193,12 +194,13 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_q_mma_kernel(const QuantView
 }
 
 // Tuned on the H200 (4096×14336, 14336×4096, 19456×2560, 6144×2560, 2560×9728; groups 32/64/128): 8 rows per
-// block, 4 warps, one group per lane per iteration. More groups per lane (kSlots) or more rows cost occupancy
-// (registers) and were slower.
-template <int kBits, int W, class TY, int kRows = 8, int kSlots = 1, int kWarps = 4>
+// block, 4 warps, one group per lane per iteration, registers capped for 4 blocks per SM (16 warps). More
+// groups per lane (kSlots), more rows or a tighter register cap (5+ blocks, spills) were slower.
+template <int kBits, int W, class TY, int kRows = 8, int kSlots = 1, int kWarps = 4, int kMinBlocks = 4>
 void launch(const QuantView& q, const __nv_bfloat16* x, TY* y, const float* bias) {
   const unsigned blocks = static_cast<unsigned>((q.rows + kRows - 1) / kRows);
-  gemv_q_mma_kernel<kBits, W, kRows, kSlots, kWarps, TY><<<blocks, kWarps * 32, 0, stream()>>>(q, x, y, bias);
+  gemv_q_mma_kernel<kBits, W, kRows, kSlots, kWarps, TY, kMinBlocks>
+      <<<blocks, kWarps * 32, 0, stream()>>>(q, x, y, bias);
 }
 
 template <class TY>
@@ -214,7 +216,7 @@ bool dispatch(const QuantView& q, const __nv_bfloat16* x, TY* y, const float* bi
   }
 }
 
-constexpr int64_t kMaxRows = 8192;
+constexpr int64_t kMaxRows8 = 8192;
 
 }  // namespace
 
@@ -223,10 +225,10 @@ bool gemv_q_mma(const QuantView& q, const void* x, DType xt, void* y, DType yt, 
     const char* e = std::getenv("LATHE_CUDA_GEMV_MMA");
     return e && e[0] == '0';
   }();
-  // Measured on the H200 against the SIMT kernel: this one wins by 17–40% on matrices with few rows (o_proj,
-  // down_proj: 2560–4096 rows, where the SIMT kernel has too few warps per SM) and loses up to 24% (8-bit) on
-  // 9728+ rows, where the SIMT kernel's occupancy is high and it is not issue-bound after all.
-  if (off || xt != DType::BF16 || q.rows >= kMaxRows) return false;
+  // Measured on the H200 against the SIMT kernel: 4-bit wins or ties on every shape; 8-bit wins by 17–40% on
+  // matrices with few rows (o_proj, down_proj: 2560–4096 rows, where the SIMT kernel has too few warps per SM)
+  // and loses up to 24% on 9728+ rows, where the SIMT kernel's occupancy is high.
+  if (off || xt != DType::BF16 || (q.bits == 8 && q.rows >= kMaxRows8)) return false;
   const auto* xb = static_cast<const __nv_bfloat16*>(x);
   if (yt == DType::BF16) return dispatch(q, xb, static_cast<__nv_bfloat16*>(y), bias);
   if (yt == DType::F32) return dispatch(q, xb, static_cast<float*>(y), bias);
