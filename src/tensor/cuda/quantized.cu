@@ -1,6 +1,7 @@
 // MLX affine-quantized weights on the device: the decode GEMV (each packed byte read once, dequantized in
 // registers), dequantization to a dense scratch for the prefill GEMM, and the quantized embedding gather.
 //
+// This SIMT GEMV serves f32 activations (and any case gemv_mma.cu does not cover).
 // GEMV layout: a warp owns kRows output rows; lane l walks 16-byte chunks l, l+32, ... of the packed row
 // (32 four-bit or 16 eight-bit values, always inside one group since groups are ≥ 32 values). Each x chunk is
 // loaded once and reused for the warp's rows. Sum_k x_k (s q_k + b) = s·Σ q_k x_k + b·Σ x_k per chunk.
@@ -9,6 +10,7 @@
 #include <cuda_bf16.h>
 
 #include "tensor/cuda/common.cuh"
+#include "tensor/cuda/gemv_mma.h"
 #include "tensor/cuda/kernels.h"
 
 namespace lathe::cuda {
@@ -189,6 +191,10 @@ void check_geometry(const QuantView& q) {
 
 void gemv_quantized(const QuantView& q, const void* x, DType xt, void* y, DType yt, const float* bias) {
   check_geometry(q);
+  if (gemv_q_mma(q, x, xt, y, yt, bias)) {  // bf16 activations: tensor cores (gemv_mma.cu)
+    check_launch("gemv_quantized");
+    return;
+  }
   const unsigned blocks = static_cast<unsigned>((q.rows + kRows * kWarps - 1) / (kRows * kWarps));
   const int shift = __builtin_ctz(static_cast<unsigned>(q.group_size));
   LATHE_DISPATCH_ACT(xt, "gemv", TX, {

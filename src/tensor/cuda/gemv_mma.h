@@ -1,0 +1,11 @@
+// Tensor-core decode GEMV for 4- and 8-bit weights with bf16 activations (gemv_mma.cu).
+#pragma once
+#include "tensor/cuda/kernels.h"
+
+namespace lathe::cuda {
+
+// y[N] = W·x (+ bias) when the case is covered (4 or 8 bits, group 32/64/128, bf16 x, f32/bf16 y; 8-bit below 8192
+// rows); false otherwise (nothing launched), and the caller runs the SIMT kernel.
+bool gemv_q_mma(const QuantView& q, const void* x, DType xt, void* y, DType yt, const float* bias);
+
+}  // namespace lathe::cuda
