@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 
+#include "cli/device_flags.h"
 #include "cli/sampling_flags.h"
 #include "cli/verbs.h"
 #include "common/error.h"
@@ -23,10 +24,11 @@ struct ChatFlags {
   std::string model, system;
   int max_tokens = 1024;
   SamplingFlags sampling;
+  DeviceFlags where;
 };
 
 int run_chat(const ChatFlags& f) {
-  ChatSession session(f.model);
+  ChatSession session(f.model, f.where.load(), f.where.cache());
   const SamplingParams sampling = f.sampling.resolve(session.default_sampling());
   struct sigaction sa {};
   sa.sa_handler = on_sigint;
@@ -94,6 +96,7 @@ Verb add_chat(CLI::App& app) {
   cmd->add_option("--system", f->system, "system message");
   cmd->add_option("--max-tokens", f->max_tokens, "tokens per answer")->capture_default_str();
   f->sampling.add_to(cmd);
+  f->where.add_to(cmd);
   return {cmd, [f] { return run_chat(*f); }};
 }
 

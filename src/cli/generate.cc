@@ -3,6 +3,7 @@
 #include <memory>
 #include <string>
 
+#include "cli/device_flags.h"
 #include "cli/sampling_flags.h"
 #include "cli/verbs.h"
 #include "engine/chat_session.h"
@@ -15,11 +16,12 @@ struct GenerateFlags {
   bool chat = false;
   int max_tokens = 256;
   SamplingFlags sampling;
+  DeviceFlags where;
   std::vector<std::string> stop;
 };
 
 int run_generate(const GenerateFlags& f) {
-  ChatSession session(f.model);
+  ChatSession session(f.model, f.where.load(), f.where.cache());
   std::vector<int32_t> prompt;
   if (f.chat) {
     nlohmann::ordered_json messages = nlohmann::ordered_json::array();
@@ -56,6 +58,7 @@ Verb add_generate(CLI::App& app) {
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--stop", f->stop, "stop string (repeatable)");
   f->sampling.add_to(cmd);
+  f->where.add_to(cmd);
   return {cmd, [f] { return run_generate(*f); }};
 }
 

@@ -13,6 +13,7 @@
 
 #include <unistd.h>
 
+#include "cli/device_flags.h"
 #include "cli/sampling_flags.h"
 #include "cli/verbs.h"
 #include "common/error.h"
@@ -27,11 +28,11 @@ namespace {
 namespace fs = std::filesystem;
 
 struct ServeFlags {
-  std::string model, alias, device = "cpu", dtype = "f32", chat_template, chat_template_args;
+  std::string model, alias, chat_template, chat_template_args;
   server::ServeOptions server;
   std::optional<int> max_tokens;
   SamplingFlags sampling;
-  int kv_bits = 0, kv_group_size = 64;
+  DeviceFlags where;
 };
 
 // The bundled demo checkpoint: next to the binary (build tree or install), else the source tree it was built from.
@@ -66,13 +67,7 @@ bool is_loopback(const std::string& host) { return host == "127.0.0.1" || host =
 int run_serve(ServeFlags& f) {
   const bool demo = f.model.empty();
   if (demo) f.model = find_demo_model();
-  LoadOptions load;
-  load.device = f.device == "cuda" ? Device::CUDA : Device::CPU;
-  load.dtype = f.dtype == "bf16" ? DType::BF16 : DType::F32;
-  CacheOptions cache;
-  cache.kv_bits = f.kv_bits;
-  cache.kv_group_size = f.kv_group_size;
-  auto session = std::make_unique<ChatSession>(f.model, load, cache);
+  auto session = std::make_unique<ChatSession>(f.model, f.where.load(), f.where.cache());
   if (!f.chat_template.empty())
     session->set_chat_template(ChatTemplate(read_file(f.chat_template), session->chat_template()
                                                                             ? session->chat_template()->special_tokens()
@@ -135,21 +130,13 @@ Verb add_serve(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::Range(0, 65535));
   cmd->add_option("--api-key", f->server.api_key, "require this key (Authorization: Bearer or x-api-key)");
-  cmd->add_option("--device", f->device, "cpu or cuda")->capture_default_str()->check(CLI::IsMember({"cpu", "cuda"}));
-  cmd->add_option("--dtype", f->dtype, "activation type on cuda: f32 or bf16")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"f32", "bf16"}));
+  f->where.add_to(cmd);
   cmd->add_option("--max-tokens", f->max_tokens, "tokens to generate when a request does not say (default 512)")
       ->check(CLI::PositiveNumber);
   f->sampling.add_to(cmd);
   cmd->add_option("--chat-template", f->chat_template, "Jinja chat template file to use instead of the model's");
   cmd->add_option("--chat-template-args", f->chat_template_args,
                   "JSON object of extra template variables, e.g. '{\"enable_thinking\": false}'");
-  cmd->add_option("--kv-bits", f->kv_bits, "store the KV cache quantized to 4 or 8 bits (default: full precision)")
-      ->check(CLI::IsMember({0, 4, 8}));
-  cmd->add_option("--kv-group-size", f->kv_group_size, "group size of the quantized KV cache")
-      ->capture_default_str()
-      ->check(CLI::IsMember({32, 64}));
   cmd->add_option("--max-body-bytes", f->server.max_body_bytes, "larger request bodies get 413")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
