@@ -1,7 +1,9 @@
 // End-to-end CUDA benchmark of one checkpoint: prefill tok/s and time to first token for 512- and 4096-token
 // prompts, single-stream greedy decode tok/s at context 128 and 4096, peak device memory, and the cudaMalloc
 // calls made inside the decode loops (should be 0). Prints one JSON object.
-// Usage: cuda_e2e --model DIR [--dtype bf16|f32] [--decode-steps N]
+// Usage: cuda_e2e --model DIR [--dtype bf16|f32] [--decode-steps N] [--decode-only CTX]
+// --decode-only: no warm-up or prefill runs, one decode run at CTX (for profilers: a short, predictable launch
+// sequence — the CTX-token prefill, then decode steps).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -70,13 +72,15 @@ nlohmann::json decode(Model& m, int64_t ctx, int steps, int64_t vocab) {
 int main(int argc, char** argv) {
   std::string dir, dtype = "bf16";
   int steps = 128;
+  int64_t decode_only = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--model")) dir = argv[i + 1];
     if (!std::strcmp(argv[i], "--dtype")) dtype = argv[i + 1];
     if (!std::strcmp(argv[i], "--decode-steps")) steps = std::atoi(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--decode-only")) decode_only = std::atoll(argv[i + 1]);
   }
   if (dir.empty()) {
-    std::fprintf(stderr, "usage: cuda_e2e --model DIR [--dtype bf16|f32] [--decode-steps N]\n");
+    std::fprintf(stderr, "usage: cuda_e2e --model DIR [--dtype bf16|f32] [--decode-steps N] [--decode-only CTX]\n");
     return 2;
   }
   if (!cuda_available()) {
@@ -90,6 +94,10 @@ int main(int argc, char** argv) {
     const double load_ms = ms_since(tl);
     const int64_t vocab = model->config().vocab_size;
     const size_t weights_bytes = device_memory_stats().in_use_bytes;
+    if (decode_only > 0) {
+      std::printf("%s\n", decode(*model, decode_only, steps, vocab).dump().c_str());
+      return 0;
+    }
     prefill_ms(*model, random_ids(64, vocab, 1), 2);  // warm-up: module load, cuBLAS heuristics
     nlohmann::json out = {{"model", dir},
                           {"dtype", dtype},

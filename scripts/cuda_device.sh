@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs on the device machine from the repository root, over what scripts/cuda_pack.sh put in .device/.
-# Usage: .device/cuda_device.sh test|kernels|e2e LIKE BITS GS|kvq LIKE BITS GS|peer LIKE ...; results go to $OUT
+# Usage: .device/cuda_device.sh test|kernels [--gemv-only]|gtest FILTER|e2e LIKE BITS GS|kvq LIKE BITS GS|peer LIKE ...;
+# results go to $OUT
 # (or ./out).
 set -uo pipefail
 out=${OUT:-$PWD/out}
@@ -25,7 +26,10 @@ case "$1" in
     mkdir -p "$b/tests" "$b/bench" && touch "$b/bench/CTestTestfile.cmake" && cp "$dev"/ctest/CTestTestfile.cmake "$b/" && cp "$dev"/ctest/tests/* "$b/tests/"
     (cd "$b" && ctest -L cuda --output-on-failure --timeout 300 2>&1 | tee "$out/ctest.log" | tail -25)
     ;;
-  kernels) "$dev/bin/cuda_kernels" | tee "$out/kernels.json" ;;
+  kernels) shift; "$dev/bin/cuda_kernels" "$@" | tee -a "$out/kernels.json" ;;
+  gtest)  # one gtest filter over the CUDA test binary, without ctest
+    "$dev/ctest/tests/lathe_cuda_tests" --gtest_filter="$2" 2>&1 | tee -a "$out/gtest.log" | grep -E "^\[  (FAILED|PASSED) |FAILED|Failure|bf16\]" | head -60
+    ;;
   e2e)
     shift
     while [ $# -ge 3 ]; do

@@ -37,6 +37,7 @@ Weight on_device(const QuantizedMatrix& q) {
 struct QCase {
   int bits, gs;
   int64_t M;
+  int64_t K = 1024;
 };
 
 class QuantLinear : public ::testing::TestWithParam<QCase> {};
@@ -44,7 +45,7 @@ class QuantLinear : public ::testing::TestWithParam<QCase> {};
 TEST_P(QuantLinear, MatchesCpu) {
   LATHE_REQUIRE_GPU();
   const QCase c = GetParam();
-  const int64_t N = 333, K = 1024;  // N not a multiple of the rows per block
+  const int64_t N = 333, K = c.K;  // N not a multiple of the rows per block
   const QuantizedMatrix q = random_quantized(N, K, c.bits, c.gs, 7);
   Weight wc;
   wc.quantized = true;
@@ -63,7 +64,9 @@ TEST_P(QuantLinear, MatchesCpu) {
 
 INSTANTIATE_TEST_SUITE_P(Shapes, QuantLinear,
                          ::testing::Values(QCase{4, 32, 1}, QCase{4, 64, 1}, QCase{4, 128, 1}, QCase{8, 32, 1},
-                                           QCase{8, 64, 1}, QCase{8, 128, 1}, QCase{4, 64, 7}, QCase{8, 32, 5}));
+                                           QCase{8, 64, 1}, QCase{8, 128, 1}, QCase{4, 64, 7}, QCase{8, 32, 5},
+                                           // a partial last iteration of 8 groups; an odd group count
+                                           QCase{4, 128, 1, 2560}, QCase{8, 128, 1, 2560}, QCase{4, 64, 1, 1344}));
 
 struct ACase {
   int64_t T, S, Hq, Hkv, D, window;
@@ -101,6 +104,10 @@ INSTANTIATE_TEST_SUITE_P(
     Shapes, Attention,
     ::testing::Values(ACase{1, 1000, 32, 8, 128, 0, 0.f, false},   // decode, split-KV
                       ACase{1, 1000, 32, 8, 128, 0, 0.f, true},    // decode bf16
+                      ACase{1, 10, 32, 8, 128, 0, 0.f, true},      // decode bf16, short context
+                      ACase{1, 1, 8, 8, 128, 0, 0.f, true},        // decode bf16, one key, no GQA
+                      ACase{1, 700, 4, 1, 256, 512, 0.f, true},    // decode bf16, window, head 256
+                      ACase{1, 600, 16, 2, 64, 0, 30.f, true},     // decode bf16, 8 heads per kv head, softcap
                       ACase{1, 700, 4, 1, 256, 512, 0.f, false},   // sliding window, head 256
                       ACase{40, 40, 4, 2, 16, 8, 50.f, false},     // fixture-sized, window + softcap
                       ACase{300, 300, 8, 2, 64, 0, 0.f, false},    // prefill

@@ -1,4 +1,5 @@
-// Softmax attention on CUDA cores, for any head size: decode (split-KV) and the f32 / fallback prefill path.
+// Softmax attention on CUDA cores, for any head size: the f32 / fallback path for decode and prefill, and the
+// split merge shared with decode_attention.cu (which serves bf16 decode steps; flash.cu serves bf16 prefill).
 // Grid (query t, kv head, split); one warp per query head of the kv head's GQA group, so the group shares
 // K/V rows through L1. A warp scores 32 keys at once (one key per lane, full dot product), updates an online
 // softmax, then accumulates p·V with lanes owning output dims. With several splits, each writes (max, sum,
@@ -6,8 +7,10 @@
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
+#include <cstdlib>
 
 #include "tensor/cuda/common.cuh"
+#include "tensor/cuda/decode_attention.h"
 #include "tensor/cuda/kernels.h"
 #include "tensor/device_memory.h"
 
@@ -119,25 +122,44 @@ __global__ void attn_kernel(const AttentionArgs a, float* __restrict__ part) {
   }
 }
 
+// One block per (t, head): the split weights exp(m_s − M) are computed once into shared memory (a warp over
+// the splits), then each thread sums its output dims over the splits with independent loads.
 template <class T>
 __global__ void combine_kernel(const float* __restrict__ part, int splits, int64_t Dv, T* __restrict__ out) {
+  constexpr int kMaxSplits = 1024;
+  __shared__ float wgt[kMaxSplits];
+  __shared__ float inv_l;
   const int64_t th = blockIdx.x;  // t * Hq + h
   const float* pp = part + th * splits * (Dv + 2);
-  float M = -INFINITY;
-  for (int s = 0; s < splits; ++s) M = fmaxf(M, pp[s * (Dv + 2)]);
-  for (int64_t d = threadIdx.x; d < Dv; d += blockDim.x) {
-    float L = 0.f, acc = 0.f;
-    if (M != -INFINITY) {
-      for (int s = 0; s < splits; ++s) {
-        const float* ps = pp + s * (Dv + 2);
-        if (ps[0] == -INFINITY) continue;
-        const float w = expf(ps[0] - M);
-        L += ps[1] * w;
-        acc += ps[2 + d] * w;
-      }
+  if (threadIdx.x < 32) {
+    float M = -INFINITY;
+    for (int s = threadIdx.x; s < splits; s += 32) M = fmaxf(M, pp[s * (Dv + 2)]);
+    M = warp_max(M);
+    float L = 0.f;
+    for (int s = threadIdx.x; s < splits; s += 32) {
+      const float m = pp[s * (Dv + 2)];
+      const float w = m == -INFINITY ? 0.f : expf(m - M);
+      wgt[s] = w;
+      L += w * pp[s * (Dv + 2) + 1];
     }
-    out[th * Dv + d] = from_f<T>(L > 0.f ? acc / L : 0.f);
+    L = warp_sum(L);
+    if (threadIdx.x == 0) inv_l = L > 0.f ? 1.f / L : 0.f;
   }
+  __syncthreads();
+  for (int64_t d = threadIdx.x; d < Dv; d += blockDim.x) {
+    float acc = 0.f;
+#pragma unroll 8
+    for (int s = 0; s < splits; ++s) acc = fmaf(wgt[s], pp[s * (Dv + 2) + 2 + d], acc);
+    out[th * Dv + d] = from_f<T>(acc * inv_l);
+  }
+}
+
+bool decode_attention_off() {  // LATHE_CUDA_DECODE_ATTN=0: the per-head kernel below, for comparisons
+  static const bool off = [] {
+    const char* e = std::getenv("LATHE_CUDA_DECODE_ATTN");
+    return e && e[0] == '0';
+  }();
+  return off;
 }
 
 }  // namespace
@@ -148,6 +170,20 @@ void attention(const AttentionArgs& a) {
   if (group * 32 > 1024 || a.Dv > 32 * kMaxDvPerLane)
     throw Error(ErrorKind::Unsupported, "CUDA attention: more than 32 query heads per kv head or head size > 256");
   if (attention_flash(a)) return;
+  if (decode_attention_applies(a) && !decode_attention_off()) {
+    const int splits = decode_attention_splits(a);
+    float* part =
+        splits > 1 ? static_cast<float*>(device_alloc(static_cast<size_t>(a.Hq * splits * (a.Dv + 2)) * sizeof(float)))
+                   : nullptr;
+    decode_attention(a, splits, part);
+    if (splits > 1) {
+      combine_kernel<__nv_bfloat16>
+          <<<static_cast<unsigned>(a.Hq), 128, 0, stream()>>>(part, splits, a.Dv, static_cast<__nv_bfloat16*>(a.out));
+      check_launch("attention_combine");
+      device_free(part);
+    }
+    return;
+  }
   // Enough blocks to fill the chip; each split covers at least 64 keys.
   int64_t splits = 1;
   const int64_t blocks = a.T * a.Hkv;

@@ -1,5 +1,6 @@
-// Row-wise and elementwise kernels: RMSNorm, RoPE, gated activations, add/scale/softcap, conversion, bias,
-// argmax. f32 arithmetic whatever the element type.
+// Row-wise and elementwise kernels: RMSNorm, RoPE, gated activations, add/scale/softcap, conversion, bias
+// (argmax is in argmax.cu). f32 arithmetic whatever the element type.
+#include <algorithm>
 #include <cfloat>
 #include <cstring>
 
@@ -11,32 +12,41 @@ namespace {
 
 constexpr int kThreads = 256;
 
-template <class T, class TO>
+// One block per row; each thread keeps its kPer values in registers (all loads issued first: a decode row is
+// one latency-bound block).
+template <class T, class TO, int kPer>
 __global__ void rms_norm_kernel(const T* __restrict__ x, TO* __restrict__ out, int64_t D, const float* __restrict__ w,
                                 float eps, bool plus_one) {
   const int64_t row = blockIdx.x;
   const T* xr = x + row * D;
   TO* orow = out + row * D;
-  float ss = 0.f;
-  for (int64_t i = threadIdx.x; i < D; i += blockDim.x) {
-    const float v = to_f(xr[i]);
-    ss += v * v;
+  float v[kPer];
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) {
+    const int64_t i = threadIdx.x + k * blockDim.x;
+    v[k] = i < D ? to_f(xr[i]) : 0.f;
   }
+  float ss = 0.f;
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) ss += v[k] * v[k];
   __shared__ float part[32];
   ss = warp_sum(ss);
   if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = ss;
   __syncthreads();
   if (threadIdx.x < 32) {
-    float v = threadIdx.x < (blockDim.x >> 5) ? part[threadIdx.x] : 0.f;
-    v = warp_sum(v);
-    if (threadIdx.x == 0) part[0] = v;
+    float p = threadIdx.x < (blockDim.x >> 5) ? part[threadIdx.x] : 0.f;
+    p = warp_sum(p);
+    if (threadIdx.x == 0) part[0] = p;
   }
   __syncthreads();
   const float inv = 1.0f / sqrtf(part[0] / static_cast<float>(D) + eps);
-  for (int64_t i = threadIdx.x; i < D; i += blockDim.x) {
-    const float v = to_f(xr[i]) * inv;
-    const float g = w ? (plus_one ? w[i] + 1.0f : w[i]) : 1.0f;
-    orow[i] = from_f<TO>(w ? g * v : v);
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) {
+    const int64_t i = threadIdx.x + k * blockDim.x;
+    if (i < D) {
+      const float g = w ? (plus_one ? w[i] + 1.0f : w[i]) : 1.0f;
+      orow[i] = from_f<TO>(w ? g * (v[k] * inv) : v[k] * inv);
+    }
   }
 }
 
@@ -113,55 +123,22 @@ __global__ void copy_rows_kernel(uint32_t* dst, int64_t dst_row, const uint32_t*
   if (i < words) dst[(dst_row + *delta) * row_words + i] = src[i];
 }
 
-template <class T>
-__global__ void argmax_kernel(const T* __restrict__ x, int64_t cols, int32_t* out) {
-  const T* row = x + blockIdx.x * cols;
-  float best = -FLT_MAX;
-  int64_t idx = cols;  // cols = none yet
-  for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) {
-    const float v = to_f(row[i]);
-    if (v > best || idx == cols) {
-      best = v;
-      idx = i;
-    }
-  }
-  // Reduce (value, index): larger value wins, lower index on ties.
-  for (int o = 16; o > 0; o >>= 1) {
-    const float ov = __shfl_xor_sync(0xffffffffu, best, o);
-    const int64_t oi = __shfl_xor_sync(0xffffffffu, idx, o);
-    if (oi != cols && (idx == cols || ov > best || (ov == best && oi < idx))) {
-      best = ov;
-      idx = oi;
-    }
-  }
-  __shared__ float sv[32];
-  __shared__ int64_t si[32];
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  if (lane == 0) {
-    sv[warp] = best;
-    si[warp] = idx;
-  }
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    for (int w = 1; w < static_cast<int>(blockDim.x >> 5); ++w)
-      if (si[w] != cols && (idx == cols || sv[w] > best || (sv[w] == best && si[w] < idx))) {
-        best = sv[w];
-        idx = si[w];
-      }
-    out[blockIdx.x] = static_cast<int32_t>(idx == cols ? 0 : idx);
-  }
-}
-
 }  // namespace
 
 void rms_norm(const void* x, DType xt, void* out, DType ot, int64_t rows, int64_t dim, const float* w, float eps,
               bool plus_one) {
   if (rows == 0) return;
-  const int threads = dim >= 1024 ? 256 : (dim >= 256 ? 128 : 32);
+  // 8 values per thread up to 8192 (every hidden size in use), 32 up to 32768.
+  if (dim > 32 * 1024) throw Error(ErrorKind::Unsupported, "rms_norm: rows above 32768 values on CUDA");
+  const bool wide = dim > 8 * 1024;
+  const int kPer = wide ? 32 : 8;
+  const int threads = static_cast<int>(std::max<int64_t>(32, (dim + kPer * 32 - 1) / (kPer * 32) * 32));
   LATHE_DISPATCH_ACT(xt, "rms_norm", T, {
-    LATHE_DISPATCH_ACT(ot, "rms_norm", TO,
-                       rms_norm_kernel<T, TO><<<static_cast<unsigned>(rows), threads, 0, stream()>>>(
-                           static_cast<const T*>(x), static_cast<TO*>(out), dim, w, eps, plus_one));
+    LATHE_DISPATCH_ACT(ot, "rms_norm", TO, {
+      auto* kernel = wide ? rms_norm_kernel<T, TO, 32> : rms_norm_kernel<T, TO, 8>;
+      kernel<<<static_cast<unsigned>(rows), threads, 0, stream()>>>(static_cast<const T*>(x), static_cast<TO*>(out),
+                                                                    dim, w, eps, plus_one);
+    });
   });
   check_launch("rms_norm");
 }
@@ -243,14 +220,6 @@ void copy_rows(void* dst, int64_t dst_row, const void* src, int64_t n, size_t ro
       static_cast<uint32_t*>(dst), dst_row, static_cast<const uint32_t*>(src), words,
       static_cast<int64_t>(row_bytes / 4), step_delta());
   check_launch("copy_rows");
-}
-
-void argmax_rows(const void* x, DType t, int64_t rows, int64_t cols, int32_t* out) {
-  if (rows == 0) return;
-  LATHE_DISPATCH_ACT(t, "argmax", T,
-                     argmax_kernel<T>
-                     <<<static_cast<unsigned>(rows), 1024, 0, stream()>>>(static_cast<const T*>(x), cols, out));
-  check_launch("argmax");
 }
 
 }  // namespace lathe::cuda

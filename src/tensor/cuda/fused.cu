@@ -1,6 +1,7 @@
 // Fused per-layer kernels for decode, where each launch costs more than its bytes: q/k RMSNorm + RoPE in one
 // pass over a head row, and the residual add + the next RMSNorm in one pass over the hidden row. Same f32
 // arithmetic as the separate kernels, with one rounding to the output type instead of two.
+#include <algorithm>
 #include <cstring>
 
 #include "tensor/cuda/common.cuh"
@@ -53,21 +54,39 @@ __global__ void norm_rope_kernel(const T* __restrict__ x, T* __restrict__ out, i
   out[r * D + i] = from_f<T>(o);
 }
 
-template <class TH, class TB, class TO>
+// One block per row. Each thread keeps its kPer values in registers between the sum of squares and the
+// output, and issues all its loads before any arithmetic: a decode row (one block) is latency-bound, and the
+// earlier loop (load, add, store, repeat; then re-read) paid a memory round trip per element stride.
+template <class TH, class TB, class TO, int kPer>
 __global__ void add_norm_kernel(TH* h, const TB* __restrict__ b, TO* __restrict__ out, int64_t D,
                                 const float* __restrict__ w, float eps, bool plus_one) {
   const int64_t r = blockIdx.x;
   TH* hr = h + r * D;
+  const TB* br = b + r * D;
+  float hv[kPer], bv[kPer];
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) {
+    const int64_t i = threadIdx.x + k * blockDim.x;
+    hv[k] = i < D ? to_f(hr[i]) : 0.f;
+    bv[k] = i < D ? to_f(br[i]) : 0.f;
+  }
   float ss = 0.f;
-  for (int64_t i = threadIdx.x; i < D; i += blockDim.x) {
-    const TH sum = from_f<TH>(to_f(hr[i]) + to_f(b[r * D + i]));
-    hr[i] = sum;
-    ss += to_f(sum) * to_f(sum);
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) {
+    const int64_t i = threadIdx.x + k * blockDim.x;
+    const TH sum = from_f<TH>(hv[k] + bv[k]);
+    hv[k] = to_f(sum);
+    if (i < D) hr[i] = sum;
+    ss += hv[k] * hv[k];
   }
   const float inv = 1.0f / sqrtf(block_sum(ss) / static_cast<float>(D) + eps);
-  for (int64_t i = threadIdx.x; i < D; i += blockDim.x) {
-    const float g = w ? (plus_one ? w[i] + 1.0f : w[i]) : 1.0f;
-    out[r * D + i] = from_f<TO>(g * (to_f(hr[i]) * inv));
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) {
+    const int64_t i = threadIdx.x + k * blockDim.x;
+    if (i < D) {
+      const float g = w ? (plus_one ? w[i] + 1.0f : w[i]) : 1.0f;
+      out[r * D + i] = from_f<TO>(g * (hv[k] * inv));
+    }
   }
 }
 
@@ -92,13 +111,18 @@ void rms_norm_rope(const void* x, void* out, DType t, int64_t T_, int64_t H, int
 void add_rms_norm(void* h, DType ht, const void* b, DType bt, void* out, DType ot, int64_t rows, int64_t D,
                   const float* w, float eps, bool plus_one) {
   if (rows == 0) return;
-  const int threads = D >= 1024 ? 256 : (D >= 256 ? 128 : 32);
+  // 8 values per thread up to 8192 (every hidden size in use), 32 up to 32768.
+  if (D > 32 * 1024) throw Error(ErrorKind::Unsupported, "add_rms_norm: rows above 32768 values on CUDA");
+  const bool wide = D > 8 * 1024;
+  const int kPer = wide ? 32 : 8;
+  const int threads = static_cast<int>(std::max<int64_t>(32, (D + kPer * 32 - 1) / (kPer * 32) * 32));
   LATHE_DISPATCH_ACT(ht, "add_rms_norm", TH, {
     LATHE_DISPATCH_ACT(bt, "add_rms_norm", TB, {
-      LATHE_DISPATCH_ACT(
-          ot, "add_rms_norm", TO,
-          add_norm_kernel<TH, TB, TO><<<static_cast<unsigned>(rows), threads, 0, stream()>>>(
-              static_cast<TH*>(h), static_cast<const TB*>(b), static_cast<TO*>(out), D, w, eps, plus_one));
+      LATHE_DISPATCH_ACT(ot, "add_rms_norm", TO, {
+        auto* kernel = wide ? add_norm_kernel<TH, TB, TO, 32> : add_norm_kernel<TH, TB, TO, 8>;
+        kernel<<<static_cast<unsigned>(rows), threads, 0, stream()>>>(static_cast<TH*>(h), static_cast<const TB*>(b),
+                                                                      static_cast<TO*>(out), D, w, eps, plus_one);
+      });
     });
   });
   check_launch("add_rms_norm");

@@ -1,0 +1,220 @@
+// Single-query (decode) attention for bf16 K/V: one block per (kv head, split) serves every query head of the
+// GQA group, so each K and V row is read once per step rather than once per query head. The old per-head
+// kernel (attention.cu) scored one key per lane with a serial 128-feature dot product and walked V one key at
+// a time: latency-bound at every context. Here, per sub-chunk of up to kSub keys:
+//   1. scores: D/8 lanes share a key (16-byte loads, shuffle reduction), all heads of the group at once;
+//   2. softmax: one warp per head updates the running max/sum and turns scores into probabilities in place;
+//   3. p·V: each thread owns 8 output dims of every head and a stride of keys (16-byte V loads).
+// Splits are fixed by the kv-head count, not by the context, so a decode step captured in a graph at a short
+// context still spreads a long one over the chip; splits past the keys write an empty partial (m = −inf) that
+// the combine kernel (attention.cu) skips.
+#include <cfloat>
+#include <cmath>
+
+#include "tensor/cuda/common.cuh"
+#include "tensor/cuda/decode_attention.h"
+
+namespace lathe::cuda {
+namespace {
+
+constexpr int kThreads = 128, kWarps = kThreads / 32;
+constexpr int kSub = 256;      // keys scored per pass (shared-memory scores)
+constexpr int kMaxGroup = 8;   // query heads per kv head
+constexpr int kMinChunk = 32;  // keys per split at least
+
+__device__ __forceinline__ void bf16x8(const uint4 v, float* f) {
+  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    f[2 * e] = __uint_as_float(w[e] << 16);
+    f[2 * e + 1] = __uint_as_float(w[e] & 0xffff0000u);
+  }
+}
+
+__global__ void __launch_bounds__(kThreads) attn_decode_kernel(const AttentionArgs a, int splits, float* part) {
+  extern __shared__ float smem[];
+  float* sc = smem;                      // [kMaxGroup][kSub] scores, then probabilities
+  float* red = smem + kMaxGroup * kSub;  // [KS][G][Dv] partial sums of the key strides
+  __shared__ float m_s[kMaxGroup], l_s[kMaxGroup], corr_s[kMaxGroup];
+  const int kh = blockIdx.x, split = blockIdx.y;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int G = static_cast<int>(a.Hq / a.Hkv), D = static_cast<int>(a.D), Dv = static_cast<int>(a.Dv);
+  const int L = D / 8, kpw = 32 / L;  // lanes per key, keys per warp per step (scores)
+  const int P8 = Dv / 8, KS = kThreads / P8;
+  const int c = tid % P8, ks = tid / P8;  // p·V: output dims [8c, 8c + 8), keys ks, ks + KS, ...
+
+  const int64_t dl = a.delta ? *a.delta : 0;
+  const int64_t S = a.S + dl, qpos = a.q_pos0 + dl;
+  const int64_t chunk = max((S + splits - 1) / splits, static_cast<int64_t>(kMinChunk));
+  int64_t j0 = split * chunk, j1 = min(S, j0 + chunk);
+  if (!a.k_pos) {
+    if (a.causal) j1 = min(j1, max(qpos - a.k_pos0 + 1, int64_t{0}));
+    if (a.window > 0) j0 = max(j0, qpos - a.window + 1 - a.k_pos0);
+  }
+
+  const auto* qb = static_cast<const __nv_bfloat16*>(a.q) + kh * G * a.q_s1 + (lane % L) * 8;
+  float q[kMaxGroup][8];
+#pragma unroll
+  for (int h = 0; h < kMaxGroup; ++h) {
+    if (h < G) {
+      bf16x8(*reinterpret_cast<const uint4*>(qb + h * a.q_s1), q[h]);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) q[h][e] *= a.scale;
+    }
+  }
+  if (tid < kMaxGroup) {
+    m_s[tid] = -INFINITY;
+    l_s[tid] = 0.f;
+  }
+  float acc[kMaxGroup][8];
+#pragma unroll
+  for (int h = 0; h < kMaxGroup; ++h)
+#pragma unroll
+    for (int e = 0; e < 8; ++e) acc[h][e] = 0.f;
+  const auto* kb = static_cast<const __nv_bfloat16*>(a.k) + kh * a.k_s1 + (lane % L) * 8;
+  const auto* vb = static_cast<const __nv_bfloat16*>(a.v) + kh * a.v_s1 + c * 8;
+
+  for (int64_t base = j0; base < j1; base += kSub) {
+    const int n = static_cast<int>(min(static_cast<int64_t>(kSub), j1 - base));
+    __syncthreads();  // the previous pass is done with sc; m_s/l_s initialised
+    // Four keys per lane in flight: their loads are issued before any of their math.
+    constexpr int kBatch = 4;
+    for (int jb = warp * kpw; jb < n; jb += kBatch * kWarps * kpw) {
+      uint4 kr[kBatch];
+#pragma unroll
+      for (int i = 0; i < kBatch; ++i) {
+        const int jj = jb + i * kWarps * kpw + lane / L;
+        kr[i] = jj < n ? *reinterpret_cast<const uint4*>(kb + (base + jj) * a.k_s0) : make_uint4(0, 0, 0, 0);
+      }
+#pragma unroll
+      for (int i = 0; i < kBatch; ++i) {
+        const int jj = jb + i * kWarps * kpw + lane / L;
+        float kf[8], dot[kMaxGroup];
+        bf16x8(kr[i], kf);
+#pragma unroll
+        for (int h = 0; h < kMaxGroup; ++h) {
+          dot[h] = 0.f;
+          if (h < G) {
+#pragma unroll
+            for (int e = 0; e < 8; ++e) dot[h] = fmaf(q[h][e], kf[e], dot[h]);
+          }
+        }
+        for (int o = L / 2; o > 0; o >>= 1) {
+#pragma unroll
+          for (int h = 0; h < kMaxGroup; ++h)
+            if (h < G) dot[h] += __shfl_xor_sync(0xffffffffu, dot[h], o);
+        }
+        if (jj < n && lane % L == 0) {
+          bool vis = true;
+          if (a.k_pos) {
+            const int64_t kp = a.k_pos[base + jj];
+            vis = !(a.causal && kp > qpos) && !(a.window > 0 && qpos - kp >= a.window);
+          }
+#pragma unroll
+          for (int h = 0; h < kMaxGroup; ++h) {
+            if (h < G) {
+              float s = dot[h];
+              if (a.softcap > 0.f) s = tanhf(s / a.softcap) * a.softcap;
+              sc[h * kSub + jj] = vis ? s : -INFINITY;
+            }
+          }
+        }
+      }
+    }
+    __syncthreads();
+    for (int h = warp; h < G; h += kWarps) {
+      float* row = sc + h * kSub;
+      float mx = -INFINITY;
+      for (int i = lane; i < n; i += 32) mx = fmaxf(mx, row[i]);
+      mx = warp_max(mx);
+      const float mo = m_s[h], mn = fmaxf(mo, mx);
+      float sum = 0.f;
+      for (int i = lane; i < n; i += 32) {
+        const float p = mn == -INFINITY ? 0.f : expf(row[i] - mn);
+        row[i] = p;
+        sum += p;
+      }
+      sum = warp_sum(sum);
+      __syncwarp();
+      if (lane == 0) {
+        const float corr = mo == -INFINITY ? 0.f : expf(mo - mn);
+        l_s[h] = l_s[h] * corr + sum;
+        m_s[h] = mn;
+        corr_s[h] = corr;
+      }
+    }
+    __syncthreads();
+#pragma unroll
+    for (int h = 0; h < kMaxGroup; ++h) {
+      if (h < G) {
+        const float corr = corr_s[h];
+#pragma unroll
+        for (int e = 0; e < 8; ++e) acc[h][e] *= corr;
+      }
+    }
+#pragma unroll 4
+    for (int jj = ks; jj < n; jj += KS) {
+      float vf[8];
+      bf16x8(*reinterpret_cast<const uint4*>(vb + (base + jj) * a.v_s0), vf);
+#pragma unroll
+      for (int h = 0; h < kMaxGroup; ++h) {
+        if (h < G) {
+          const float p = sc[h * kSub + jj];
+#pragma unroll
+          for (int e = 0; e < 8; ++e) acc[h][e] = fmaf(p, vf[e], acc[h][e]);
+        }
+      }
+    }
+  }
+
+  // Sum the key strides, then write the output (one split) or this split's partial (m, l, acc).
+#pragma unroll
+  for (int h = 0; h < kMaxGroup; ++h)
+    if (h < G)
+#pragma unroll
+      for (int e = 0; e < 8; ++e) red[(ks * G + h) * Dv + 8 * c + e] = acc[h][e];
+  __syncthreads();
+  for (int i = tid; i < G * Dv; i += kThreads) {
+    const int h = i / Dv, d = i % Dv;
+    float v = 0.f;
+    for (int s = 0; s < KS; ++s) v += red[(s * G + h) * Dv + d];
+    const int64_t hq = kh * G + h;
+    if (splits == 1) {
+      const float l = l_s[h];
+      static_cast<__nv_bfloat16*>(a.out)[hq * Dv + d] = __float2bfloat16_rn(l > 0.f ? v / l : 0.f);
+    } else {
+      float* pp = part + (hq * splits + split) * (Dv + 2);
+      if (d == 0) {
+        pp[0] = m_s[h];
+        pp[1] = l_s[h];
+      }
+      pp[2 + d] = v;
+    }
+  }
+}
+
+bool pow2(int64_t v) { return v > 0 && (v & (v - 1)) == 0; }
+bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+
+}  // namespace
+
+bool decode_attention_applies(const AttentionArgs& a) {
+  const int64_t G = a.Hkv > 0 ? a.Hq / a.Hkv : 0;
+  return a.T == 1 && a.t == DType::BF16 && G >= 1 && G <= kMaxGroup && G * a.Hkv == a.Hq && pow2(a.D) && a.D >= 8 &&
+         a.D <= 256 && pow2(a.Dv) && a.Dv >= 8 && a.Dv <= 1024 && a.q_s1 % 8 == 0 && a.k_s0 % 8 == 0 &&
+         a.k_s1 % 8 == 0 && a.v_s0 % 8 == 0 && a.v_s1 % 8 == 0 && aligned16(a.q) && aligned16(a.k) && aligned16(a.v);
+}
+
+int decode_attention_splits(const AttentionArgs& a) {
+  return static_cast<int>(std::max<int64_t>(1, (2 * sm_count() + a.Hkv - 1) / a.Hkv));
+}
+
+void decode_attention(const AttentionArgs& a, int splits, float* part) {
+  const int64_t G = a.Hq / a.Hkv;
+  const size_t smem = static_cast<size_t>(kMaxGroup * kSub + (kThreads / (a.Dv / 8)) * G * a.Dv) * sizeof(float);
+  const dim3 grid(static_cast<unsigned>(a.Hkv), static_cast<unsigned>(splits));
+  attn_decode_kernel<<<grid, kThreads, smem, stream()>>>(a, splits, part);
+  check_launch("decode_attention");
+}
+
+}  // namespace lathe::cuda
