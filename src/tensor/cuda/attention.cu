@@ -1,5 +1,5 @@
 // Softmax attention on CUDA cores, for any head size: the f32 / fallback path for decode and prefill, and the
-// split merge shared with decode_attention.cu (which serves bf16 decode steps; flash.cu serves bf16 prefill).
+// its split merge (decode_attention.cu serves bf16 decode steps, flash.cu bf16 prefill).
 // Grid (query t, kv head, split); one warp per query head of the kv head's GQA group, so the group shares
 // K/V rows through L1. A warp scores 32 keys at once (one key per lane, full dot product), updates an online
 // softmax, then accumulates p·V with lanes owning output dims. With several splits, each writes (max, sum,
@@ -172,16 +172,10 @@ void attention(const AttentionArgs& a) {
   if (attention_flash(a)) return;
   if (decode_attention_applies(a) && !decode_attention_off()) {
     const int splits = decode_attention_splits(a);
-    float* part =
-        splits > 1 ? static_cast<float*>(device_alloc(static_cast<size_t>(a.Hq * splits * (a.Dv + 2)) * sizeof(float)))
-                   : nullptr;
+    const size_t part_bytes = static_cast<size_t>(a.Hq * splits * (a.Dv + 4)) * sizeof(float);
+    float* part = splits > 1 ? static_cast<float*>(device_alloc(part_bytes)) : nullptr;
     decode_attention(a, splits, part);
-    if (splits > 1) {
-      combine_kernel<__nv_bfloat16>
-          <<<static_cast<unsigned>(a.Hq), 128, 0, stream()>>>(part, splits, a.Dv, static_cast<__nv_bfloat16*>(a.out));
-      check_launch("attention_combine");
-      device_free(part);
-    }
+    if (part) device_free(part);
     return;
   }
   // Enough blocks to fill the chip; each split covers at least 64 keys.

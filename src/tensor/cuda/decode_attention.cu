@@ -6,8 +6,10 @@
 //   2. softmax: one warp per head updates the running max/sum and turns scores into probabilities in place;
 //   3. p·V: each thread owns 8 output dims of every head and a stride of keys (16-byte V loads).
 // Splits are fixed by the kv-head count, not by the context, so a decode step captured in a graph at a short
-// context still spreads a long one over the chip; splits past the keys write an empty partial (m = −inf) that
-// the combine kernel (attention.cu) skips.
+// context still spreads a long one over the chip. Each split covers at least kMinChunk keys (blocks past the
+// keys exit at once); with one active split the block writes the output, otherwise the last active split of
+// each kv head to finish merges the partials (no separate combine launch).
+#include <algorithm>
 #include <cfloat>
 #include <cmath>
 
@@ -18,9 +20,10 @@ namespace lathe::cuda {
 namespace {
 
 constexpr int kThreads = 128, kWarps = kThreads / 32;
-constexpr int kSub = 256;      // keys scored per pass (shared-memory scores)
-constexpr int kMaxGroup = 8;   // query heads per kv head
-constexpr int kMinChunk = 32;  // keys per split at least
+constexpr int kSub = 256;       // keys scored per pass (shared-memory scores)
+constexpr int kMaxGroup = 8;    // query heads per kv head
+constexpr int kMinChunk = 32;  // keys per split at least: short contexts use few splits, cheap to merge
+constexpr int kMaxKvHeads = 4096;
 
 __device__ __forceinline__ void bf16x8(const uint4 v, float* f) {
   const uint32_t w[4] = {v.x, v.y, v.z, v.w};
@@ -31,7 +34,8 @@ __device__ __forceinline__ void bf16x8(const uint4 v, float* f) {
   }
 }
 
-__global__ void __launch_bounds__(kThreads) attn_decode_kernel(const AttentionArgs a, int splits, float* part) {
+__global__ void __launch_bounds__(kThreads)
+    attn_decode_kernel(const AttentionArgs a, int splits, float* __restrict__ part, int* __restrict__ counters) {
   extern __shared__ float smem[];
   float* sc = smem;                      // [kMaxGroup][kSub] scores, then probabilities
   float* red = smem + kMaxGroup * kSub;  // [KS][G][Dv] partial sums of the key strides
@@ -46,6 +50,8 @@ __global__ void __launch_bounds__(kThreads) attn_decode_kernel(const AttentionAr
   const int64_t dl = a.delta ? *a.delta : 0;
   const int64_t S = a.S + dl, qpos = a.q_pos0 + dl;
   const int64_t chunk = max((S + splits - 1) / splits, static_cast<int64_t>(kMinChunk));
+  const int active = static_cast<int>((S + chunk - 1) / chunk);  // splits that hold keys at this context
+  if (split >= active) return;
   int64_t j0 = split * chunk, j1 = min(S, j0 + chunk);
   if (!a.k_pos) {
     if (a.causal) j1 = min(j1, max(qpos - a.k_pos0 + 1, int64_t{0}));
@@ -179,18 +185,82 @@ __global__ void __launch_bounds__(kThreads) attn_decode_kernel(const AttentionAr
     float v = 0.f;
     for (int s = 0; s < KS; ++s) v += red[(s * G + h) * Dv + d];
     const int64_t hq = kh * G + h;
-    if (splits == 1) {
+    if (active == 1) {
       const float l = l_s[h];
       static_cast<__nv_bfloat16*>(a.out)[hq * Dv + d] = __float2bfloat16_rn(l > 0.f ? v / l : 0.f);
     } else {
-      float* pp = part + (hq * splits + split) * (Dv + 2);
+      float* pp = part + (hq * splits + split) * (Dv + 4);  // acc[Dv], m, l, 2 pad: rows stay 16-byte aligned
+      pp[d] = v;
       if (d == 0) {
-        pp[0] = m_s[h];
-        pp[1] = l_s[h];
+        pp[Dv] = m_s[h];
+        pp[Dv + 1] = l_s[h];
       }
-      pp[2 + d] = v;
     }
   }
+  if (active == 1) return;
+
+  // The last active split of this kv head to finish merges them all (no second launch): publish the partial,
+  // count, and let the block that brings the count to `active` read the others' partials from L2.
+  __shared__ bool last;
+  __threadfence();
+  __syncthreads();
+  if (tid == 0) last = atomicAdd(counters + kh, 1) == active - 1;
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  const int stride = Dv + 4;
+  float* wgt = sc;  // [G][active]: exp(m_s − M), free again after the passes above
+  __shared__ float inv_l[kMaxGroup];
+  for (int h = warp; h < G; h += kWarps) {
+    const float* ph = part + (kh * G + h) * splits * stride;
+    float M = -INFINITY;
+    for (int s = lane; s < active; s += 32) M = fmaxf(M, __ldcg(ph + s * stride + Dv));
+    M = warp_max(M);
+    float L = 0.f;
+    for (int s = lane; s < active; s += 32) {
+      const float m = __ldcg(ph + s * stride + Dv);
+      const float w = m == -INFINITY ? 0.f : expf(m - M);
+      wgt[h * active + s] = w;
+      L += w * __ldcg(ph + s * stride + Dv + 1);
+    }
+    L = warp_sum(L);
+    if (lane == 0) inv_l[h] = L > 0.f ? 1.f / L : 0.f;
+  }
+  __syncthreads();
+  const int per = Dv / 4;
+  for (int i = tid; i < G * per; i += kThreads) {  // 4 output dims per thread, all splits' loads in flight
+    const int h = i / per, d4 = i % per;
+    const float4* ph = reinterpret_cast<const float4*>(part + (kh * G + h) * splits * stride) + d4;
+    float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll 8
+    for (int s = 0; s < active; ++s) {
+      const float w = wgt[h * active + s];
+      const float4 p = __ldcg(ph + s * (stride / 4));
+      v.x = fmaf(w, p.x, v.x);
+      v.y = fmaf(w, p.y, v.y);
+      v.z = fmaf(w, p.z, v.z);
+      v.w = fmaf(w, p.w, v.w);
+    }
+    const float il = inv_l[h];
+    __nv_bfloat16* o = static_cast<__nv_bfloat16*>(a.out) + (kh * G + h) * Dv + 4 * d4;
+    o[0] = __float2bfloat16_rn(v.x * il);
+    o[1] = __float2bfloat16_rn(v.y * il);
+    o[2] = __float2bfloat16_rn(v.z * il);
+    o[3] = __float2bfloat16_rn(v.w * il);
+  }
+  if (tid == 0) counters[kh] = 0;  // ready for the next launch (graph replays included)
+}
+
+// Split counters of the last-block merge, one per kv head; zero between launches (each merge resets its own).
+// Allocated on first use; the zeroing is stream-ordered, so a first use inside a graph capture records it.
+int* split_counters() {
+  static int* c = [] {
+    void* p = nullptr;
+    LATHE_CUDA_CHECK(cudaMalloc(&p, kMaxKvHeads * sizeof(int)));
+    LATHE_CUDA_CHECK(cudaMemsetAsync(p, 0, kMaxKvHeads * sizeof(int), stream()));
+    return static_cast<int*>(p);
+  }();
+  return c;
 }
 
 bool pow2(int64_t v) { return v > 0 && (v & (v - 1)) == 0; }
@@ -200,20 +270,22 @@ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 
 
 bool decode_attention_applies(const AttentionArgs& a) {
   const int64_t G = a.Hkv > 0 ? a.Hq / a.Hkv : 0;
-  return a.T == 1 && a.t == DType::BF16 && G >= 1 && G <= kMaxGroup && G * a.Hkv == a.Hq && pow2(a.D) && a.D >= 8 &&
-         a.D <= 256 && pow2(a.Dv) && a.Dv >= 8 && a.Dv <= 1024 && a.q_s1 % 8 == 0 && a.k_s0 % 8 == 0 &&
-         a.k_s1 % 8 == 0 && a.v_s0 % 8 == 0 && a.v_s1 % 8 == 0 && aligned16(a.q) && aligned16(a.k) && aligned16(a.v);
+  return a.T == 1 && a.t == DType::BF16 && a.Hkv <= kMaxKvHeads && G >= 1 && G <= kMaxGroup && G * a.Hkv == a.Hq &&
+         pow2(a.D) && a.D >= 8 && a.D <= 256 && pow2(a.Dv) && a.Dv >= 8 && a.Dv <= 1024 && a.q_s1 % 8 == 0 &&
+         a.k_s0 % 8 == 0 && a.k_s1 % 8 == 0 && a.v_s0 % 8 == 0 && a.v_s1 % 8 == 0 && aligned16(a.q) && aligned16(a.k) &&
+         aligned16(a.v);
 }
 
 int decode_attention_splits(const AttentionArgs& a) {
-  return static_cast<int>(std::max<int64_t>(1, (2 * sm_count() + a.Hkv - 1) / a.Hkv));
+  const int64_t G = a.Hq / a.Hkv;  // the merge keeps G × splits weights in the scores' shared memory
+  return static_cast<int>(std::clamp<int64_t>((2 * sm_count() + a.Hkv - 1) / a.Hkv, 1, kMaxGroup * kSub / G));
 }
 
 void decode_attention(const AttentionArgs& a, int splits, float* part) {
   const int64_t G = a.Hq / a.Hkv;
   const size_t smem = static_cast<size_t>(kMaxGroup * kSub + (kThreads / (a.Dv / 8)) * G * a.Dv) * sizeof(float);
   const dim3 grid(static_cast<unsigned>(a.Hkv), static_cast<unsigned>(splits));
-  attn_decode_kernel<<<grid, kThreads, smem, stream()>>>(a, splits, part);
+  attn_decode_kernel<<<grid, kThreads, smem, stream()>>>(a, splits, part, splits > 1 ? split_counters() : nullptr);
   check_launch("decode_attention");
 }
 

@@ -1,5 +1,5 @@
 // Single-query attention for decode steps over bf16 K/V (decode_attention.cu): all query heads of a kv head
-// in one block, fixed splits merged by attention.cu's combine kernel.
+// in one block, fixed splits merged by the last block of each kv head.
 #pragma once
 #include "tensor/cuda/kernels.h"
 
@@ -10,7 +10,7 @@ namespace lathe::cuda {
 bool decode_attention_applies(const AttentionArgs& a);
 // Splits of the key range (from the kv-head count alone, so a captured step stays valid as the context grows).
 int decode_attention_splits(const AttentionArgs& a);
-// part: splits > 1: [Hq][splits][Dv + 2] floats for the combine kernel; unused with one split.
+// part: splits > 1: [Hq][splits][Dv + 4] floats of partials; unused with one split.
 void decode_attention(const AttentionArgs& a, int splits, float* part);
 
 }  // namespace lathe::cuda
