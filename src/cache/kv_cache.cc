@@ -20,6 +20,11 @@ int64_t find_meta(const CacheState& s, const char* name) {
 }
 }  // namespace
 
+KVView LayerCache::commit_direct() {
+  throw Error(ErrorKind::Internal,
+              std::string("commit_direct on a '") + kind() + "' cache, which takes no direct rows");
+}
+
 void KVCache::reserve(int64_t tokens, const Tensor& like_k, const Tensor& like_v) {
   if (keys_.defined() && keys_.dim(0) >= tokens) return;
   const int64_t cap = (tokens + kStep - 1) / kStep * kStep;
@@ -39,11 +44,25 @@ KVView KVCache::update(const Tensor& k, const Tensor& v) {
   copy_rows(keys_, offset_, k, 0, T);
   copy_rows(values_, offset_, v, 0, T);
   offset_ += T;
-  KVView view;
-  view.k = keys_.slice(0, 0, offset_);
-  view.v = values_.slice(0, 0, offset_);
-  view.pos0 = 0;
-  return view;
+  return view();
+}
+
+KVView KVCache::view() const {
+  KVView v;
+  v.k = keys_.slice(0, 0, offset_);
+  v.v = values_.slice(0, 0, offset_);
+  v.pos0 = 0;
+  return v;
+}
+
+std::optional<DirectRow> KVCache::direct_row(const Tensor& like) {
+  reserve(offset_ + 1, like, like);
+  return DirectRow{&keys_, &values_, offset_};
+}
+
+KVView KVCache::commit_direct() {
+  ++offset_;
+  return view();
 }
 
 CacheState KVCache::state() const {

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -31,6 +32,13 @@ struct KVView {
   std::vector<int64_t> positions;  // explicit per-key positions (ring buffers)
 };
 
+// Where a decode step's K/V row goes in a cache's buffers [capacity, Hkv, D].
+struct DirectRow {
+  Tensor* keys = nullptr;
+  Tensor* values = nullptr;
+  int64_t row = 0;
+};
+
 class LayerCache {
  public:
   virtual ~LayerCache() = default;
@@ -48,6 +56,14 @@ class LayerCache {
   virtual const void* replay_buffer() const { return nullptr; }
   // ...and the host-side bookkeeping of one token whose rows a replayed step wrote.
   virtual void replay_append() {}
+  // Decode fast path (ops_extra.h qkv_rope_append): room for one more token and where it goes, for a caller
+  // that writes the row itself; nullopt when this kind cannot take direct writes (then use update()). like:
+  // [1, Hkv, D] in the K/V type. commit_direct() then counts the token and returns what update() would have.
+  virtual std::optional<DirectRow> direct_row(const Tensor& like) {
+    (void)like;
+    return std::nullopt;
+  }
+  virtual KVView commit_direct();
 };
 
 using CacheList = std::vector<std::unique_ptr<LayerCache>>;
@@ -76,9 +92,12 @@ class KVCache : public LayerCache {
   size_t bytes() const override;
   const void* replay_buffer() const override;
   void replay_append() override { ++offset_; }
+  std::optional<DirectRow> direct_row(const Tensor& like) override;
+  KVView commit_direct() override;
 
  private:
   void reserve(int64_t tokens, const Tensor& like_k, const Tensor& like_v);
+  KVView view() const;
   Tensor keys_, values_;  // [capacity, Hkv, D]
   int64_t offset_ = 0;
 };

@@ -6,6 +6,10 @@
 
 #include "tensor/ops.h"
 
+namespace lathe {
+struct QkvStep;  // ops_extra.h
+}  // namespace lathe
+
 namespace lathe::gpu {
 
 Tensor linear(const Tensor& x, const Weight& w, const Tensor* bias, bool f32_out);
@@ -39,6 +43,8 @@ QuantizedMatrix quantize_kv(const Tensor& x, int bits, int group_size);
 Tensor rms_norm_rope(const Tensor& x, const Tensor& weight, float eps, bool plus_one, const RopeTable& rope,
                      int64_t pos0);
 Tensor add_rms_norm(Tensor& h, const Tensor& b, const Tensor& weight, float eps, bool plus_one, DType out);
+Tensor qkv_rope_append(const Tensor& y, const QkvStep& s, const RopeTable& rope, int64_t pos0, Tensor& keys,
+                       Tensor& values, int64_t row);
 // Dequantizes the cached K/V (q's type) and runs attention() over them.
 Tensor attention_quantized(const Tensor& q, const QuantizedMatrix& k, const QuantizedMatrix& v, int64_t kv_heads,
                            const AttentionParams& p);

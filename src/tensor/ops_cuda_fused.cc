@@ -5,6 +5,7 @@
 #include "tensor/cuda/kernels_models.h"
 #include "tensor/ops_cuda.h"
 #include "tensor/ops_cuda_check.h"
+#include "tensor/ops_extra.h"
 
 namespace lathe::gpu {
 
@@ -27,6 +28,21 @@ Tensor add_rms_norm(Tensor& h, const Tensor& b_in, const Tensor& weight, float e
   cuda::add_rms_norm(h.raw(), h.dtype(), b.raw(), b.dtype(), out.raw(), out_type, h.numel() / D, D,
                      f32_ptr(&weight, "add_rms_norm"), eps, plus_one);
   return out;
+}
+
+Tensor qkv_rope_append(const Tensor& y, const QkvStep& s, const RopeTable& rope, int64_t pos0, Tensor& keys,
+                       Tensor& values, int64_t row) {
+  require_act(y, "qkv_rope_append");
+  require_act(keys, "qkv_rope_append");
+  require_act(values, "qkv_rope_append");
+  LATHE_CHECK(keys.is_contiguous() && values.is_contiguous(), "qkv_rope_append: cache buffers must be contiguous");
+  Tensor q = Tensor::empty({1, s.q_heads, s.head_dim}, y.dtype(), Device::CUDA);
+  const float* qw = s.norm ? f32_ptr(&s.q_w, "qkv_rope_append") : nullptr;
+  const float* kw = s.norm ? f32_ptr(&s.k_w, "qkv_rope_append") : nullptr;
+  cuda::qkv_rope_append(y.raw(), q.raw(), keys.raw(), values.raw(), y.dtype(), row, s.q_heads, s.kv_heads, s.head_dim,
+                        s.norm, qw, kw, s.eps, s.plus_one, rope.inv_freq.data(), rope.dims, rope.attention_scaling,
+                        pos0);
+  return q;
 }
 
 }  // namespace lathe::gpu

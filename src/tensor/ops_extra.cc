@@ -95,6 +95,36 @@ Tensor rms_norm_rope(const Tensor& x, const Tensor& weight, float eps, bool plus
   return out;
 }
 
+Tensor qkv_rope_append(const Tensor& y, const QkvStep& s, const RopeTable& rope, int64_t pos0, Tensor& keys,
+                       Tensor& values, int64_t row) {
+  const int64_t qn = s.q_heads * s.head_dim, kn = s.kv_heads * s.head_dim;
+  LATHE_CHECK(y.ndim() == 2 && y.dim(0) == 1 && y.dim(1) == qn + 2 * kn && y.is_contiguous(),
+              "qkv_rope_append: expects one contiguous row of q|k|v heads");
+  LATHE_CHECK(keys.ndim() == 3 && keys.dim(1) == s.kv_heads && keys.dim(2) == s.head_dim &&
+                  values.shape() == keys.shape() && row >= 0 && row < keys.dim(0) && keys.dtype() == y.dtype() &&
+                  values.dtype() == y.dtype(),
+              "qkv_rope_append: cache buffers do not match the heads");
+  LATHE_CHECK(rope.dims <= s.head_dim && static_cast<int64_t>(rope.inv_freq.size()) == rope.dims / 2,
+              "qkv_rope_append: rope table does not fit the head");
+#ifdef LATHE_HAVE_CUDA
+  if (y.device() == Device::CUDA) return gpu::qkv_rope_append(y, s, rope, pos0, keys, values, row);
+#endif
+  // Copies: y is an input and must not be roped in place.
+  Tensor q = y.slice(1, 0, qn).clone().reshape({1, s.q_heads, s.head_dim});
+  Tensor k = y.slice(1, qn, qn + kn).clone().reshape({1, s.kv_heads, s.head_dim});
+  const Tensor v = y.slice(1, qn + kn, qn + 2 * kn).contiguous().reshape({1, s.kv_heads, s.head_dim});
+  if (s.norm) {
+    q = rms_norm_rope(q, s.q_w, s.eps, s.plus_one, rope, pos0);
+    k = rms_norm_rope(k, s.k_w, s.eps, s.plus_one, rope, pos0);
+  } else {
+    rope_inplace(q, rope, pos0);
+    rope_inplace(k, rope, pos0);
+  }
+  copy_rows(keys, row, k, 0, 1);
+  copy_rows(values, row, v, 0, 1);
+  return q;
+}
+
 Tensor add_rms_norm(Tensor& h, const Tensor& b, const Tensor& weight, float eps, bool plus_one, DType out) {
   LATHE_CHECK(h.shape() == b.shape() && h.is_contiguous(), "add_rms_norm: shapes differ");
 #ifdef LATHE_HAVE_CUDA

@@ -31,4 +31,19 @@ Tensor rms_norm_rope(const Tensor& x, const Tensor& weight, float eps, bool plus
 // add_inplace(h, b) followed by rms_norm(h, weight, eps, plus_one, out).
 Tensor add_rms_norm(Tensor& h, const Tensor& b, const Tensor& weight, float eps, bool plus_one, DType out);
 
+// One decode token's attention inputs from the stacked projection y [1, (Hq + 2·Hkv)·D] (q heads, k heads,
+// v heads): returns the q heads [1, Hq, D] and writes the k heads and v heads into row `row` of the caches'
+// buffers keys/values [capacity, Hkv, D]. With `norm`, q and k heads are RMSNormed first (q_w / k_w, eps,
+// plus_one), as rms_norm_rope; both are roped at pos0. Equals those ops followed by copy_rows into the buffers
+// (one launch on CUDA instead of four).
+struct QkvStep {
+  int64_t q_heads = 0, kv_heads = 0, head_dim = 0;
+  bool norm = false;
+  Tensor q_w, k_w;
+  float eps = 1e-6f;
+  bool plus_one = false;
+};
+Tensor qkv_rope_append(const Tensor& y, const QkvStep& s, const RopeTable& rope, int64_t pos0, Tensor& keys,
+                       Tensor& values, int64_t row);
+
 }  // namespace lathe

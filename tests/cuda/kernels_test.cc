@@ -5,6 +5,7 @@
 
 #include "cuda/cuda_test_util.h"
 #include "tensor/ops.h"
+#include "tensor/ops_extra.h"
 
 namespace lathe {
 namespace {
@@ -114,6 +115,36 @@ INSTANTIATE_TEST_SUITE_P(
                       ACase{600, 600, 8, 2, 128, 0, 0.f, true},    // bf16 prefill (tensor cores)
                       ACase{333, 333, 8, 8, 64, 100, 30.f, true},  // bf16 prefill, window + softcap
                       ACase{257, 400, 4, 2, 256, 0, 0.f, true}));  // bf16 chunked prefill after a cache
+
+TEST(CudaOps, QkvRopeAppendMatchesCpu) {
+  LATHE_REQUIRE_GPU();
+  const int64_t Hq = 8, Hkv = 2, D = 128, cap = 6, row = 4;
+  const Tensor y = Tensor::from_floats(random_floats(static_cast<size_t>((Hq + 2 * Hkv) * D), 21, -3.f, 3.f),
+                                       {1, (Hq + 2 * Hkv) * D});
+  RopeTable rope;
+  rope.dims = 96;  // partial rotation
+  for (int i = 0; i < 48; ++i) rope.inv_freq.push_back(std::pow(10000.f, -static_cast<float>(2 * i) / 96.f));
+  for (bool norm : {false, true}) {
+    QkvStep st;
+    st.q_heads = Hq;
+    st.kv_heads = Hkv;
+    st.head_dim = D;
+    st.norm = norm;
+    st.q_w = Tensor::from_floats(random_floats(static_cast<size_t>(D), 22), {D});
+    st.k_w = Tensor::from_floats(random_floats(static_cast<size_t>(D), 23), {D});
+    QkvStep sd = st;
+    sd.q_w = st.q_w.to(Device::CUDA);
+    sd.k_w = st.k_w.to(Device::CUDA);
+    Tensor kc = Tensor::zeros({cap, Hkv, D}, DType::F32), vc = Tensor::zeros({cap, Hkv, D}, DType::F32);
+    Tensor kd = kc.to(DType::BF16).to(Device::CUDA), vd = vc.to(DType::BF16).to(Device::CUDA);
+    const Tensor yb = y.to(DType::BF16);
+    const std::vector<float> q_ref = qkv_rope_append(yb.to(DType::F32), st, rope, 1000, kc, vc, row).to_floats();
+    const std::vector<float> q_got = qkv_rope_append(yb.to(Device::CUDA), sd, rope, 1000, kd, vd, row).to_floats();
+    EXPECT_LE(max_abs_diff(q_got, q_ref), 2e-2f * std::max(1.f, max_abs(q_ref))) << "norm " << norm;
+    EXPECT_LE(max_abs_diff(kd.to_floats(), kc.to_floats()), 2e-2f * std::max(1.f, max_abs(kc.to_floats())));
+    EXPECT_EQ(vd.to_floats(), vc.to_floats());  // copied exactly (the inputs are bf16 values)
+  }
+}
 
 TEST(CudaOps, RowOpsMatchCpu) {
   LATHE_REQUIRE_GPU();

@@ -1,6 +1,8 @@
 // KVCache and RotatingKVCache: what attention sees, exact snapshot/restore, trim rules.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <optional>
 #include <random>
 
 #include "cache/layer_cache.h"
@@ -8,6 +10,7 @@
 #include "model/model.h"
 #include "support/fixtures.h"
 #include "tensor/ops.h"
+#include "tensor/ops_extra.h"
 
 namespace lathe {
 namespace {
@@ -44,6 +47,74 @@ TEST(KVCache, GrowsAndReturnsAllTokens) {
   EXPECT_EQ(c.offset(), 296);
   const KVView after = c.update(token_rows(1, 296), token_rows(1, 296));
   view_positions(after);
+}
+
+TEST(KVCache, DirectRowsMatchUpdate) {
+  // A decode step that writes its own row (qkv_rope_append) must leave the cache as update() would.
+  KVCache direct, plain;
+  KVView want, got;
+  for (int64_t t = 0; t < 300; ++t) {  // crosses a capacity step
+    const Tensor k = token_rows(1, t), v = token_rows(1, t + 1000);
+    want = plain.update(k, v);
+    const std::optional<DirectRow> slot = direct.direct_row(k);
+    ASSERT_TRUE(slot.has_value());
+    ASSERT_EQ(slot->row, t);
+    copy_rows(*slot->keys, slot->row, k, 0, 1);
+    copy_rows(*slot->values, slot->row, v, 0, 1);
+    got = direct.commit_direct();
+    ASSERT_EQ(direct.offset(), t + 1);
+  }
+  EXPECT_EQ(got.k.to_floats(), want.k.to_floats());
+  EXPECT_EQ(got.v.to_floats(), want.v.to_floats());
+  view_positions(got);
+  RotatingKVCache ring(8);
+  EXPECT_FALSE(ring.direct_row(token_rows(1, 0)).has_value());  // ring buffers take the update() path
+}
+
+TEST(KVCache, QkvRopeAppendEqualsTheSeparateOps) {
+  const int64_t Hq = 4, Hkv = 2, D = 8, cap = 5, row = 3;
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> u(-2.f, 2.f);
+  std::vector<float> yv(static_cast<size_t>((Hq + 2 * Hkv) * D)), wq(D), wk(D);
+  for (auto& x : yv) x = u(rng);
+  for (auto& x : wq) x = u(rng);
+  for (auto& x : wk) x = u(rng);
+  const Tensor y = Tensor::from_floats(yv, {1, (Hq + 2 * Hkv) * D});
+  RopeTable rope;
+  rope.dims = 6;  // partial rotation
+  for (int i = 0; i < 3; ++i) rope.inv_freq.push_back(std::pow(10000.f, -static_cast<float>(2 * i) / 6.f));
+  for (bool norm : {false, true}) {
+    QkvStep st;
+    st.q_heads = Hq;
+    st.kv_heads = Hkv;
+    st.head_dim = D;
+    st.norm = norm;
+    st.q_w = Tensor::from_floats(wq, {D});
+    st.k_w = Tensor::from_floats(wk, {D});
+    st.plus_one = true;
+    Tensor keys = Tensor::zeros({cap, Hkv, D}, DType::F32), values = Tensor::zeros({cap, Hkv, D}, DType::F32);
+    const Tensor q = qkv_rope_append(y, st, rope, 7, keys, values, row);
+    Tensor wq_ = y.slice(1, 0, Hq * D).clone().reshape({1, Hq, D});
+    Tensor wk_ = y.slice(1, Hq * D, (Hq + Hkv) * D).clone().reshape({1, Hkv, D});
+    if (norm) {
+      wq_ = rms_norm_rope(wq_, st.q_w, st.eps, true, rope, 7);
+      wk_ = rms_norm_rope(wk_, st.k_w, st.eps, true, rope, 7);
+    } else {
+      rope_inplace(wq_, rope, 7);
+      rope_inplace(wk_, rope, 7);
+    }
+    EXPECT_EQ(q.to_floats(), wq_.to_floats());
+    EXPECT_EQ(keys.select(0, row).to_floats(), wk_.reshape({Hkv, D}).to_floats());
+    EXPECT_EQ(values.select(0, row).to_floats(),
+              y.slice(1, (Hq + Hkv) * D, (Hq + 2 * Hkv) * D).contiguous().reshape({Hkv, D}).to_floats());
+    EXPECT_EQ(keys.select(0, row - 1).to_floats(), std::vector<float>(static_cast<size_t>(Hkv * D), 0.f));
+  }
+  Tensor small = Tensor::zeros({2, Hkv, D}, DType::F32);
+  QkvStep st;
+  st.q_heads = Hq;
+  st.kv_heads = Hkv;
+  st.head_dim = D;
+  EXPECT_THROW(qkv_rope_append(y, st, rope, 0, small, small, 2), Error);  // row past the buffer
 }
 
 TEST(RotatingKVCache, KeepsTheWindowAndPositions) {

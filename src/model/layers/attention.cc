@@ -79,6 +79,24 @@ Tensor Attention::forward(const Tensor& x, LayerCache& cache, KVView* kv_out) co
   if (fused_qkv_ && T == 1) {
     const Tensor y = linear(x, qkv_);
     const int64_t qo = q_.w.out_features(), ko = k_.w.out_features();
+    // On a device, one kernel norms and ropes q and k and writes k and v straight into the cache's row.
+    const bool direct_ok = y.device() != Device::CPU && !spec_.q_gate && !spec_.k_eq_v && !spec_.v_norm;
+    if (auto slot = direct_ok ? cache.direct_row(y.slice(1, qo, qo + ko).reshape({1, spec_.kv_heads, spec_.head_dim}))
+                              : std::nullopt) {
+      QkvStep st;
+      st.q_heads = spec_.heads;
+      st.kv_heads = spec_.kv_heads;
+      st.head_dim = spec_.head_dim;
+      st.norm = spec_.qk_norm;
+      st.q_w = q_norm_.weight;
+      st.k_w = k_norm_.weight;
+      st.eps = q_norm_.eps;
+      st.plus_one = q_norm_.plus_one;
+      const Tensor q = qkv_rope_append(y, st, spec_.rope, pos0, *slot->keys, *slot->values, slot->row);
+      const KVView kv = cache.commit_direct();
+      if (kv_out) *kv_out = kv;
+      return finish(q, Tensor(), kv, pos0);
+    }
     q_lin = y.slice(1, 0, qo);
     k_lin = y.slice(1, qo, qo + ko);
     if (!spec_.k_eq_v) v_lin = y.slice(1, qo + ko, qo + 2 * ko);

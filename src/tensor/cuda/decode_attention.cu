@@ -20,8 +20,8 @@ namespace lathe::cuda {
 namespace {
 
 constexpr int kThreads = 128, kWarps = kThreads / 32;
-constexpr int kSub = 256;       // keys scored per pass (shared-memory scores)
-constexpr int kMaxGroup = 8;    // query heads per kv head
+constexpr int kSub = 256;      // keys scored per pass (shared-memory scores)
+constexpr int kMaxGroup = 8;   // query heads per kv head
 constexpr int kMinChunk = 32;  // keys per split at least: short contexts use few splits, cheap to merge
 constexpr int kMaxKvHeads = 4096;
 

@@ -20,11 +20,12 @@ __global__ void rms_norm_kernel(const T* __restrict__ x, TO* __restrict__ out, i
   const int64_t row = blockIdx.x;
   const T* xr = x + row * D;
   TO* orow = out + row * D;
-  float v[kPer];
+  float v[kPer], gv[kPer];
 #pragma unroll
   for (int k = 0; k < kPer; ++k) {
     const int64_t i = threadIdx.x + k * blockDim.x;
     v[k] = i < D ? to_f(xr[i]) : 0.f;
+    gv[k] = i < D && w ? (plus_one ? w[i] + 1.0f : w[i]) : 1.0f;  // loaded before the reduction, not after
   }
   float ss = 0.f;
 #pragma unroll
@@ -43,10 +44,7 @@ __global__ void rms_norm_kernel(const T* __restrict__ x, TO* __restrict__ out, i
 #pragma unroll
   for (int k = 0; k < kPer; ++k) {
     const int64_t i = threadIdx.x + k * blockDim.x;
-    if (i < D) {
-      const float g = w ? (plus_one ? w[i] + 1.0f : w[i]) : 1.0f;
-      orow[i] = from_f<TO>(w ? g * (v[k] * inv) : v[k] * inv);
-    }
+    if (i < D) orow[i] = from_f<TO>(w ? gv[k] * (v[k] * inv) : v[k] * inv);
   }
 }
 

@@ -54,6 +54,46 @@ __global__ void norm_rope_kernel(const T* __restrict__ x, T* __restrict__ out, i
   out[r * D + i] = from_f<T>(o);
 }
 
+// Decode step: one block per head of the stacked q|k|v row (q heads, k heads, v heads), one thread per value.
+// q and k heads: optional RMSNorm, then RoPE (as norm_rope_kernel); q goes to q_out, k and v to row
+// row + delta of the caches (delta: the graph replay's shift, as copy_rows).
+template <class T>
+__global__ void qkv_rope_append_kernel(const T* __restrict__ y, T* __restrict__ q_out, T* __restrict__ keys,
+                                       T* __restrict__ values, int64_t row, int Hq, int Hkv, int D, bool norm,
+                                       const float* __restrict__ q_w, const float* __restrict__ k_w, float eps,
+                                       bool plus_one, const Freqs f, int half, float scaling, int64_t pos0,
+                                       const int64_t* __restrict__ delta) {
+  __shared__ float buf[1024];
+  const int b = blockIdx.x, i = threadIdx.x;
+  const int64_t dl = *delta;
+  const T* src = y + static_cast<int64_t>(b) * D;
+  if (b >= Hq + Hkv) {  // a v head: copied
+    if (i < D) values[((row + dl) * Hkv + (b - Hq - Hkv)) * D + i] = src[i];
+    return;
+  }
+  const bool is_q = b < Hq;
+  const float v = i < D ? to_f(src[i]) : 0.f;
+  float o = v;
+  if (norm) {
+    const float* w = is_q ? q_w : k_w;
+    const float inv = 1.0f / sqrtf(block_sum(v * v) / static_cast<float>(D) + eps);
+    o = i < D ? (w ? (plus_one ? w[i] + 1.0f : w[i]) : 1.0f) * (v * inv) : 0.f;
+  }
+  if (i < D) buf[i] = o;
+  __syncthreads();
+  if (i >= D) return;
+  if (i < 2 * half) {
+    const int j = i < half ? i : i - half;
+    float s, c;
+    sincosf(static_cast<float>(pos0 + dl) * f.inv_freq[j], &s, &c);
+    c *= scaling;
+    s *= scaling;
+    o = i < half ? buf[i] * c - buf[i + half] * s : buf[i] * c + buf[i - half] * s;
+  }
+  T* dst = is_q ? q_out + static_cast<int64_t>(b) * D : keys + ((row + dl) * Hkv + (b - Hq)) * D;
+  dst[i] = from_f<T>(o);
+}
+
 // One block per row. Each thread keeps its kPer values in registers between the sum of squares and the
 // output, and issues all its loads before any arithmetic: a decode row (one block) is latency-bound, and the
 // earlier loop (load, add, store, repeat; then re-read) paid a memory round trip per element stride.
@@ -63,12 +103,13 @@ __global__ void add_norm_kernel(TH* h, const TB* __restrict__ b, TO* __restrict_
   const int64_t r = blockIdx.x;
   TH* hr = h + r * D;
   const TB* br = b + r * D;
-  float hv[kPer], bv[kPer];
+  float hv[kPer], bv[kPer], gv[kPer];
 #pragma unroll
   for (int k = 0; k < kPer; ++k) {
     const int64_t i = threadIdx.x + k * blockDim.x;
     hv[k] = i < D ? to_f(hr[i]) : 0.f;
     bv[k] = i < D ? to_f(br[i]) : 0.f;
+    gv[k] = i < D && w ? (plus_one ? w[i] + 1.0f : w[i]) : 1.0f;  // loaded before the reduction, not after
   }
   float ss = 0.f;
 #pragma unroll
@@ -83,10 +124,7 @@ __global__ void add_norm_kernel(TH* h, const TB* __restrict__ b, TO* __restrict_
 #pragma unroll
   for (int k = 0; k < kPer; ++k) {
     const int64_t i = threadIdx.x + k * blockDim.x;
-    if (i < D) {
-      const float g = w ? (plus_one ? w[i] + 1.0f : w[i]) : 1.0f;
-      out[r * D + i] = from_f<TO>(g * (hv[k] * inv));
-    }
+    if (i < D) out[r * D + i] = from_f<TO>(gv[k] * (hv[k] * inv));
   }
 }
 
@@ -106,6 +144,23 @@ void rms_norm_rope(const void* x, void* out, DType t, int64_t T_, int64_t H, int
                          static_cast<const T*>(x), static_cast<T*>(out), H, D, w, eps, plus_one, f, half, scaling, pos0,
                          step_delta()));
   check_launch("rms_norm_rope");
+}
+
+void qkv_rope_append(const void* y, void* q_out, void* keys, void* values, DType t, int64_t row, int64_t Hq,
+                     int64_t Hkv, int64_t D, bool norm, const float* q_w, const float* k_w, float eps, bool plus_one,
+                     const float* inv_freq, int dims, float scaling, int64_t pos0) {
+  const int half = dims / 2;
+  if (D > 1024 || half > 256 || 2 * half > D)
+    throw Error(ErrorKind::Unsupported, "qkv_rope_append: head above 1024 or rotary dims above 512 on CUDA");
+  Freqs f{};
+  std::memcpy(f.inv_freq, inv_freq, sizeof(float) * static_cast<size_t>(half));
+  const int threads = static_cast<int>((D + 31) / 32 * 32);
+  LATHE_DISPATCH_ACT(t, "qkv_rope_append", T,
+                     qkv_rope_append_kernel<T><<<static_cast<unsigned>(Hq + 2 * Hkv), threads, 0, stream()>>>(
+                         static_cast<const T*>(y), static_cast<T*>(q_out), static_cast<T*>(keys),
+                         static_cast<T*>(values), row, static_cast<int>(Hq), static_cast<int>(Hkv), static_cast<int>(D),
+                         norm, q_w, k_w, eps, plus_one, f, half, scaling, pos0, step_delta()));
+  check_launch("qkv_rope_append");
 }
 
 void add_rms_norm(void* h, DType ht, const void* b, DType bt, void* out, DType ot, int64_t rows, int64_t D,
