@@ -67,7 +67,10 @@ INSTANTIATE_TEST_SUITE_P(Shapes, QuantLinear,
                          ::testing::Values(QCase{4, 32, 1}, QCase{4, 64, 1}, QCase{4, 128, 1}, QCase{8, 32, 1},
                                            QCase{8, 64, 1}, QCase{8, 128, 1}, QCase{4, 64, 7}, QCase{8, 32, 5},
                                            // a partial last iteration of 8 groups; an odd group count
-                                           QCase{4, 128, 1, 2560}, QCase{8, 128, 1, 2560}, QCase{4, 64, 1, 1344}));
+                                           QCase{4, 128, 1, 2560}, QCase{8, 128, 1, 2560}, QCase{4, 64, 1, 1344},
+                                           // 5 to 8 iterations of 8 groups per row
+                                           QCase{4, 64, 1, 2560}, QCase{8, 64, 1, 3072}, QCase{4, 32, 1, 2048},
+                                           QCase{8, 32, 1, 1792}));
 
 struct ACase {
   int64_t T, S, Hq, Hkv, D, window;
