@@ -34,6 +34,9 @@ __device__ __forceinline__ void bf16x8(const uint4 v, float* f) {
   }
 }
 
+// kG: the largest group this instantiation serves (2, 4 or 8): the per-head register arrays are sized by it,
+// and smaller groups leave registers for more keys in flight per thread (kBatch, the p·V unroll).
+template <int kG>
 __global__ void __launch_bounds__(kThreads)
     attn_decode_kernel(const AttentionArgs a, int splits, float* __restrict__ part, int* __restrict__ counters) {
   extern __shared__ float smem[];
@@ -59,9 +62,9 @@ __global__ void __launch_bounds__(kThreads)
   }
 
   const auto* qb = static_cast<const __nv_bfloat16*>(a.q) + kh * G * a.q_s1 + (lane % L) * 8;
-  float q[kMaxGroup][8];
+  float q[kG][8];
 #pragma unroll
-  for (int h = 0; h < kMaxGroup; ++h) {
+  for (int h = 0; h < kG; ++h) {
     if (h < G) {
       bf16x8(*reinterpret_cast<const uint4*>(qb + h * a.q_s1), q[h]);
 #pragma unroll
@@ -72,9 +75,9 @@ __global__ void __launch_bounds__(kThreads)
     m_s[tid] = -INFINITY;
     l_s[tid] = 0.f;
   }
-  float acc[kMaxGroup][8];
+  float acc[kG][8];
 #pragma unroll
-  for (int h = 0; h < kMaxGroup; ++h)
+  for (int h = 0; h < kG; ++h)
 #pragma unroll
     for (int e = 0; e < 8; ++e) acc[h][e] = 0.f;
   const auto* kb = static_cast<const __nv_bfloat16*>(a.k) + kh * a.k_s1 + (lane % L) * 8;
@@ -84,7 +87,7 @@ __global__ void __launch_bounds__(kThreads)
     const int n = static_cast<int>(min(static_cast<int64_t>(kSub), j1 - base));
     __syncthreads();  // the previous pass is done with sc; m_s/l_s initialised
     // Four keys per lane in flight: their loads are issued before any of their math.
-    constexpr int kBatch = 4;
+    constexpr int kBatch = kG <= 4 ? 8 : 4;
     for (int jb = warp * kpw; jb < n; jb += kBatch * kWarps * kpw) {
       uint4 kr[kBatch];
 #pragma unroll
@@ -95,10 +98,10 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int i = 0; i < kBatch; ++i) {
         const int jj = jb + i * kWarps * kpw + lane / L;
-        float kf[8], dot[kMaxGroup];
+        float kf[8], dot[kG];
         bf16x8(kr[i], kf);
 #pragma unroll
-        for (int h = 0; h < kMaxGroup; ++h) {
+        for (int h = 0; h < kG; ++h) {
           dot[h] = 0.f;
           if (h < G) {
 #pragma unroll
@@ -107,7 +110,7 @@ __global__ void __launch_bounds__(kThreads)
         }
         for (int o = L / 2; o > 0; o >>= 1) {
 #pragma unroll
-          for (int h = 0; h < kMaxGroup; ++h)
+          for (int h = 0; h < kG; ++h)
             if (h < G) dot[h] += __shfl_xor_sync(0xffffffffu, dot[h], o);
         }
         if (jj < n && lane % L == 0) {
@@ -117,7 +120,7 @@ __global__ void __launch_bounds__(kThreads)
             vis = !(a.causal && kp > qpos) && !(a.window > 0 && qpos - kp >= a.window);
           }
 #pragma unroll
-          for (int h = 0; h < kMaxGroup; ++h) {
+          for (int h = 0; h < kG; ++h) {
             if (h < G) {
               float s = dot[h];
               if (a.softcap > 0.f) s = tanhf(s / a.softcap) * a.softcap;
@@ -151,19 +154,19 @@ __global__ void __launch_bounds__(kThreads)
     }
     __syncthreads();
 #pragma unroll
-    for (int h = 0; h < kMaxGroup; ++h) {
+    for (int h = 0; h < kG; ++h) {
       if (h < G) {
         const float corr = corr_s[h];
 #pragma unroll
         for (int e = 0; e < 8; ++e) acc[h][e] *= corr;
       }
     }
-#pragma unroll 4
+#pragma unroll(kG <= 4 ? 8 : 4)
     for (int jj = ks; jj < n; jj += KS) {
       float vf[8];
       bf16x8(*reinterpret_cast<const uint4*>(vb + (base + jj) * a.v_s0), vf);
 #pragma unroll
-      for (int h = 0; h < kMaxGroup; ++h) {
+      for (int h = 0; h < kG; ++h) {
         if (h < G) {
           const float p = sc[h * kSub + jj];
 #pragma unroll
@@ -175,7 +178,7 @@ __global__ void __launch_bounds__(kThreads)
 
   // Sum the key strides, then write the output (one split) or this split's partial (m, l, acc).
 #pragma unroll
-  for (int h = 0; h < kMaxGroup; ++h)
+  for (int h = 0; h < kG; ++h)
     if (h < G)
 #pragma unroll
       for (int e = 0; e < 8; ++e) red[(ks * G + h) * Dv + 8 * c + e] = acc[h][e];
@@ -285,7 +288,13 @@ void decode_attention(const AttentionArgs& a, int splits, float* part) {
   const int64_t G = a.Hq / a.Hkv;
   const size_t smem = static_cast<size_t>(kMaxGroup * kSub + (kThreads / (a.Dv / 8)) * G * a.Dv) * sizeof(float);
   const dim3 grid(static_cast<unsigned>(a.Hkv), static_cast<unsigned>(splits));
-  attn_decode_kernel<<<grid, kThreads, smem, stream()>>>(a, splits, part, splits > 1 ? split_counters() : nullptr);
+  int* counters = splits > 1 ? split_counters() : nullptr;
+  if (G <= 2)
+    attn_decode_kernel<2><<<grid, kThreads, smem, stream()>>>(a, splits, part, counters);
+  else if (G <= 4)
+    attn_decode_kernel<4><<<grid, kThreads, smem, stream()>>>(a, splits, part, counters);
+  else
+    attn_decode_kernel<8><<<grid, kThreads, smem, stream()>>>(a, splits, part, counters);
   check_launch("decode_attention");
 }
 
