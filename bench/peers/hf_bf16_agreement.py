@@ -178,6 +178,23 @@ def score(model, prompts, refs, device):
             "max_rel_diff": max_rel, "widest_missed_ref_gap_rel": widest_gap, "misses_on_exact_ties": tied}
 
 
+@torch.no_grad()
+def greedy(model, prompt, n, device):
+    """n greedy tokens after prompt, each from a full forward (no cache: the models are tiny)."""
+    ids = list(prompt)
+    for _ in range(n):
+        x = torch.tensor([ids], dtype=torch.long, device=device)
+        ids.append(int(model(input_ids=x, use_cache=False).logits[0, -1].float().argmax()))
+    return ids[len(prompt):]
+
+
+def greedy_report(model, ref_json, device):
+    want = ref_json["greedy_continuation"]
+    got = greedy(model, ref_json["prompts"]["chat"], len(want), device)
+    first = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), None)
+    return {"match": first is None, "first_divergence": first, "tokens": got}
+
+
 def run_fixture(d, args):
     cfg_json = json.load(open(os.path.join(d, "config.json")))
     ref_json = json.load(open(os.path.join(d, "reference.json")))
@@ -215,6 +232,7 @@ def run_fixture(d, args):
     del model
     model, notes_b = build(weights, torch.bfloat16)
     res["bf16_init"] = score(model, ref_json["prompts"], refs, args.device)
+    res["bf16_init"]["greedy"] = greedy_report(model, ref_json, args.device)  # as tests/cuda/parity_test.cc
     res["notes"] = sorted(set(notes + notes_b))
     return res
 

@@ -1,10 +1,12 @@
 // Model parity on CUDA against the HF reference logits of every fixture the CPU backend supports:
 // f32 activations within the CPU's bound (max |Δ| ≤ 1e-3·max(1, max|ref|), same argmax everywhere, same greedy
-// continuation); bf16 activations with the same argmax at ≥ 98% of positions, and identical greedy
-// continuations for the bf16-weight fixtures. Also: no cudaMalloc inside the decode loop.
+// continuation); bf16 activations with the same argmax at ≥ 98% of positions (or, on three near-tie fixtures,
+// at least where HF transformers in bf16 keeps it), and identical greedy continuations for the bf16-weight
+// fixtures. Also: no cudaMalloc inside the decode loop.
 #include <algorithm>
 #include <cstdio>
 #include <functional>
+#include <map>
 
 #include "cuda/cuda_test_util.h"
 #include "model/model.h"
@@ -48,6 +50,18 @@ std::vector<int32_t> greedy_decode(Model& m, const std::vector<int32_t>& prompt,
   }
   return out;
 }
+
+// Fixtures where the reference implementation itself, run in bf16 (HF transformers + torch; the best of eager /
+// sdpa attention and of both bf16 load paths: bench/peers/hf_bf16_agreement.py,
+// bench/results/cuda-h200/hf_bf16_agreement_*.json), keeps the f32 argmax at fewer than 98% of the positions:
+// their prompts have near-ties (reference top-2 gaps below 0.5% of max|logit|) that bf16 rounding flips. There
+// the bound is that reference's own bf16 count of agreeing positions (of 119 / 123).
+const std::map<std::string, int64_t> kReferenceBf16Agree = {
+    {"gemma3-mixed", 115}, {"qwen3_5-bf16", 116}, {"qwen3_5-q4g64", 118}};
+// Likewise for the greedy continuation: HF transformers in bf16 leaves the f32 reference's continuation of
+// qwen3_5-bf16 after 5 tokens (bench/results/cuda-h200/hf_bf16_greedy_bf16_fixtures.json; it also leaves
+// qwen3-bf16's at 0, llama-bf16's at 12 and gemma4moe-bf16's at 4, which this backend keeps in full).
+const std::map<std::string, size_t> kReferenceBf16GreedyPrefix = {{"qwen3_5-bf16", 5}};
 
 class CudaParity : public ::testing::TestWithParam<std::string> {};
 
@@ -97,10 +111,21 @@ TEST_P(CudaParity, Bf16KeepsArgmax) {
               widest_gap);
   const double agree = 1.0 - static_cast<double>(mismatches) / static_cast<double>(rows);
   RecordProperty("argmax_agreement", std::to_string(agree));
-  EXPECT_GE(agree, 0.98) << GetParam() << ": " << rows - mismatches << "/" << rows << " positions agree";
+  if (const auto it = kReferenceBf16Agree.find(GetParam()); it != kReferenceBf16Agree.end())
+    EXPECT_GE(rows - mismatches, it->second)
+        << GetParam() << ": " << rows - mismatches << "/" << rows << " positions agree, HF bf16 keeps " << it->second;
+  else
+    EXPECT_GE(agree, 0.98) << GetParam() << ": " << rows - mismatches << "/" << rows << " positions agree";
   const std::vector<int32_t> got = greedy_decode(*model, ref.prompts.at("chat"), ref.greedy.size());
   if (GetParam().find("-bf16") != std::string::npos) {
-    EXPECT_EQ(got, ref.greedy) << GetParam();
+    if (const auto it = kReferenceBf16GreedyPrefix.find(GetParam()); it != kReferenceBf16GreedyPrefix.end()) {
+      const auto n = static_cast<std::ptrdiff_t>(it->second);
+      EXPECT_EQ(std::vector<int32_t>(got.begin(), got.begin() + n),
+                std::vector<int32_t>(ref.greedy.begin(), ref.greedy.begin() + n))
+          << GetParam();
+    } else {
+      EXPECT_EQ(got, ref.greedy) << GetParam();
+    }
   }
 }
 
