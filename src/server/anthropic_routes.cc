@@ -3,11 +3,10 @@
 #include <httplib.h>
 
 #include "server/anthropic_request.h"
-#include "server/connection.h"
-#include "server/generation_flow.h"
 #include "server/http_server.h"
 #include "server/json_fields.h"
 #include "server/sse.h"
+#include "server/streaming.h"
 
 namespace lathe::server {
 namespace {
@@ -34,10 +33,24 @@ json usage(const GenerationOutcome& o) {
   return u;
 }
 
-// Tracks the open content block while streaming, so reasoning and text each get their own block.
-class BlockStream {
+// The Messages event sequence. Tracks the open content block, so reasoning and text each get their own block.
+class MessagesFramer : public StreamFramer {
  public:
-  std::vector<std::string> delta(const OutputDelta& d) {
+  explicit MessagesFramer(std::string model) : model_(std::move(model)) {}
+  std::vector<std::string> opening(const Generation& g) override {
+    const json start = {{"type", "message_start"},
+                        {"message",
+                         {{"id", g.id},
+                          {"type", "message"},
+                          {"role", "assistant"},
+                          {"content", json::array()},
+                          {"model", model_},
+                          {"stop_reason", nullptr},
+                          {"stop_sequence", nullptr},
+                          {"usage", {{"input_tokens", g.prepared->prompt.size()}, {"output_tokens", 0}}}}}};
+    return {sse_frame(start, "message_start")};
+  }
+  std::vector<std::string> delta(const Generation&, const OutputDelta& d) override {
     std::vector<std::string> f;
     if (!d.reasoning.empty()) {
       open(f, "thinking");
@@ -53,7 +66,8 @@ class BlockStream {
     }
     return f;
   }
-  std::vector<std::string> finish(const GenerationOutcome& o, const std::string& stop_sequence) {
+  std::vector<std::string> finish(const Generation& g, const GenerationOutcome& o) override {
+    const std::string stop_sequence = g.job->result().stop_sequence;
     std::vector<std::string> f;
     if (!had_text_ && o.output.tool_calls.empty()) open(f, "text");  // an empty reply is one empty text block
     close(f);
@@ -79,6 +93,7 @@ class BlockStream {
     f.push_back(event("message_stop", {{"type", "message_stop"}}));
     return f;
   }
+  std::string error(const ApiError& e) override { return sse_frame(anthropic_error_body(e), "error"); }
 
  private:
   static std::string event(const std::string& name, const json& data) { return sse_frame(data, name); }
@@ -103,6 +118,7 @@ class BlockStream {
     f.push_back(event("content_block_stop", {{"type", "content_block_stop"}, {"index", index_}}));
     open_.clear();
   }
+  std::string model_;
   std::string open_;
   int index_ = 0;
   bool started_ = false, had_text_ = false;
@@ -111,59 +127,10 @@ class BlockStream {
 void messages(ServerContext& ctx, const httplib::Request& req, httplib::Response& res) {
   const json body = parse_json_body(req.body);
   const ChatRequest request = parse_anthropic_messages(body, ctx.options().defaults);
-  auto prepared = std::make_shared<PreparedGeneration>(prepare_chat(ctx, request));
-  const std::string id = "msg_" + random_hex(24);
-  auto job = submit(ctx, *prepared, current_request_id());
+  Generation g = start_generation(ctx, prepare_chat(ctx, request), "msg_");
   const std::string model = ctx.model_id();
-
-  if (prepared->settings.stream) {
-    set_sse_headers(res);
-    const std::string addr = req.remote_addr;
-    const int port = req.remote_port;
-    res.set_chunked_content_provider(
-        "text/event-stream",
-        [&ctx, job, prepared, id, model, addr, port](size_t, httplib::DataSink& sink) {
-          ConnectionWatch watch(addr, port);
-          BlockStream blocks;
-          json start = {{"type", "message_start"},
-                        {"message",
-                         {{"id", id},
-                          {"type", "message"},
-                          {"role", "assistant"},
-                          {"content", json::array()},
-                          {"model", model},
-                          {"stop_reason", nullptr},
-                          {"stop_sequence", nullptr},
-                          {"usage", {{"input_tokens", prepared->prompt.size()}, {"output_tokens", 0}}}}}};
-          bool alive = sse_send(sink, sse_frame(start, "message_start"));
-          if (!alive) job->cancel();
-          try {
-            const GenerationOutcome o = drive(
-                ctx, *job, *prepared,
-                [&](const OutputDelta& d) {
-                  for (const std::string& f : blocks.delta(d))
-                    if (alive) alive = sse_send(sink, f);
-                  return alive;
-                },
-                [&] { return watch.closed(); });
-            if (o.finish_reason == "cancelled" || !alive) return false;
-            for (const std::string& f : blocks.finish(o, job->result().stop_sequence))
-              if (!sse_send(sink, f)) return false;
-          } catch (const std::exception& e) {
-            const ApiError err = api_error_from(e);
-            sse_send(sink, sse_frame(anthropic_error_body(err), "error"));
-            return false;
-          }
-          sink.done();
-          return true;
-        },
-        [job](bool) { job->cancel(); });
-    return;
-  }
-
-  ConnectionWatch watch(req.remote_addr, req.remote_port);
-  const GenerationOutcome o = drive(
-      ctx, *job, *prepared, [](const OutputDelta&) { return true; }, [&] { return watch.closed(); });
+  if (g.prepared->settings.stream) return stream_generation(ctx, req, res, g, std::make_shared<MessagesFramer>(model));
+  const GenerationOutcome o = run_blocking(ctx, req, g);
   json content = json::array();
   if (!o.output.reasoning.empty())
     content.push_back({{"type", "thinking"}, {"thinking", o.output.reasoning}, {"signature", ""}});
@@ -171,8 +138,8 @@ void messages(ServerContext& ctx, const httplib::Request& req, httplib::Response
     content.push_back({{"type", "text"}, {"text", o.output.content}});
   for (const ToolCall& c : o.output.tool_calls)
     content.push_back({{"type", "tool_use"}, {"id", c.id}, {"name", c.name}, {"input", tool_input(c)}});
-  const std::string stop_seq = job->result().stop_sequence;
-  write_json(res, {{"id", id},
+  const std::string stop_seq = g.job->result().stop_sequence;
+  write_json(res, {{"id", g.id},
                    {"type", "message"},
                    {"role", "assistant"},
                    {"content", content},
