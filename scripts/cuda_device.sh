@@ -8,6 +8,7 @@ out=${OUT:-$PWD/out}
 mkdir -p "$out"
 dev=$PWD/.device
 [ -d "$dev/lib" ] || tar -xJf "$dev/lib.tar.xz" -C "$dev"  # packed compressed by cuda_pack.sh
+[ -d "$dev/bin" ] || tar -xJf "$dev/bin.tar.xz" -C "$dev"
 export LATHE_FIXTURES_DIR=$PWD/tests/fixtures
 export LD_LIBRARY_PATH=$dev/lib:${LD_LIBRARY_PATH:-}
 # cuBLAS: the toolkit's, else the one in the image's Python wheels.

@@ -19,6 +19,8 @@ ldd "$build/lathe" | awk '/libpcre2|libicu|libcpp-httplib|libbrotli/ {print $3}'
 # The device tool carries at most 64 MiB with the working tree: ICU's data library is most of the pack, so the
 # libraries travel xz-compressed (cuda_device.sh unpacks them).
 tar -cJf "$dest/lib.tar.xz" -C "$dest" lib && rm -rf "$dest/lib"
+# The binaries too: with the fixtures in the working tree they no longer fit uncompressed.
+tar -cJf "$dest/bin.tar.xz" -C "$dest" bin && rm -rf "$dest/bin"
 # CTest files reference the build tree by absolute path; cuda_device.sh recreates that path as a link.
 cp "$build/CTestTestfile.cmake" "$dest/ctest/"
 cp "$build"/tests/lathe_cuda_tests* "$dest/ctest/tests/"
