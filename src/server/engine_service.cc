@@ -70,14 +70,31 @@ EngineService::~EngineService() {
 std::shared_ptr<GenerationJob> EngineService::submit(std::vector<int32_t> prompt, GenerateOptions options,
                                                      std::string request_id) {
   auto job = std::make_shared<GenerationJob>(std::move(prompt), std::move(options), std::move(request_id));
+  std::vector<std::shared_ptr<GenerationJob>> dropped;
+  size_t waiting = 0;
+  bool full = false;
   {
     std::lock_guard lock(mu_);
-    if (queue_.size() >= max_queue_)
-      throw ApiError(429, "the server is busy: " + std::to_string(queue_.size()) + " requests are queued",
-                     std::string(), "queue_full");
-    queue_.push_back(job);
+    // Requests whose clients left while queued no longer hold a place: without this, a queue full of them kept
+    // answering 429 until the running generation ended and the engine thread popped them one by one.
+    for (auto it = queue_.begin(); it != queue_.end();) {
+      if ((*it)->cancelled()) {
+        dropped.push_back(std::move(*it));
+        it = queue_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    waiting = queue_.size();
+    full = waiting >= max_queue_;
+    if (!full) queue_.push_back(job);
     metrics_.set_queue_depth(static_cast<int64_t>(queue_.size()));
   }
+  for (auto& d : dropped) finish_cancelled(*d);
+  if (!dropped.empty()) metrics_.add_in_flight(-static_cast<int64_t>(dropped.size()));
+  if (full)
+    throw ApiError(429, "the server is busy: " + std::to_string(waiting) + " requests are queued", std::string(),
+                   "queue_full");
   metrics_.add_in_flight(1);
   cv_.notify_one();
   return job;
@@ -86,6 +103,13 @@ std::shared_ptr<GenerationJob> EngineService::submit(std::vector<int32_t> prompt
 size_t EngineService::queued() const {
   std::lock_guard lock(mu_);
   return queue_.size();
+}
+
+void EngineService::finish_cancelled(GenerationJob& job) {
+  GenerateResult r;
+  r.finish_reason = "cancelled";
+  metrics_.cancelled();
+  job.finish(std::move(r));
 }
 
 void EngineService::loop() {
@@ -99,14 +123,10 @@ void EngineService::loop() {
       queue_.pop_front();
       metrics_.set_queue_depth(static_cast<int64_t>(queue_.size()));
     }
-    if (job->cancelled()) {
-      GenerateResult r;
-      r.finish_reason = "cancelled";
-      metrics_.cancelled();
-      job->finish(std::move(r));
-    } else {
+    if (job->cancelled())
+      finish_cancelled(*job);
+    else
       run(*job);
-    }
     metrics_.add_in_flight(-1);
   }
 }

@@ -77,6 +77,7 @@ class EngineService {
  private:
   void loop();
   void run(GenerationJob& job);
+  void finish_cancelled(GenerationJob& job);  // a job whose client left before it ran
 
   ChatSession& session_;
   Metrics& metrics_;
