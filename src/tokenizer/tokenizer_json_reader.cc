@@ -56,11 +56,7 @@ class Reader {
 
   bool start_object(std::size_t n) {
     if (mode_ != Mode::None) return nested_start();
-    if (at_model_member("vocab")) {
-      mode_ = Mode::Vocab;
-      out_.tables.vocab_captured = true;
-      return dom_.start_object(0);
-    }
+    if (capture("vocab", Mode::Vocab, out_.tables.vocab_captured)) return dom_.start_object(0);
     frames_.push_back({true, {}});
     return dom_.start_object(n);
   }
@@ -77,11 +73,7 @@ class Reader {
       return true;
     }
     if (mode_ != Mode::None) return nested_start();
-    if (at_model_member("merges")) {
-      mode_ = Mode::Merges;
-      out_.tables.merges_captured = true;
-      return dom_.start_array(0);
-    }
+    if (capture("merges", Mode::Merges, out_.tables.merges_captured)) return dom_.start_array(0);
     frames_.push_back({false, {}});
     return dom_.start_array(n);
   }
@@ -117,6 +109,13 @@ class Reader {
   bool at_model_member(const char* name) const {
     return frames_.size() == 2 && frames_[0].object && frames_[0].key == "model" && frames_[1].object &&
            frames_[1].key == name;
+  }
+  // Entering model.<member>: its entries go to the tables (mode) instead of the DOM, which gets an empty value.
+  bool capture(const char* member, Mode mode, bool& captured) {
+    if (!at_model_member(member)) return false;
+    mode_ = mode;
+    captured = true;
+    return true;
   }
 
   template <typename F>
