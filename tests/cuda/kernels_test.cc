@@ -128,13 +128,12 @@ TEST(CudaOps, QkvRopeAppendMatchesCpu) {
   rope.dims = 96;  // partial rotation
   for (int i = 0; i < 48; ++i) rope.inv_freq.push_back(std::pow(10000.f, -static_cast<float>(2 * i) / 96.f));
   for (bool norm : {false, true}) {
-    QkvStep st;
-    st.q_heads = Hq;
-    st.kv_heads = Hkv;
-    st.head_dim = D;
-    st.norm = norm;
-    st.q_w = Tensor::from_floats(random_floats(static_cast<size_t>(D), 22), {D});
-    st.k_w = Tensor::from_floats(random_floats(static_cast<size_t>(D), 23), {D});
+    const QkvStep st{Hq,
+                     Hkv,
+                     D,
+                     norm,
+                     Tensor::from_floats(random_floats(static_cast<size_t>(D), 22), {D}),
+                     Tensor::from_floats(random_floats(static_cast<size_t>(D), 23), {D})};
     QkvStep sd = st;
     sd.q_w = st.q_w.to(Device::CUDA);
     sd.k_w = st.k_w.to(Device::CUDA);

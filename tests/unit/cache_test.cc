@@ -84,14 +84,7 @@ TEST(KVCache, QkvRopeAppendEqualsTheSeparateOps) {
   rope.dims = 6;  // partial rotation
   for (int i = 0; i < 3; ++i) rope.inv_freq.push_back(std::pow(10000.f, -static_cast<float>(2 * i) / 6.f));
   for (bool norm : {false, true}) {
-    QkvStep st;
-    st.q_heads = Hq;
-    st.kv_heads = Hkv;
-    st.head_dim = D;
-    st.norm = norm;
-    st.q_w = Tensor::from_floats(wq, {D});
-    st.k_w = Tensor::from_floats(wk, {D});
-    st.plus_one = true;
+    const QkvStep st{Hq, Hkv, D, norm, Tensor::from_floats(wq, {D}), Tensor::from_floats(wk, {D}), 1e-6f, true};
     Tensor keys = Tensor::zeros({cap, Hkv, D}, DType::F32), values = Tensor::zeros({cap, Hkv, D}, DType::F32);
     const Tensor q = qkv_rope_append(y, st, rope, 7, keys, values, row);
     Tensor wq_ = y.slice(1, 0, Hq * D).clone().reshape({1, Hq, D});
@@ -110,11 +103,8 @@ TEST(KVCache, QkvRopeAppendEqualsTheSeparateOps) {
     EXPECT_EQ(keys.select(0, row - 1).to_floats(), std::vector<float>(static_cast<size_t>(Hkv * D), 0.f));
   }
   Tensor small = Tensor::zeros({2, Hkv, D}, DType::F32);
-  QkvStep st;
-  st.q_heads = Hq;
-  st.kv_heads = Hkv;
-  st.head_dim = D;
-  EXPECT_THROW(qkv_rope_append(y, st, rope, 0, small, small, 2), Error);  // row past the buffer
+  EXPECT_THROW(qkv_rope_append(y, QkvStep{Hq, Hkv, D, false, Tensor(), Tensor()}, rope, 0, small, small, 2),
+               Error);  // row past the buffer
 }
 
 TEST(RotatingKVCache, KeepsTheWindowAndPositions) {

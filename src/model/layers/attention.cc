@@ -41,6 +41,9 @@ Attention::Attention(WeightBinder& b, const std::string& p, const AttentionSpec&
     if (!s.kv_shared) k_norm_ = {b.tensor(p + ".k_norm.weight", {s.head_dim}), s.norm_eps, s.norm_plus_one};
   }
   v_norm_ = {Tensor(), s.norm_eps, false};
+  direct_ = fused_qkv_ && !s.q_gate && !s.k_eq_v && !s.v_norm && !s.kv_shared;
+  direct_step_ = {s.heads,        s.kv_heads,     s.head_dim, s.qk_norm,
+                  q_norm_.weight, k_norm_.weight, s.norm_eps, s.norm_plus_one};
 }
 
 Tensor Attention::project_q(const Tensor& q_lin, int64_t pos0, Tensor* gate) const {
@@ -80,19 +83,10 @@ Tensor Attention::forward(const Tensor& x, LayerCache& cache, KVView* kv_out) co
     const Tensor y = linear(x, qkv_);
     const int64_t qo = q_.w.out_features(), ko = k_.w.out_features();
     // On a device, one kernel norms and ropes q and k and writes k and v straight into the cache's row.
-    const bool direct_ok = y.device() != Device::CPU && !spec_.q_gate && !spec_.k_eq_v && !spec_.v_norm;
+    const bool direct_ok = direct_ && y.device() != Device::CPU;
     if (auto slot = direct_ok ? cache.direct_row(y.slice(1, qo, qo + ko).reshape({1, spec_.kv_heads, spec_.head_dim}))
                               : std::nullopt) {
-      QkvStep st;
-      st.q_heads = spec_.heads;
-      st.kv_heads = spec_.kv_heads;
-      st.head_dim = spec_.head_dim;
-      st.norm = spec_.qk_norm;
-      st.q_w = q_norm_.weight;
-      st.k_w = k_norm_.weight;
-      st.eps = q_norm_.eps;
-      st.plus_one = q_norm_.plus_one;
-      const Tensor q = qkv_rope_append(y, st, spec_.rope, pos0, *slot->keys, *slot->values, slot->row);
+      const Tensor q = qkv_rope_append(y, direct_step_, spec_.rope, pos0, *slot->keys, *slot->values, slot->row);
       const KVView kv = cache.commit_direct();
       if (kv_out) *kv_out = kv;
       return finish(q, Tensor(), kv, pos0);

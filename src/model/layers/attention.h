@@ -7,6 +7,7 @@
 
 #include "cache/layer_cache.h"
 #include "model/layers/modules.h"
+#include "tensor/ops_extra.h"
 
 namespace lathe {
 
@@ -50,6 +51,10 @@ class Attention {
   Weight qkv_;  // on a device: q, k (and v) stacked (one GEMV); q_/k_/v_ are then row views of it
   bool fused_qkv_ = false;
   RMSNorm q_norm_, k_norm_, v_norm_;
+  // Decode fast path (qkv_rope_append into the cache row): set up once at load; direct_ when this layer's
+  // shape allows it (stacked q|k|v, no q gate, no K-as-V, no v norm).
+  bool direct_ = false;
+  QkvStep direct_step_;
 };
 
 }  // namespace lathe
