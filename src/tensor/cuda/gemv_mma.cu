@@ -16,6 +16,7 @@
 #include <cuda_bf16.h>
 
 #include <cstdlib>
+#include <type_traits>
 
 #include "tensor/cuda/common.cuh"
 #include "tensor/cuda/gemv_mma.h"
@@ -55,152 +56,226 @@ __device__ __forceinline__ void load_words(const uint32_t* p, uint32_t* out) {
   }
 }
 
-__device__ __forceinline__ float sb_at(const void* p, bool bf16, int64_t i) {
-  return bf16 ? __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]) : static_cast<const float*>(p)[i];
-}
-
 // kBits 4: word k of a lane holds 8 values, taken as pairs (j, j+4) in two mma steps. kBits 8: 4 values, the
 // pairs (0, 2) and (1, 3), each byte split into its low nibble (128 + lo) and high nibble (2048 + 16·hi), two
 // mmas into the same sums. D = off·Σx + Σ q·x with off = 128 or 2048 + 128.
-// kRows output rows per block (kRows/2 mma row pairs); kWarps warps split the groups of those rows.
-template <int kBits, int W, int kRows, int kSlots, int kWarps, class TY, int kMinBlocks>
-__global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
+//
+// Slot rotation. A warp takes 8 groups (slots) of 8 rows (4 row pairs p) per iteration; B column j is the
+// activations of slot j. For pair p, A-rows g and g+8 are rows 2p and 2p+1 at slot σ_p(g) = 2·((g/2 + p) mod 4)
+// + g mod 2, so the useful diagonal entry D[g][σ_p(g)] lands in lane (g, (g/2 + p) mod 4): every lane gets the
+// sums of exactly one (row pair, slot) per iteration, and scale and bias are applied for 2 rows per lane
+// instead of 8 rows on a quarter of the lanes.
+// kSplit warps share one set of 8 rows (splitting its groups); a block holds 4 / kSplit row sets. kPipe loads
+// the warp's next iteration before the math of the current one.
+template <int kBits, int W, int kSplit, bool kSbBf16, class TY, int kMinBlocks>
+__global__ void __launch_bounds__(128, kMinBlocks)
     gemv_q_mma_kernel(const QuantView q, const __nv_bfloat16* __restrict__ x, TY* __restrict__ y,
                       const float* __restrict__ bias) {
+  using SB = std::conditional_t<kSbBf16, __nv_bfloat16, float>;
+  constexpr int kRows = 8;                 // rows per warp (4 mma row pairs)
+  constexpr int kSets = 4 / kSplit;        // row sets per block
   constexpr int kGroup = 128 * W / kBits;  // values per quantization group
-  constexpr int kXRegs = kGroup / 8;       // bf16 pairs of x per lane per group
+  constexpr int kGroupWords = kGroup * kBits / 32;
+  constexpr int kXRegs = kGroup / 8;  // bf16 pairs of x per lane per group
   constexpr float kOff = kBits == 4 ? 128.f : 2176.f;
   constexpr uint32_t kLo = 0x43004300u, kHi = 0x45004500u, kOnes = 0x3F803F80u;  // kOnes: bf16 pair (1, 1)
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int g = lane >> 2, t = lane & 3;
+  const int g = lane >> 2, t = lane & 3, e = g & 1;
   const int rows = static_cast<int>(q.rows);
-  const int row0 = blockIdx.x * kRows;
+  const int row0 = (blockIdx.x * kSets + warp / kSplit) * kRows;
   const int groups = static_cast<int>(q.cols / kGroup);
-  const int iters = (groups + 8 * kSlots - 1) / (8 * kSlots);
-  // Offsets from row0's row (the last row repeats past the end rather than branching).
-  const uint32_t* wbase = q.w + row0 * q.w_stride + t * W;
-  const int64_t sbbase = row0 * q.sb_stride;
-  int woff[kRows], sboff[kRows];
-  float acc[kRows];
+  const int pm = (t - (g >> 1)) & 3;  // the row pair whose sums this lane receives, at slot 2t + e
+  __shared__ float part[4][kRows];
+  float acc[2] = {0.f, 0.f};
+  if (row0 < rows) {
+    // Everything below is a 32-bit offset from a warp-uniform base, advanced by a uniform step per iteration:
+    // address math stays off the integer pipe, which the nibble unpacking keeps busy.
+    const uint32_t* wbase = q.w + static_cast<int64_t>(row0) * q.w_stride;
+    const SB* sbase = static_cast<const SB*>(q.scales) + static_cast<int64_t>(row0) * q.sb_stride;
+    const SB* bbase = static_cast<const SB*>(q.biases) + static_cast<int64_t>(row0) * q.sb_stride;
+    const __nv_bfloat16* xbase = x;
+    // Opaque to the optimizer: otherwise it re-adds row0's offset to the raw pointer at every load in 64-bit
+    // steps, where a fixed base takes one wide multiply-add per address.
+    asm("" : "+l"(wbase), "+l"(sbase), "+l"(bbase), "+l"(xbase));
+    int woff[kRows];  // row r at slot σ_{r/2}(g), lane t's words (the last row repeats past the end)
 #pragma unroll
-  for (int r = 0; r < kRows; ++r) {
-    const int dr = min(row0 + r, rows - 1) - row0;
-    woff[r] = dr * static_cast<int>(q.w_stride);
-    sboff[r] = dr * static_cast<int>(q.sb_stride);
-    acc[r] = 0.f;
-  }
-  const bool odd = g & 1;
-  // One iteration: all loads first, then the math.
-  struct Stage {
-    int gc[kSlots];
-    uint32_t wv[kSlots][kRows][W];
-    uint32_t xr[kSlots][kXRegs];
-    float s[kSlots][kRows], b[kSlots][kRows];
-  };
-  auto load = [&](int it, Stage& st) {
+    for (int r = 0; r < kRows; ++r)
+      woff[r] = (min(row0 + r, rows - 1) - row0) * static_cast<int>(q.w_stride) +
+                (2 * (((g >> 1) + r / 2) & 3) + e) * kGroupWords + t * W;
+    uint32_t sboff[2];
 #pragma unroll
-    for (int sl = 0; sl < kSlots; ++sl) {
-      const int gi = (it * kSlots + sl) * 8 + g;
-      const bool valid = gi < groups;
-      st.gc[sl] = valid ? gi : groups - 1;  // tail lanes read a real group and multiply it by x = 0
+    for (int h = 0; h < 2; ++h)
+      sboff[h] =
+          static_cast<uint32_t>((min(row0 + 2 * pm + h, rows - 1) - row0) * static_cast<int>(q.sb_stride) + 2 * t + e);
+    const uint32_t xoff = static_cast<uint32_t>(g * kGroup + t * (kGroup / 4));
+    struct Stage {
+      uint32_t wv[kRows][W];
+      uint32_t xr[kXRegs];
+      float s[2], b[2];
+    };
+    // A full iteration (all 8 slots inside the row) needs no clamping.
+    auto load_full = [&](int it, Stage& st) {
+      const int gb = it * 8;  // one int index per load: a single wide multiply-add forms each address
 #pragma unroll
-      for (int r = 0; r < kRows; ++r) load_words<W>(wbase + woff[r] + st.gc[sl] * W * 4, st.wv[sl][r]);
-      const uint4* xs4 = reinterpret_cast<const uint4*>(x + st.gc[sl] * kGroup + t * (kGroup / 4));
+      for (int r = 0; r < kRows; ++r) load_words<W>(wbase + (woff[r] + gb * kGroupWords), st.wv[r]);
+      const uint4* xs4 = reinterpret_cast<const uint4*>(xbase + (xoff + gb * kGroup));
 #pragma unroll
       for (int i = 0; i < kXRegs / 4; ++i) {
-        uint4 v = __ldg(xs4 + i);
-        if (!valid) v = make_uint4(0, 0, 0, 0);
-        st.xr[sl][4 * i] = v.x;
-        st.xr[sl][4 * i + 1] = v.y;
-        st.xr[sl][4 * i + 2] = v.z;
-        st.xr[sl][4 * i + 3] = v.w;
+        const uint4 v = __ldg(xs4 + i);
+        st.xr[4 * i] = v.x;
+        st.xr[4 * i + 1] = v.y;
+        st.xr[4 * i + 2] = v.z;
+        st.xr[4 * i + 3] = v.w;
       }
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        st.s[h] = to_f(__ldg(sbase + (sboff[h] + gb)));
+        st.b[h] = to_f(__ldg(bbase + (sboff[h] + gb)));
+      }
+    };
+    // The last, partial iteration: missing slots read the row's last group, with x = 0 (so they add 0).
+    auto load_tail = [&](int it, Stage& st) {
+      const int gb = it * 8;
 #pragma unroll
       for (int r = 0; r < kRows; ++r) {
-        st.s[sl][r] = sb_at(q.scales, q.sb_bf16, sbbase + sboff[r] + st.gc[sl]);
-        st.b[sl][r] = sb_at(q.biases, q.sb_bf16, sbbase + sboff[r] + st.gc[sl]);
+        const int slot = 2 * (((g >> 1) + r / 2) & 3) + e;
+        const int shift = (min(gb + slot, groups - 1) - slot) * kGroupWords;
+        load_words<W>(wbase + woff[r] + shift, st.wv[r]);
       }
-    }
-  };
-  auto compute = [&](const Stage& st) {
+      const bool xvalid = gb + g < groups;
+      const uint4* xs4 = reinterpret_cast<const uint4*>(xbase + (xoff + (xvalid ? gb : 0) * kGroup));
 #pragma unroll
-    for (int sl = 0; sl < kSlots; ++sl) {
+      for (int i = 0; i < kXRegs / 4; ++i) {
+        const uint4 v = xvalid ? __ldg(xs4 + i) : make_uint4(0, 0, 0, 0);
+        st.xr[4 * i] = v.x;
+        st.xr[4 * i + 1] = v.y;
+        st.xr[4 * i + 2] = v.z;
+        st.xr[4 * i + 3] = v.w;
+      }
+      const int gs = min(gb + 2 * t + e, groups - 1) - (2 * t + e);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        st.s[h] = to_f(__ldg(sbase + (sboff[h] + gs)));
+        st.b[h] = to_f(__ldg(bbase + (sboff[h] + gs)));
+      }
+    };
+    auto compute = [&](const Stage& st) {
       float dx[4] = {0.f, 0.f, 0.f, 0.f};
-      float d[kRows / 2][4];
+      float d[4][4];
 #pragma unroll
-      for (int p = 0; p < kRows / 2; ++p) d[p][0] = d[p][1] = d[p][2] = d[p][3] = 0.f;
+      for (int p = 0; p < 4; ++p) d[p][0] = d[p][1] = d[p][2] = d[p][3] = 0.f;
 #pragma unroll
       for (int k = 0; k < W; ++k) {
         if constexpr (kBits == 4) {
-          const uint32_t* r = st.xr[sl] + 4 * k;  // x0..x7 as (x0,x1) (x2,x3) (x4,x5) (x6,x7) -> (xj, xj+4)
+          const uint32_t* r = st.xr + 4 * k;  // x0..x7 as (x0,x1) (x2,x3) (x4,x5) (x6,x7) -> (xj, xj+4)
           const uint32_t xp[4] = {__byte_perm(r[0], r[2], 0x5410), __byte_perm(r[0], r[2], 0x7632),
                                   __byte_perm(r[1], r[3], 0x5410), __byte_perm(r[1], r[3], 0x7632)};
 #pragma unroll
           for (int m = 0; m < 2; ++m) {
             mma16816(dx, kOnes, kOnes, kOnes, kOnes, xp[2 * m], xp[2 * m + 1]);
 #pragma unroll
-            for (int p = 0; p < kRows / 2; ++p) {
-              const uint32_t a = st.wv[sl][2 * p][k], c = st.wv[sl][2 * p + 1][k];
+            for (int p = 0; p < 4; ++p) {
+              const uint32_t a = st.wv[2 * p][k], c = st.wv[2 * p + 1][k];
               mma16816(d[p], nib(a, 8 * m, kLo), nib(c, 8 * m, kLo), nib(a, 8 * m + 4, kLo), nib(c, 8 * m + 4, kLo),
                        xp[2 * m], xp[2 * m + 1]);
             }
           }
         } else {
-          const uint32_t* r = st.xr[sl] + 2 * k;  // x0..x3 as (x0,x1) (x2,x3) -> (x0,x2) (x1,x3)
+          const uint32_t* r = st.xr + 2 * k;  // x0..x3 as (x0,x1) (x2,x3) -> (x0,x2) (x1,x3)
           const uint32_t x02 = __byte_perm(r[0], r[1], 0x5410), x13 = __byte_perm(r[0], r[1], 0x7632);
           mma16816(dx, kOnes, kOnes, kOnes, kOnes, x02, x13);
 #pragma unroll
-          for (int p = 0; p < kRows / 2; ++p) {
-            const uint32_t a = st.wv[sl][2 * p][k], c = st.wv[sl][2 * p + 1][k];
+          for (int p = 0; p < 4; ++p) {
+            const uint32_t a = st.wv[2 * p][k], c = st.wv[2 * p + 1][k];
             mma16816(d[p], nib(a, 0, kLo), nib(c, 0, kLo), nib(a, 8, kLo), nib(c, 8, kLo), x02, x13);
             mma16816(d[p], nib(a, 4, kHi), nib(c, 4, kHi), nib(a, 12, kHi), nib(c, 12, kHi), x02, x13);
           }
         }
       }
-      const float sx = odd ? dx[1] : dx[0];
+      // Lane (g, t) holds D[g][2t..2t+1] and D[g+8][2t..2t+1] of every pair; its useful ones are pair pm's,
+      // column 2t + e.
+      float lo[4], hi[4];
 #pragma unroll
-      for (int p = 0; p < kRows / 2; ++p) {
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int r = 2 * p + h;
-          const float dv = odd ? d[p][2 * h + 1] : d[p][2 * h];
-          acc[r] = fmaf(st.s[sl][r], dv, fmaf(fmaf(-kOff, st.s[sl][r], st.b[sl][r]), sx, acc[r]));
-        }
+      for (int p = 0; p < 4; ++p) {
+        lo[p] = e ? d[p][1] : d[p][0];
+        hi[p] = e ? d[p][3] : d[p][2];
       }
-    }
-  };
-  // A register double buffer (next iteration's loads before this one's math) measured slower: the extra
-  // registers cost more occupancy than the overlap gained.
-  for (int it = warp; it < iters; it += kWarps) {
-    Stage st;
-    load(it, st);
-    compute(st);
-  }
-  // Lane (g, g/2) holds group slot g's sums; the others hold products of mismatched columns.
-  __shared__ float part[kWarps][kRows];
+      const float v[2] = {pm == 0   ? lo[0]
+                          : pm == 1 ? lo[1]
+                          : pm == 2 ? lo[2]
+                                    : lo[3],
+                          pm == 0   ? hi[0]
+                          : pm == 1 ? hi[1]
+                          : pm == 2 ? hi[2]
+                                    : hi[3]};
+      const float sx = e ? dx[1] : dx[0];
 #pragma unroll
-  for (int r = 0; r < kRows; ++r) {
-    const float v = warp_sum(t == (g >> 1) ? acc[r] : 0.f);
-    if (lane == 0) part[warp][r] = v;
+      for (int h = 0; h < 2; ++h) acc[h] = fmaf(st.s[h], v[h], fmaf(fmaf(-kOff, st.s[h], st.b[h]), sx, acc[h]));
+    };
+    const int full = groups / 8, iters = (groups + 7) / 8;
+    int it = warp % kSplit;
+    for (; it < full; it += kSplit) {
+      Stage st;
+      load_full(it, st);
+      compute(st);
+    }
+    if (it < iters) {
+      Stage st;
+      load_tail(it, st);
+      compute(st);
+    }
+  }
+  // Gather: lane (g, p) takes pair p's sums from lane (g, (p + g/2) mod 4), then the 8 slot lanes add up.
+  const int src = (g << 2) | ((t + (g >> 1)) & 3);
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    float v = __shfl_sync(0xffffffffu, acc[h], src);
+    v += __shfl_xor_sync(0xffffffffu, v, 4);
+    v += __shfl_xor_sync(0xffffffffu, v, 8);
+    v += __shfl_xor_sync(0xffffffffu, v, 16);
+    if (lane < 4) part[warp][2 * lane + h] = v;
   }
   __syncthreads();
-  if (threadIdx.x < kRows) {
-    const int n = row0 + threadIdx.x;
+  if (threadIdx.x < kSets * kRows) {
+    const int set = threadIdx.x / kRows, r = threadIdx.x % kRows;
+    const int n = (blockIdx.x * kSets + set) * kRows + r;
     float v = 0.f;
 #pragma unroll
-    for (int w = 0; w < kWarps; ++w) v += part[w][threadIdx.x];
+    for (int w = 0; w < kSplit; ++w) v += part[set * kSplit + w][r];
     if (n < rows) y[n] = from_f<TY>(bias ? v + bias[n] : v);
   }
 }
 
-// Tuned on the H200 (4096×14336, 14336×4096, 19456×2560, 6144×2560, 2560×9728; groups 32/64/128): 8 rows per
-// block, 4 warps, one group per lane per iteration, registers capped for 4 blocks per SM (16 warps). More
-// groups per lane (kSlots), more rows or a tighter register cap (5+ blocks, spills) were slower.
-template <int kBits, int W, class TY, int kRows = 8, int kSlots = 1, int kWarps = 4, int kMinBlocks = 4>
+// LATHE_CUDA_GEMV_VARIANT (measurements only): which split / occupancy the kernel uses.
+int variant() {
+  static const int v = [] {
+    const char* e = std::getenv("LATHE_CUDA_GEMV_VARIANT");
+    return e ? std::atoi(e) : 0;
+  }();
+  return v;
+}
+
+template <int kBits, int W, int kSplit, int kMinBlocks, class TY>
+void launch_v(const QuantView& q, const __nv_bfloat16* x, TY* y, const float* bias) {
+  constexpr int kRowsPerBlock = 8 * (4 / kSplit);
+  const unsigned blocks = static_cast<unsigned>((q.rows + kRowsPerBlock - 1) / kRowsPerBlock);
+  if (q.sb_bf16)
+    gemv_q_mma_kernel<kBits, W, kSplit, true, TY, kMinBlocks><<<blocks, 128, 0, stream()>>>(q, x, y, bias);
+  else
+    gemv_q_mma_kernel<kBits, W, kSplit, false, TY, kMinBlocks><<<blocks, 128, 0, stream()>>>(q, x, y, bias);
+}
+
+template <int kBits, int W, class TY>
 void launch(const QuantView& q, const __nv_bfloat16* x, TY* y, const float* bias) {
-  const unsigned blocks = static_cast<unsigned>((q.rows + kRows - 1) / kRows);
-  gemv_q_mma_kernel<kBits, W, kRows, kSlots, kWarps, TY, kMinBlocks>
-      <<<blocks, kWarps * 32, 0, stream()>>>(q, x, y, bias);
+  if constexpr (kBits == 4 && W == 2 && std::is_same_v<TY, __nv_bfloat16>) {
+    switch (variant()) {
+      case 1: return launch_v<kBits, W, 4, 6>(q, x, y, bias);
+      case 2: return launch_v<kBits, W, 2, 4>(q, x, y, bias);
+      case 3: return launch_v<kBits, W, 4, 5>(q, x, y, bias);
+      default: break;
+    }
+  }
+  launch_v<kBits, W, 4, 4>(q, x, y, bias);
 }
 
 template <class TY>
