@@ -34,7 +34,13 @@ __device__ __forceinline__ void mma16816(float* d, uint32_t a0, uint32_t a1, uin
 
 // Four nibbles of w at bits s, s+16 (as bf16 pairs ((w >> s) & 0x000F000F) | magic: magic 0x4300 gives 128 + q,
 // 0x4500 gives 2048 + 16·q, both exact in bf16 and in the products with bf16 activations.
-__device__ __forceinline__ uint32_t nib(uint32_t w, int s, uint32_t magic) { return ((w >> s) & 0x000F000Fu) | magic; }
+// One LOP3 for mask-and-or, written out: from C, ptxas folds the magic to an immediate and then needs two (one
+// immediate operand per instruction), which was 30% of the kernel's integer instructions.
+__device__ __forceinline__ uint32_t nib(uint32_t w, int s, uint32_t magic) {
+  uint32_t r;
+  asm("lop3.b32 %0, %1, 0x000F000F, %2, 0xEA;" : "=r"(r) : "r"(w >> s), "r"(magic));
+  return r;
+}
 
 template <int W>
 __device__ __forceinline__ void load_words(const uint32_t* p, uint32_t* out) {
@@ -67,7 +73,7 @@ __device__ __forceinline__ void load_words(const uint32_t* p, uint32_t* out) {
 // instead of 8 rows on a quarter of the lanes.
 // kSplit warps share one set of 8 rows (splitting its groups); a block holds 4 / kSplit row sets. kPipe loads
 // the warp's next iteration before the math of the current one.
-template <int kBits, int W, int kSplit, bool kSbBf16, class TY, int kMinBlocks>
+template <int kBits, int W, int kSplit, bool kSbBf16, class TY, int kMinBlocks, int kMode>
 __global__ void __launch_bounds__(128, kMinBlocks)
     gemv_q_mma_kernel(const QuantView q, const __nv_bfloat16* __restrict__ x, TY* __restrict__ y,
                       const float* __restrict__ bias) {
@@ -78,7 +84,7 @@ __global__ void __launch_bounds__(128, kMinBlocks)
   constexpr int kGroupWords = kGroup * kBits / 32;
   constexpr int kXRegs = kGroup / 8;  // bf16 pairs of x per lane per group
   constexpr float kOff = kBits == 4 ? 128.f : 2176.f;
-  constexpr uint32_t kLo = 0x43004300u, kHi = 0x45004500u, kOnes = 0x3F803F80u;  // kOnes: bf16 pair (1, 1)
+  constexpr uint32_t magic_lo = 0x43004300u, magic_hi = 0x45004500u, ones = 0x3F803F80u;  // ones: bf16 (1, 1)
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = lane >> 2, t = lane & 3, e = g & 1;
   const int rows = static_cast<int>(q.rows);
@@ -172,23 +178,25 @@ __global__ void __launch_bounds__(128, kMinBlocks)
                                   __byte_perm(r[1], r[3], 0x5410), __byte_perm(r[1], r[3], 0x7632)};
 #pragma unroll
           for (int m = 0; m < 2; ++m) {
-            mma16816(dx, kOnes, kOnes, kOnes, kOnes, xp[2 * m], xp[2 * m + 1]);
+            mma16816(dx, ones, ones, ones, ones, xp[2 * m], xp[2 * m + 1]);
 #pragma unroll
             for (int p = 0; p < 4; ++p) {
               const uint32_t a = st.wv[2 * p][k], c = st.wv[2 * p + 1][k];
-              mma16816(d[p], nib(a, 8 * m, kLo), nib(c, 8 * m, kLo), nib(a, 8 * m + 4, kLo), nib(c, 8 * m + 4, kLo),
-                       xp[2 * m], xp[2 * m + 1]);
+              mma16816(d[p], nib(a, 8 * m, magic_lo), nib(c, 8 * m, magic_lo), nib(a, 8 * m + 4, magic_lo),
+                       nib(c, 8 * m + 4, magic_lo), xp[2 * m], xp[2 * m + 1]);
             }
           }
         } else {
           const uint32_t* r = st.xr + 2 * k;  // x0..x3 as (x0,x1) (x2,x3) -> (x0,x2) (x1,x3)
           const uint32_t x02 = __byte_perm(r[0], r[1], 0x5410), x13 = __byte_perm(r[0], r[1], 0x7632);
-          mma16816(dx, kOnes, kOnes, kOnes, kOnes, x02, x13);
+          mma16816(dx, ones, ones, ones, ones, x02, x13);
 #pragma unroll
           for (int p = 0; p < 4; ++p) {
             const uint32_t a = st.wv[2 * p][k], c = st.wv[2 * p + 1][k];
-            mma16816(d[p], nib(a, 0, kLo), nib(c, 0, kLo), nib(a, 8, kLo), nib(c, 8, kLo), x02, x13);
-            mma16816(d[p], nib(a, 4, kHi), nib(c, 4, kHi), nib(a, 12, kHi), nib(c, 12, kHi), x02, x13);
+            mma16816(d[p], nib(a, 0, magic_lo), nib(c, 0, magic_lo), nib(a, 8, magic_lo), nib(c, 8, magic_lo), x02,
+                     x13);
+            mma16816(d[p], nib(a, 4, magic_hi), nib(c, 4, magic_hi), nib(a, 12, magic_hi), nib(c, 12, magic_hi), x02,
+                     x13);
           }
         }
       }
@@ -214,6 +222,38 @@ __global__ void __launch_bounds__(128, kMinBlocks)
     };
     const int full = groups / 8, iters = (groups + 7) / 8;
     int it = warp % kSplit;
+    if constexpr (kMode == 1) {  // two iterations' loads in flight before either's math
+      for (; it + kSplit < full; it += 2 * kSplit) {
+        Stage a, b;
+        load_full(it, a);
+        load_full(it + kSplit, b);
+        compute(a);
+        compute(b);
+      }
+    } else if constexpr (kMode == 2) {  // the next iteration's loads in flight during this one's math
+      if (it + kSplit < full) {
+        Stage a, b;
+        load_full(it, a);
+        for (;;) {
+          load_full(it + kSplit, b);
+          compute(a);
+          it += kSplit;
+          if (it + kSplit >= full) {
+            compute(b);
+            it += kSplit;
+            break;
+          }
+          load_full(it + kSplit, a);
+          compute(b);
+          it += kSplit;
+          if (it + kSplit >= full) {
+            compute(a);
+            it += kSplit;
+            break;
+          }
+        }
+      }
+    }
     for (; it < full; it += kSplit) {
       Stage st;
       load_full(it, st);
@@ -255,14 +295,14 @@ int variant() {
   return v;
 }
 
-template <int kBits, int W, int kSplit, int kMinBlocks, class TY>
+template <int kBits, int W, int kSplit, int kMinBlocks, class TY, int kMode = 0>
 void launch_v(const QuantView& q, const __nv_bfloat16* x, TY* y, const float* bias) {
   constexpr int kRowsPerBlock = 8 * (4 / kSplit);
   const unsigned blocks = static_cast<unsigned>((q.rows + kRowsPerBlock - 1) / kRowsPerBlock);
   if (q.sb_bf16)
-    gemv_q_mma_kernel<kBits, W, kSplit, true, TY, kMinBlocks><<<blocks, 128, 0, stream()>>>(q, x, y, bias);
+    gemv_q_mma_kernel<kBits, W, kSplit, true, TY, kMinBlocks, kMode><<<blocks, 128, 0, stream()>>>(q, x, y, bias);
   else
-    gemv_q_mma_kernel<kBits, W, kSplit, false, TY, kMinBlocks><<<blocks, 128, 0, stream()>>>(q, x, y, bias);
+    gemv_q_mma_kernel<kBits, W, kSplit, false, TY, kMinBlocks, kMode><<<blocks, 128, 0, stream()>>>(q, x, y, bias);
 }
 
 template <int kBits, int W, class TY>
@@ -272,6 +312,9 @@ void launch(const QuantView& q, const __nv_bfloat16* x, TY* y, const float* bias
       case 1: return launch_v<kBits, W, 4, 6>(q, x, y, bias);
       case 2: return launch_v<kBits, W, 2, 4>(q, x, y, bias);
       case 3: return launch_v<kBits, W, 4, 5>(q, x, y, bias);
+      case 4: return launch_v<kBits, W, 4, 4, TY, 1>(q, x, y, bias);
+      case 5: return launch_v<kBits, W, 4, 4, TY, 2>(q, x, y, bias);
+      case 6: return launch_v<kBits, W, 4, 3, TY, 1>(q, x, y, bias);
       default: break;
     }
   }
@@ -303,7 +346,7 @@ bool gemv_q_mma(const QuantView& q, const void* x, DType xt, void* y, DType yt, 
   // Measured on the H200 against the SIMT kernel: on matrices with few rows (o_proj, down_proj: 2560–4096 rows,
   // where the SIMT kernel has too few warps per SM) this one is 17–33% faster; on 9728+ rows 4-bit is within
   // −7…+16% (decode tok/s the same either way) and 8-bit loses up to 24%, so 8-bit stays SIMT there.
-  if (off || xt != DType::BF16 || (q.bits == 8 && q.rows >= kMaxRows8)) return false;
+  if (off || xt != DType::BF16 || (q.bits == 8 && q.rows >= kMaxRows8 && variant() != 7)) return false;
   const auto* xb = static_cast<const __nv_bfloat16*>(x);
   if (yt == DType::BF16) return dispatch(q, xb, static_cast<__nv_bfloat16*>(y), bias);
   if (yt == DType::F32) return dispatch(q, xb, static_cast<float*>(y), bias);
