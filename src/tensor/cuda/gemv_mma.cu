@@ -1,20 +1,19 @@
 // Decode GEMV for 4- and 8-bit MLX weights with bf16 activations on the tensor cores (mma.sync m16n8k16, f32
 // accumulation). The SIMT kernel in quantized.cu spends ~3.6 instructions per weight (unpack, widen, FMA);
-// here a packed 4-bit word becomes four bf16 pairs in 7 instructions and one mma multiplies 256 of them
-// (8-bit: each byte as two nibbles, below).
+// here a packed 4-bit word becomes four bf16 pairs in 7 instructions (4 LOP3 + 3 shifts) and one mma
+// multiplies 256 of them (8-bit: each byte as two nibbles, below).
 //
 // Fragment mapping. Lane (g, t) = (lane / 4, lane % 4). The four lanes of g hold one quantization group
-// (W = group·bits/128 words each, contiguous), quantization group gi = 8·it + g of the row. An mma's k index may be
-// any permutation as long as A and B agree, so a lane's register pair is 4-bit values (j, j+4) of one word:
-// ((w >> 4j) & 0x000F000F) | 0x43004300 is two bf16 numbers 128 + q. A-row g is the group from output row
-// r0, A-row g+8 the same group from row r1, B column g the activations of that group (same pairing). Only the
-// diagonal D[g][g], D[g+8][g] is used (lane (g, g/2)): it is Σ (128+q)·x over the group, exact products summed
-// in f32, so scale and bias are applied per group in f32 as in the SIMT kernel:
+// (W = group·bits/128 words each, contiguous). An mma's k index may be any permutation as long as A and B agree,
+// so a lane's register pair is 4-bit values (j, j+4) of one word: ((w >> 4j) & 0x000F000F) | 0x43004300 is two
+// bf16 numbers 128 + q. A-rows g and g+8 hold the same group of two output rows, B column j the activations of
+// group slot j. Only diagonal entries (A-row group == B-column group) are used: each is Σ (128+q)·x over one
+// group, exact products summed in f32, so scale and bias are applied per group in f32 as in the SIMT kernel:
 //   y += s·D + (b − 128·s)·Σx,  Σx from one more mma with A = 1.
-// Warps of a block split the groups of the same kRows rows (more warps in flight for few-row matrices) and meet
-// in shared memory.
+// Which group each A-row takes is rotated per row pair (below) so every lane receives useful sums.
 #include <cuda_bf16.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <type_traits>
 
@@ -71,15 +70,13 @@ __device__ __forceinline__ void load_words(const uint32_t* p, uint32_t* out) {
 // + g mod 2, so the useful diagonal entry D[g][σ_p(g)] lands in lane (g, (g/2 + p) mod 4): every lane gets the
 // sums of exactly one (row pair, slot) per iteration, and scale and bias are applied for 2 rows per lane
 // instead of 8 rows on a quarter of the lanes.
-// kSplit warps share one set of 8 rows (splitting its groups); a block holds 4 / kSplit row sets. kPipe loads
-// the warp's next iteration before the math of the current one.
-template <int kBits, int W, int kSplit, bool kSbBf16, class TY, int kMinBlocks, int kMode>
-__global__ void __launch_bounds__(128, kMinBlocks)
+// A block is one set of 8 rows; its warps (blockDim.x / 32, chosen by the host) split the iterations.
+template <int kBits, int W, bool kSbBf16, class TY, int kMaxWarps, int kMinBlocks>
+__global__ void __launch_bounds__(kMaxWarps * 32, kMinBlocks)
     gemv_q_mma_kernel(const QuantView q, const __nv_bfloat16* __restrict__ x, TY* __restrict__ y,
                       const float* __restrict__ bias) {
   using SB = std::conditional_t<kSbBf16, __nv_bfloat16, float>;
-  constexpr int kRows = 8;                 // rows per warp (4 mma row pairs)
-  constexpr int kSets = 4 / kSplit;        // row sets per block
+  constexpr int kRows = 8;                 // rows per block (4 mma row pairs)
   constexpr int kGroup = 128 * W / kBits;  // values per quantization group
   constexpr int kGroupWords = kGroup * kBits / 32;
   constexpr int kXRegs = kGroup / 8;  // bf16 pairs of x per lane per group
@@ -88,10 +85,11 @@ __global__ void __launch_bounds__(128, kMinBlocks)
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = lane >> 2, t = lane & 3, e = g & 1;
   const int rows = static_cast<int>(q.rows);
-  const int row0 = (blockIdx.x * kSets + warp / kSplit) * kRows;
+  const int nwarps = static_cast<int>(blockDim.x >> 5);
+  const int row0 = static_cast<int>(blockIdx.x) * kRows;
   const int groups = static_cast<int>(q.cols / kGroup);
   const int pm = (t - (g >> 1)) & 3;  // the row pair whose sums this lane receives, at slot 2t + e
-  __shared__ float part[4][kRows];
+  __shared__ float part[kMaxWarps][kRows];
   float acc[2] = {0.f, 0.f};
   if (row0 < rows) {
     // Everything below is a 32-bit offset from a warp-uniform base, advanced by a uniform step per iteration:
@@ -221,40 +219,8 @@ __global__ void __launch_bounds__(128, kMinBlocks)
       for (int h = 0; h < 2; ++h) acc[h] = fmaf(st.s[h], v[h], fmaf(fmaf(-kOff, st.s[h], st.b[h]), sx, acc[h]));
     };
     const int full = groups / 8, iters = (groups + 7) / 8;
-    int it = warp % kSplit;
-    if constexpr (kMode == 1) {  // two iterations' loads in flight before either's math
-      for (; it + kSplit < full; it += 2 * kSplit) {
-        Stage a, b;
-        load_full(it, a);
-        load_full(it + kSplit, b);
-        compute(a);
-        compute(b);
-      }
-    } else if constexpr (kMode == 2) {  // the next iteration's loads in flight during this one's math
-      if (it + kSplit < full) {
-        Stage a, b;
-        load_full(it, a);
-        for (;;) {
-          load_full(it + kSplit, b);
-          compute(a);
-          it += kSplit;
-          if (it + kSplit >= full) {
-            compute(b);
-            it += kSplit;
-            break;
-          }
-          load_full(it + kSplit, a);
-          compute(b);
-          it += kSplit;
-          if (it + kSplit >= full) {
-            compute(a);
-            it += kSplit;
-            break;
-          }
-        }
-      }
-    }
-    for (; it < full; it += kSplit) {
+    int it = warp;
+    for (; it < full; it += nwarps) {
       Stage st;
       load_full(it, st);
       compute(st);
@@ -276,49 +242,36 @@ __global__ void __launch_bounds__(128, kMinBlocks)
     if (lane < 4) part[warp][2 * lane + h] = v;
   }
   __syncthreads();
-  if (threadIdx.x < kSets * kRows) {
-    const int set = threadIdx.x / kRows, r = threadIdx.x % kRows;
-    const int n = (blockIdx.x * kSets + set) * kRows + r;
+  if (threadIdx.x < kRows) {
+    const int n = row0 + static_cast<int>(threadIdx.x);
     float v = 0.f;
-#pragma unroll
-    for (int w = 0; w < kSplit; ++w) v += part[set * kSplit + w][r];
+    for (int w = 0; w < nwarps; ++w) v += part[w][threadIdx.x];
     if (n < rows) y[n] = from_f<TY>(bias ? v + bias[n] : v);
   }
 }
 
-// LATHE_CUDA_GEMV_VARIANT (measurements only): which split / occupancy the kernel uses.
-int variant() {
-  static const int v = [] {
-    const char* e = std::getenv("LATHE_CUDA_GEMV_VARIANT");
-    return e ? std::atoi(e) : 0;
-  }();
-  return v;
-}
-
-template <int kBits, int W, int kSplit, int kMinBlocks, class TY, int kMode = 0>
-void launch_v(const QuantView& q, const __nv_bfloat16* x, TY* y, const float* bias) {
-  constexpr int kRowsPerBlock = 8 * (4 / kSplit);
-  const unsigned blocks = static_cast<unsigned>((q.rows + kRowsPerBlock - 1) / kRowsPerBlock);
-  if (q.sb_bf16)
-    gemv_q_mma_kernel<kBits, W, kSplit, true, TY, kMinBlocks, kMode><<<blocks, 128, 0, stream()>>>(q, x, y, bias);
-  else
-    gemv_q_mma_kernel<kBits, W, kSplit, false, TY, kMinBlocks, kMode><<<blocks, 128, 0, stream()>>>(q, x, y, bias);
+// Warps per block: 4, or 5 or 6 where that splits the iterations evenly and 4 does not (Qwen3-4B's K = 2560:
+// 5 iterations, as 5 warps of 1 instead of 4 warps of 2, 1, 1, 1). Measured on the H200: 8 warps per block
+// (fewer blocks per SM at ~100 registers) lost up to 15% on the large matrices.
+int warps_for(int iters) {
+  int best = 4, waste = (iters + 3) / 4 * 4 - iters;
+  for (int w = 5; w <= 6; ++w) {
+    const int wst = (iters + w - 1) / w * w - iters;
+    if (wst < waste) best = w, waste = wst;
+  }
+  return best;
 }
 
 template <int kBits, int W, class TY>
 void launch(const QuantView& q, const __nv_bfloat16* x, TY* y, const float* bias) {
-  if constexpr (kBits == 4 && W == 2 && std::is_same_v<TY, __nv_bfloat16>) {
-    switch (variant()) {
-      case 1: return launch_v<kBits, W, 4, 6>(q, x, y, bias);
-      case 2: return launch_v<kBits, W, 2, 4>(q, x, y, bias);
-      case 3: return launch_v<kBits, W, 4, 5>(q, x, y, bias);
-      case 4: return launch_v<kBits, W, 4, 4, TY, 1>(q, x, y, bias);
-      case 5: return launch_v<kBits, W, 4, 4, TY, 2>(q, x, y, bias);
-      case 6: return launch_v<kBits, W, 4, 3, TY, 1>(q, x, y, bias);
-      default: break;
-    }
-  }
-  launch_v<kBits, W, 4, 4>(q, x, y, bias);
+  constexpr int kGroup = 128 * W / kBits;
+  const int iters = static_cast<int>((q.cols / kGroup + 7) / 8);
+  const unsigned blocks = static_cast<unsigned>((q.rows + 7) / 8);
+  const unsigned threads = static_cast<unsigned>(32 * warps_for(iters));
+  if (q.sb_bf16)
+    gemv_q_mma_kernel<kBits, W, true, TY, 8, 2><<<blocks, threads, 0, stream()>>>(q, x, y, bias);
+  else
+    gemv_q_mma_kernel<kBits, W, false, TY, 8, 2><<<blocks, threads, 0, stream()>>>(q, x, y, bias);
 }
 
 template <class TY>
@@ -343,10 +296,10 @@ bool gemv_q_mma(const QuantView& q, const void* x, DType xt, void* y, DType yt, 
     const char* e = std::getenv("LATHE_CUDA_GEMV_MMA");
     return e && e[0] == '0';
   }();
-  // Measured on the H200 against the SIMT kernel: on matrices with few rows (o_proj, down_proj: 2560–4096 rows,
-  // where the SIMT kernel has too few warps per SM) this one is 17–33% faster; on 9728+ rows 4-bit is within
-  // −7…+16% (decode tok/s the same either way) and 8-bit loses up to 24%, so 8-bit stays SIMT there.
-  if (off || xt != DType::BF16 || (q.bits == 8 && q.rows >= kMaxRows8 && variant() != 7)) return false;
+  // Measured on the H200 against the SIMT kernel: faster on every 4-bit shape and on 8-bit matrices of few rows;
+  // 8-bit on 8192+ rows is mixed (14336×4096: 63% of copy bandwidth against the SIMT kernel's 74%; 19456×2560:
+  // 67% against 63%), so 8-bit stays SIMT there.
+  if (off || xt != DType::BF16 || (q.bits == 8 && q.rows >= kMaxRows8)) return false;
   const auto* xb = static_cast<const __nv_bfloat16*>(x);
   if (yt == DType::BF16) return dispatch(q, xb, static_cast<__nv_bfloat16*>(y), bias);
   if (yt == DType::F32) return dispatch(q, xb, static_cast<float*>(y), bias);
