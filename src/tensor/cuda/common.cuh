@@ -3,6 +3,7 @@
 #include <cuda_bf16.h>
 
 #include <string>
+#include <utility>
 
 #include "common/error.h"
 #include "tensor/cuda/runtime.h"
@@ -32,6 +33,43 @@ __device__ __forceinline__ float warp_max(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
   return v;
+}
+
+// Programmatic dependent launch (sm_90). A kernel launched by launch_dependent() may start while the previous
+// kernel of the stream still runs: before pdl_wait() it may only read data that no earlier kernel writes (weights)
+// and must not write at all; pdl_wait() returns once the previous kernel has finished and its writes are
+// visible. Kernels that often precede one call pdl_trigger() at their start, so the dependent is scheduled as
+// soon as all their blocks run (without it, it starts when they finish). Both are no-ops on older devices.
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// Launches kernel<<<grid, block, smem, stream()>>>(args...) as a programmatic dependent of the previous kernel
+// when pdl_enabled(); the kernel must call pdl_wait() as described above.
+template <class... Params, class... Args>
+void launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, Args&&... args) {
+  if (!pdl_enabled()) {
+    kernel<<<grid, block, smem, stream()>>>(std::forward<Args>(args)...);
+    return;
+  }
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream();
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);  // errors surface in check_launch()
 }
 
 inline unsigned blocks_for(int64_t n, int threads) { return static_cast<unsigned>((n + threads - 1) / threads); }

@@ -42,6 +42,7 @@ __device__ __forceinline__ void bf16x8(const uint4 v, float* f) {
 template <int kG>
 __global__ void __launch_bounds__(kThreads)
     attn_decode_kernel(const AttentionArgs a, int splits, float* __restrict__ part, int* __restrict__ counters) {
+  pdl_trigger();  // o_proj's GEMV follows
   extern __shared__ float smem[];
   float* sc = smem;                      // [kMaxGroup][kSub] scores, then probabilities
   float* red = smem + kMaxGroup * kSub;  // [KS][G][Dv] partial sums of the key strides

@@ -17,6 +17,7 @@ constexpr int kThreads = 256;
 template <class T, class TO, int kPer>
 __global__ void rms_norm_kernel(const T* __restrict__ x, TO* __restrict__ out, int64_t D, const float* __restrict__ w,
                                 float eps, bool plus_one) {
+  pdl_trigger();  // a decode GEMV usually follows: let it start fetching its weights
   const int64_t row = blockIdx.x;
   const T* xr = x + row * D;
   TO* orow = out + row * D;
@@ -72,6 +73,7 @@ __global__ void rope_kernel(T* x, int64_t H, int64_t D, int half, const RopeFreq
 
 template <class T, bool kGelu>
 __global__ void gated_kernel(const T* __restrict__ g, const T* __restrict__ u, T* __restrict__ o, int64_t n) {
+  pdl_trigger();  // the down projection's GEMV follows
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= n) return;
   const float x = to_f(g[i]);

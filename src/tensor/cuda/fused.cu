@@ -100,6 +100,7 @@ __global__ void qkv_rope_append_kernel(const T* __restrict__ y, T* __restrict__ 
 template <class TH, class TB, class TO, int kPer>
 __global__ void add_norm_kernel(TH* h, const TB* __restrict__ b, TO* __restrict__ out, int64_t D,
                                 const float* __restrict__ w, float eps, bool plus_one) {
+  pdl_trigger();  // a decode GEMV usually follows: let it start fetching its weights
   const int64_t r = blockIdx.x;
   TH* hr = h + r * D;
   const TB* br = b + r * D;

@@ -90,6 +90,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32, kMinBlocks)
   const int groups = static_cast<int>(q.cols / kGroup);
   const int pm = (t - (g >> 1)) & 3;  // the row pair whose sums this lane receives, at slot 2t + e
   __shared__ float part[kMaxWarps][kRows];
+  pdl_trigger();
   float acc[2] = {0.f, 0.f};
   if (row0 < rows) {
     // Everything below is a 32-bit offset from a warp-uniform base, advanced by a uniform step per iteration:
@@ -118,11 +119,20 @@ __global__ void __launch_bounds__(kMaxWarps * 32, kMinBlocks)
       float s[2], b[2];
     };
     // A full iteration (all 8 slots inside the row) needs no clamping.
-    auto load_full = [&](int it, Stage& st) {
+    // A full iteration (all 8 slots inside the row) needs no clamping. Weights and scales never depend on the
+    // previous kernel; x does (see pdl_wait below).
+    auto load_w = [&](int it, Stage& st) {
       const int gb = it * 8;  // one int index per load: a single wide multiply-add forms each address
 #pragma unroll
       for (int r = 0; r < kRows; ++r) load_words<W>(wbase + (woff[r] + gb * kGroupWords), st.wv[r]);
-      const uint4* xs4 = reinterpret_cast<const uint4*>(xbase + (xoff + gb * kGroup));
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        st.s[h] = to_f(__ldg(sbase + (sboff[h] + gb)));
+        st.b[h] = to_f(__ldg(bbase + (sboff[h] + gb)));
+      }
+    };
+    auto load_x = [&](int it, Stage& st) {
+      const uint4* xs4 = reinterpret_cast<const uint4*>(xbase + (xoff + it * 8 * kGroup));
 #pragma unroll
       for (int i = 0; i < kXRegs / 4; ++i) {
         const uint4 v = __ldg(xs4 + i);
@@ -130,11 +140,6 @@ __global__ void __launch_bounds__(kMaxWarps * 32, kMinBlocks)
         st.xr[4 * i + 1] = v.y;
         st.xr[4 * i + 2] = v.z;
         st.xr[4 * i + 3] = v.w;
-      }
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        st.s[h] = to_f(__ldg(sbase + (sboff[h] + gb)));
-        st.b[h] = to_f(__ldg(bbase + (sboff[h] + gb)));
       }
     };
     // The last, partial iteration: missing slots read the row's last group, with x = 0 (so they add 0).
@@ -220,9 +225,23 @@ __global__ void __launch_bounds__(kMaxWarps * 32, kMinBlocks)
     };
     const int full = groups / 8, iters = (groups + 7) / 8;
     int it = warp;
+    // Launched as a programmatic dependent: the first iteration's weights are requested while the kernel that
+    // writes x may still run (its DRAM round trip is the one no warp can otherwise hide); x only after the wait.
+    {
+      Stage st;
+      const bool first = it < full;
+      if (first) load_w(it, st);
+      pdl_wait();
+      if (first) {
+        load_x(it, st);
+        compute(st);
+        it += nwarps;
+      }
+    }
     for (; it < full; it += nwarps) {
       Stage st;
-      load_full(it, st);
+      load_w(it, st);
+      load_x(it, st);
       compute(st);
     }
     if (it < iters) {
@@ -231,6 +250,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32, kMinBlocks)
       compute(st);
     }
   }
+  if (row0 >= rows) pdl_wait();  // (never: the grid has no block past the rows; every thread waits before writing)
   // Gather: lane (g, p) takes pair p's sums from lane (g, (p + g/2) mod 4), then the 8 slot lanes add up.
   const int src = (g << 2) | ((t + (g >> 1)) & 3);
 #pragma unroll
@@ -269,9 +289,9 @@ void launch(const QuantView& q, const __nv_bfloat16* x, TY* y, const float* bias
   const unsigned blocks = static_cast<unsigned>((q.rows + 7) / 8);
   const unsigned threads = static_cast<unsigned>(32 * warps_for(iters));
   if (q.sb_bf16)
-    gemv_q_mma_kernel<kBits, W, true, TY, 8, 2><<<blocks, threads, 0, stream()>>>(q, x, y, bias);
+    launch_dependent(gemv_q_mma_kernel<kBits, W, true, TY, 8, 2>, blocks, threads, 0, q, x, y, bias);
   else
-    gemv_q_mma_kernel<kBits, W, false, TY, 8, 2><<<blocks, threads, 0, stream()>>>(q, x, y, bias);
+    launch_dependent(gemv_q_mma_kernel<kBits, W, false, TY, 8, 2>, blocks, threads, 0, q, x, y, bias);
 }
 
 template <class TY>

@@ -2,6 +2,7 @@
 // The allocator keeps freed blocks in exact-size bins (sizes rounded up) and hands them out again, so a
 // decode step that asks for the same shapes as the one before calls cudaMalloc zero times.
 #include <cstdio>
+#include <cstdlib>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -185,6 +186,13 @@ void allocator_release(const std::vector<Block>& blocks) { allocator().release(b
 cudaStream_t stream() { return rt().stream; }
 cublasHandle_t cublas() { return rt().blas; }
 int sm_count() { return rt().sms; }
+bool pdl_enabled() {
+  static const bool on = [] {
+    const char* e = std::getenv("LATHE_CUDA_PDL");
+    return !(e && e[0] == '0');
+  }();
+  return on;
+}
 
 }  // namespace cuda
 

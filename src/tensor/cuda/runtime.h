@@ -9,6 +9,8 @@ namespace lathe::cuda {
 cudaStream_t stream();
 cublasHandle_t cublas();
 int sm_count();
+// Whether launch_dependent (common.cuh) uses programmatic dependent launch; LATHE_CUDA_PDL=0 turns it off.
+bool pdl_enabled();
 
 void check(cudaError_t e, const char* what);
 void check(cublasStatus_t s, const char* what);
