@@ -113,11 +113,11 @@ nlohmann::json gemv(int64_t N, int64_t K, int bits, int gs, double copy_gbs) {
   // shortest gaps between kernels.
   cudaGraph_t graph = nullptr;
   cudaGraphExec_t exec = nullptr;
-  cudaStreamBeginCapture(cuda::stream(), cudaStreamCaptureModeThreadLocal);
+  LATHE_CUDA_CHECK(cudaStreamBeginCapture(cuda::stream(), cudaStreamCaptureModeThreadLocal));
   for (int c = 0; c < calls; ++c)
     cuda::gemv_quantized(qs[static_cast<size_t>(c % copies)], x, DType::BF16, y, DType::BF16, nullptr);
-  cudaStreamEndCapture(cuda::stream(), &graph);
-  cudaGraphInstantiate(&exec, graph, 0);
+  LATHE_CUDA_CHECK(cudaStreamEndCapture(cuda::stream(), &graph));
+  LATHE_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
   const double ms_graph = median_ms(20, [&](int) { cudaGraphLaunch(exec, cuda::stream()); }) / calls;
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);

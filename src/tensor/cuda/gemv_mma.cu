@@ -118,7 +118,6 @@ __global__ void __launch_bounds__(kMaxWarps * 32, kMinBlocks)
       uint32_t xr[kXRegs];
       float s[2], b[2];
     };
-    // A full iteration (all 8 slots inside the row) needs no clamping.
     // A full iteration (all 8 slots inside the row) needs no clamping. Weights and scales never depend on the
     // previous kernel; x does (see pdl_wait below).
     auto load_w = [&](int it, Stage& st) {
