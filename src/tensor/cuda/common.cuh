@@ -2,6 +2,7 @@
 #pragma once
 #include <cuda_bf16.h>
 
+#include <algorithm>
 #include <string>
 #include <utility>
 
@@ -33,6 +34,41 @@ __device__ __forceinline__ float warp_max(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
   return v;
+}
+
+// Block-wide sum over blockDim.x threads (a multiple of 32, ≤ 1024); every thread gets the total.
+__device__ __forceinline__ float block_sum(float v) {
+  __shared__ float part[32];
+  v = warp_sum(v);
+  if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = v;
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    float p = threadIdx.x < (blockDim.x >> 5) ? part[threadIdx.x] : 0.f;
+    p = warp_sum(p);
+    if (threadIdx.x == 0) part[0] = p;
+  }
+  __syncthreads();
+  return part[0];
+}
+
+// RMSNorm gain of element i: w[i] (w[i] + 1 for weights stored as offsets from 1), or 1 without weights.
+__device__ __forceinline__ float norm_gain(const float* w, int64_t i, bool plus_one) {
+  return w ? (plus_one ? w[i] + 1.0f : w[i]) : 1.0f;
+}
+
+// Launch shape of the one-block-per-row norm kernels, which keep a row in registers: 8 values per thread up to
+// 8192 (every hidden size in use), 32 up to 32768 (`wide`); threads a multiple of 32.
+struct NormRowLaunch {
+  bool wide = false;
+  int threads = 32;
+};
+inline NormRowLaunch norm_row_launch(int64_t D, const char* op) {
+  if (D > 32 * 1024) throw Error(ErrorKind::Unsupported, std::string(op) + ": rows above 32768 values on CUDA");
+  NormRowLaunch l;
+  l.wide = D > 8 * 1024;
+  const int per = l.wide ? 32 : 8;
+  l.threads = static_cast<int>(std::max<int64_t>(32, (D + per * 32 - 1) / (per * 32) * 32));
+  return l;
 }
 
 // Programmatic dependent launch (sm_90). A kernel launched by launch_dependent() may start while the previous

@@ -26,22 +26,12 @@ __global__ void rms_norm_kernel(const T* __restrict__ x, TO* __restrict__ out, i
   for (int k = 0; k < kPer; ++k) {
     const int64_t i = threadIdx.x + k * blockDim.x;
     v[k] = i < D ? to_f(xr[i]) : 0.f;
-    gv[k] = i < D && w ? (plus_one ? w[i] + 1.0f : w[i]) : 1.0f;  // loaded before the reduction, not after
+    gv[k] = i < D ? norm_gain(w, i, plus_one) : 1.0f;  // loaded before the reduction, not after
   }
   float ss = 0.f;
 #pragma unroll
   for (int k = 0; k < kPer; ++k) ss += v[k] * v[k];
-  __shared__ float part[32];
-  ss = warp_sum(ss);
-  if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = ss;
-  __syncthreads();
-  if (threadIdx.x < 32) {
-    float p = threadIdx.x < (blockDim.x >> 5) ? part[threadIdx.x] : 0.f;
-    p = warp_sum(p);
-    if (threadIdx.x == 0) part[0] = p;
-  }
-  __syncthreads();
-  const float inv = 1.0f / sqrtf(part[0] / static_cast<float>(D) + eps);
+  const float inv = 1.0f / sqrtf(block_sum(ss) / static_cast<float>(D) + eps);
 #pragma unroll
   for (int k = 0; k < kPer; ++k) {
     const int64_t i = threadIdx.x + k * blockDim.x;
@@ -128,16 +118,12 @@ __global__ void copy_rows_kernel(uint32_t* dst, int64_t dst_row, const uint32_t*
 void rms_norm(const void* x, DType xt, void* out, DType ot, int64_t rows, int64_t dim, const float* w, float eps,
               bool plus_one) {
   if (rows == 0) return;
-  // 8 values per thread up to 8192 (every hidden size in use), 32 up to 32768.
-  if (dim > 32 * 1024) throw Error(ErrorKind::Unsupported, "rms_norm: rows above 32768 values on CUDA");
-  const bool wide = dim > 8 * 1024;
-  const int kPer = wide ? 32 : 8;
-  const int threads = static_cast<int>(std::max<int64_t>(32, (dim + kPer * 32 - 1) / (kPer * 32) * 32));
+  const NormRowLaunch l = norm_row_launch(dim, "rms_norm");
   LATHE_DISPATCH_ACT(xt, "rms_norm", T, {
     LATHE_DISPATCH_ACT(ot, "rms_norm", TO, {
-      auto* kernel = wide ? rms_norm_kernel<T, TO, 32> : rms_norm_kernel<T, TO, 8>;
-      kernel<<<static_cast<unsigned>(rows), threads, 0, stream()>>>(static_cast<const T*>(x), static_cast<TO*>(out),
-                                                                    dim, w, eps, plus_one);
+      auto* kernel = l.wide ? rms_norm_kernel<T, TO, 32> : rms_norm_kernel<T, TO, 8>;
+      kernel<<<static_cast<unsigned>(rows), l.threads, 0, stream()>>>(static_cast<const T*>(x), static_cast<TO*>(out),
+                                                                      dim, w, eps, plus_one);
     });
   });
   check_launch("rms_norm");

@@ -14,21 +14,6 @@ struct Freqs {
   float inv_freq[256];
 };
 
-// Block-wide sum over blockDim.x threads (a multiple of 32, ≤ 1024).
-__device__ __forceinline__ float block_sum(float v) {
-  __shared__ float part[32];
-  v = warp_sum(v);
-  if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = v;
-  __syncthreads();
-  if (threadIdx.x < 32) {
-    float p = threadIdx.x < (blockDim.x >> 5) ? part[threadIdx.x] : 0.f;
-    p = warp_sum(p);
-    if (threadIdx.x == 0) part[0] = p;
-  }
-  __syncthreads();
-  return part[0];
-}
-
 // One block per (t, h) row of D ≤ 1024 values, one thread per value (blockDim.x ≥ D).
 template <class T>
 __global__ void norm_rope_kernel(const T* __restrict__ x, T* __restrict__ out, int64_t H, int64_t D,
@@ -39,7 +24,7 @@ __global__ void norm_rope_kernel(const T* __restrict__ x, T* __restrict__ out, i
   const int i = threadIdx.x;
   const float v = i < D ? to_f(x[r * D + i]) : 0.f;
   const float inv = 1.0f / sqrtf(block_sum(v * v) / static_cast<float>(D) + eps);
-  if (i < D) row[i] = (w ? (plus_one ? w[i] + 1.0f : w[i]) : 1.0f) * (v * inv);
+  if (i < D) row[i] = norm_gain(w, i, plus_one) * (v * inv);
   __syncthreads();
   if (i >= D) return;
   float o = row[i];
@@ -77,7 +62,7 @@ __global__ void qkv_rope_append_kernel(const T* __restrict__ y, T* __restrict__ 
   if (norm) {
     const float* w = is_q ? q_w : k_w;
     const float inv = 1.0f / sqrtf(block_sum(v * v) / static_cast<float>(D) + eps);
-    o = i < D ? (w ? (plus_one ? w[i] + 1.0f : w[i]) : 1.0f) * (v * inv) : 0.f;
+    o = i < D ? norm_gain(w, i, plus_one) * (v * inv) : 0.f;
   }
   if (i < D) buf[i] = o;
   __syncthreads();
@@ -110,7 +95,7 @@ __global__ void add_norm_kernel(TH* h, const TB* __restrict__ b, TO* __restrict_
     const int64_t i = threadIdx.x + k * blockDim.x;
     hv[k] = i < D ? to_f(hr[i]) : 0.f;
     bv[k] = i < D ? to_f(br[i]) : 0.f;
-    gv[k] = i < D && w ? (plus_one ? w[i] + 1.0f : w[i]) : 1.0f;  // loaded before the reduction, not after
+    gv[k] = i < D ? norm_gain(w, i, plus_one) : 1.0f;  // loaded before the reduction, not after
   }
   float ss = 0.f;
 #pragma unroll
@@ -167,17 +152,13 @@ void qkv_rope_append(const void* y, void* q_out, void* keys, void* values, DType
 void add_rms_norm(void* h, DType ht, const void* b, DType bt, void* out, DType ot, int64_t rows, int64_t D,
                   const float* w, float eps, bool plus_one) {
   if (rows == 0) return;
-  // 8 values per thread up to 8192 (every hidden size in use), 32 up to 32768.
-  if (D > 32 * 1024) throw Error(ErrorKind::Unsupported, "add_rms_norm: rows above 32768 values on CUDA");
-  const bool wide = D > 8 * 1024;
-  const int kPer = wide ? 32 : 8;
-  const int threads = static_cast<int>(std::max<int64_t>(32, (D + kPer * 32 - 1) / (kPer * 32) * 32));
+  const NormRowLaunch l = norm_row_launch(D, "add_rms_norm");
   LATHE_DISPATCH_ACT(ht, "add_rms_norm", TH, {
     LATHE_DISPATCH_ACT(bt, "add_rms_norm", TB, {
       LATHE_DISPATCH_ACT(ot, "add_rms_norm", TO, {
-        auto* kernel = wide ? add_norm_kernel<TH, TB, TO, 32> : add_norm_kernel<TH, TB, TO, 8>;
-        kernel<<<static_cast<unsigned>(rows), threads, 0, stream()>>>(static_cast<TH*>(h), static_cast<const TB*>(b),
-                                                                      static_cast<TO*>(out), D, w, eps, plus_one);
+        auto* kernel = l.wide ? add_norm_kernel<TH, TB, TO, 32> : add_norm_kernel<TH, TB, TO, 8>;
+        kernel<<<static_cast<unsigned>(rows), l.threads, 0, stream()>>>(static_cast<TH*>(h), static_cast<const TB*>(b),
+                                                                        static_cast<TO*>(out), D, w, eps, plus_one);
       });
     });
   });
