@@ -1,5 +1,5 @@
-// Softmax attention on CUDA cores, for any head size: the f32 / fallback path for decode and prefill, and the
-// its split merge (decode_attention.cu serves bf16 decode steps, flash.cu bf16 prefill).
+// Softmax attention on CUDA cores, for any head size: the f32 / fallback path for decode and prefill, and its
+// split merge (decode_attention.cu serves bf16 decode steps, flash.cu bf16 prefill).
 // Grid (query t, kv head, split); one warp per query head of the kv head's GQA group, so the group shares
 // K/V rows through L1. A warp scores 32 keys at once (one key per lane, full dot product), updates an online
 // softmax, then accumulates p·V with lanes owning output dims. With several splits, each writes (max, sum,

@@ -45,12 +45,12 @@ void dequantize_any(const QuantView& q, void* out, DType ot);
 // pos0 + t + *step_delta(); x, out [T, H, D] of type t; inv_freq a host array of dims/2 entries.
 void rms_norm_rope(const void* x, void* out, DType t, int64_t T, int64_t H, int64_t D, const float* w, float eps,
                    bool plus_one, const float* inv_freq, int dims, float scaling, int64_t pos0);
-// h += b (h F32 or BF16, b any activation type), then out = RMSNorm(h) of type ot; rows of D.
 // One decode token: q heads (normed when `norm`, roped) to q_out [Hq, D]; k heads likewise and v heads copied
 // into row `row` (+ the replay delta) of the key/value cache buffers [capacity, Hkv, D]. y: [(Hq + 2·Hkv)·D].
 void qkv_rope_append(const void* y, void* q_out, void* keys, void* values, DType t, int64_t row, int64_t Hq,
                      int64_t Hkv, int64_t D, bool norm, const float* q_w, const float* k_w, float eps, bool plus_one,
                      const float* inv_freq, int dims, float scaling, int64_t pos0);
+// h += b (h F32 or BF16, b any activation type), then out = RMSNorm(h) of type ot; rows of D.
 void add_rms_norm(void* h, DType ht, const void* b, DType bt, void* out, DType ot, int64_t rows, int64_t D,
                   const float* w, float eps, bool plus_one);
 
