@@ -95,7 +95,7 @@ __global__ void __launch_bounds__(kThreads)
   for (int base = j0; base < j1; base += kSub) {
     const int n = min(kSub, j1 - base);
     __syncthreads();  // the previous pass is done with sc; m_s/l_s initialised
-    // Four keys per lane in flight: their loads are issued before any of their math.
+    // kBatch keys per lane in flight: their loads are issued before any of their math.
     constexpr int kBatch = kG <= 4 ? 8 : 4;
     for (int jb = warp * kpw; jb < n; jb += kBatch * kWarps * kpw) {
       uint4 kr[kBatch];
