@@ -6,6 +6,7 @@
 
 #include "cache/layer_cache.h"
 #include "io/checkpoint.h"
+#include "model/batch.h"
 #include "model/config.h"
 
 namespace lathe {
@@ -20,6 +21,10 @@ class Model {
   virtual CacheList make_cache(const CacheOptions& options = {}) const = 0;
   // Runs ids after what the caches hold. Returns f32 logits [T, vocab] (all_logits) or [1, vocab] (last).
   virtual Tensor forward(const std::vector<int32_t>& ids, CacheList& caches, bool all_logits = true) = 0;
+  // One step over many sequences: f32 logits [batch.logit_rows(), vocab] on the model's device, one row per
+  // row that wants logits, in order. The base version runs the rows one after another (correct, not fast);
+  // architectures override it to share weight reads across rows.
+  virtual Tensor forward(const Batch& batch);
 
  protected:
   Model(ModelConfig config, Checkpoint ckpt) : config_(std::move(config)), ckpt_(std::move(ckpt)) {}
