@@ -1,0 +1,26 @@
+// Sampling on the logits' device ([core]): many rows at once, only token ids (and the logprobs a row asked for)
+// come back to the host. The host Sampler (engine/sampler.h) stays the definition of each method; a row this
+// path cannot serve makes sample_on_device decline, and the caller samples the whole step on the host.
+#pragma once
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "engine/sampler.h"
+#include "tensor/tensor.h"
+
+namespace lathe {
+
+struct DeviceSampleRow {
+  const SamplingParams* params = nullptr;
+  uint64_t seed = 0;  // the row's own random stream: (seed, step) as the host Sampler draws
+  uint64_t step = 0;
+  std::span<const int32_t> history;  // prompt + generated ids (penalties)
+  int top_logprobs = 0;
+};
+
+// logits: f32 [rows.size(), vocab]. Fills out (one result per row) and returns true, or returns false (out
+// untouched) when the logits are on the CPU or a row needs something the device path does not do.
+bool sample_on_device(const Tensor& logits, std::span<const DeviceSampleRow> rows, std::vector<SampleResult>& out);
+
+}  // namespace lathe
