@@ -18,7 +18,7 @@
 #include "cli/verbs.h"
 #include "common/error.h"
 #include "common/log.h"
-#include "engine/chat_session.h"
+#include "engine/model_bundle.h"
 #include "server/http_server.h"
 #include "server/server_context.h"
 
@@ -67,13 +67,14 @@ bool is_loopback(const std::string& host) { return host == "127.0.0.1" || host =
 int run_serve(ServeFlags& f) {
   const bool demo = f.model.empty();
   if (demo) f.model = find_demo_model();
-  auto session = std::make_unique<ChatSession>(f.model, f.where.load(), f.where.cache());
+  auto session = std::make_unique<ModelBundle>(f.model, f.where.load(), f.where.cache());
   if (!f.chat_template.empty())
     session->set_chat_template(ChatTemplate(read_file(f.chat_template), session->chat_template()
                                                                             ? session->chat_template()->special_tokens()
                                                                             : nlohmann::ordered_json::object()));
 
   server::ServeOptions o = f.server;
+  o.scheduler.validate();
   o.defaults.sampling = f.sampling.resolve(session->default_sampling());
   if (f.max_tokens) o.defaults.max_tokens = *f.max_tokens;
   if (!f.chat_template_args.empty()) {
@@ -143,6 +144,19 @@ Verb add_serve(CLI::App& app) {
   cmd->add_option("--max-queue", f->server.max_queue, "requests waiting for the engine before 429")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  auto& s = f->server.scheduler;
+  cmd->add_option("--max-batch", s.max_batch, "sequences decoded together in one engine step")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--max-batch-tokens", s.max_batch_tokens, "tokens in one step (prefill chunks + decode tokens)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--prefill-chunk", s.prefill_chunk, "prompt tokens one sequence feeds per step")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--kv-cache-bytes", s.kv_cache_bytes,
+                  "KV cache budget; requests that do not fit wait (default: half the available memory)")
+      ->check(CLI::NonNegativeNumber);
   return {cmd, [f] { return run_serve(*f); }};
 }
 

@@ -1,11 +1,6 @@
 #include "engine/chat_session.h"
 
-#include <algorithm>
-#include <filesystem>
-
-#include "common/error.h"
-#include "common/log.h"
-#include "io/mapped_file.h"
+#include "tokenizer/stream_decoder.h"
 
 namespace lathe {
 namespace {
@@ -20,82 +15,13 @@ class StreamAdapter : public IncrementalDecoder {
   StreamDecoder dec_;
 };
 
-void add_ids(const nlohmann::json& v, std::vector<int32_t>& out) {
-  if (v.is_number_integer()) out.push_back(v.get<int32_t>());
-  if (v.is_array())
-    for (const auto& x : v)
-      if (x.is_number_integer()) out.push_back(x.get<int32_t>());
-}
-
 }  // namespace
 
 ChatSession::ChatSession(const std::string& dir, const LoadOptions& load, const CacheOptions& cache)
-    : dir_(dir), cache_options_(cache) {
-  validate_cache_options(cache);
-  model_ = load_model(dir, load);
-  tokenizer_ = Tokenizer::load(dir);
-  namespace fs = std::filesystem;
-  if (fs::exists(fs::path(dir) / "generation_config.json")) {
-    try {
-      generation_config_ = nlohmann::json::parse(read_text_file(dir + "/generation_config.json"));
-    } catch (const nlohmann::json::exception& e) {
-      throw Error(ErrorKind::Corrupt, dir + "/generation_config.json: not valid JSON: " + e.what());
-    }
-  }
-  try {
-    template_.emplace(ChatTemplate::from_dir(dir));
-  } catch (const Error& e) {
-    log::debug(std::string("no chat template: ") + e.what());
-  }
-  eos_ = model_->config().eos_token_ids;
-  if (generation_config_.is_object() && generation_config_.contains("eos_token_id"))
-    add_ids(generation_config_["eos_token_id"], eos_);
-  if (auto id = tokenizer_->eos_id()) eos_.push_back(*id);
-  for (const char* end_of_turn : {"<|im_end|>", "<end_of_turn>", "<|eot_id|>", "<|end|>"})
-    if (auto id = tokenizer_->token_to_id(end_of_turn)) eos_.push_back(*id);
-  std::sort(eos_.begin(), eos_.end());
-  eos_.erase(std::unique(eos_.begin(), eos_.end()), eos_.end());
-  cache_ = model_->make_cache(cache_options_);
-}
-
-SamplingParams ChatSession::default_sampling() const {
-  SamplingParams p;
-  const auto& g = generation_config_;
-  if (!g.is_object()) return p;
-  if (g.contains("temperature") && g["temperature"].is_number()) p.temperature = g["temperature"].get<float>();
-  if (g.contains("top_p") && g["top_p"].is_number()) p.top_p = g["top_p"].get<float>();
-  if (g.contains("top_k") && g["top_k"].is_number_integer()) p.top_k = g["top_k"].get<int>();
-  if (g.contains("min_p") && g["min_p"].is_number()) p.min_p = g["min_p"].get<float>();
-  if (g.contains("do_sample") && g["do_sample"].is_boolean() && !g["do_sample"].get<bool>()) p.temperature = 0;
-  return p;
-}
-
-std::vector<int32_t> ChatSession::chat_prompt(const nlohmann::ordered_json& messages,
-                                              const nlohmann::ordered_json& kwargs) const {
-  if (!template_)
-    throw Error(ErrorKind::NotFound, "this model has no chat template (tokenizer_config.json or chat_template.jinja)");
-  ChatTemplateInput in;
-  in.messages = messages;
-  in.add_generation_prompt = true;
-  in.kwargs = kwargs;
-  return encode_chat_text(template_->render(in));
-}
-
-std::vector<int32_t> ChatSession::encode_chat_text(const std::string& text) const {
-  std::vector<int32_t> ids = tokenizer_->encode(text, /*add_special=*/false);
-  // The template normally writes BOS itself; add it only when the tokenizer wants one and the text lacks it.
-  const auto bos = tokenizer_->bos_id();
-  if (bos && tokenizer_->special_tokens().add_bos_token && (ids.empty() || ids.front() != *bos))
-    ids.insert(ids.begin(), *bos);
-  return ids;
-}
-
-std::vector<int32_t> ChatSession::text_prompt(const std::string& text) const {
-  return tokenizer_->encode(text, /*add_special=*/true);
-}
+    : ModelBundle(dir, load, cache), cache_(make_cache()) {}
 
 void ChatSession::reset_cache() {
-  cache_ = model_->make_cache(cache_options_);
+  cache_ = make_cache();
   cached_tokens_.clear();
 }
 
@@ -116,10 +42,10 @@ GenerateResult ChatSession::generate(const std::vector<int32_t>& prompt, const G
   }
   cached_tokens_.assign(prompt.begin(), prompt.begin() + static_cast<std::ptrdiff_t>(common));
   const std::vector<int32_t> suffix(prompt.begin() + static_cast<std::ptrdiff_t>(common), prompt.end());
-  StreamAdapter dec(*tokenizer_);
+  StreamAdapter dec(tokenizer());
   GenerateOptions o = opt;
-  if (o.eos_ids.empty()) o.eos_ids = eos_;
-  GenerateResult r = lathe::generate(*model_, cache_, suffix, o, dec, on_token);
+  if (o.eos_ids.empty()) o.eos_ids = eos_ids();
+  GenerateResult r = lathe::generate(model(), cache_, suffix, o, dec, on_token);
   r.prompt_tokens = static_cast<int>(prompt.size());
   r.cached_tokens = static_cast<int>(common);
   if (r.tokens.empty() && r.finish_reason == "cancelled") {  // stopped mid-prefill: the cache is partial

@@ -3,31 +3,36 @@
 #include <algorithm>
 #include <chrono>
 
-#include "common/error.h"
-#include "engine/stop_matcher.h"
+#include "engine/sequence_state.h"
 
 namespace lathe {
 namespace {
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// The caller keeps its decoder; the sequence only borrows it.
+class Borrowed : public IncrementalDecoder {
+ public:
+  explicit Borrowed(IncrementalDecoder& d) : d_(d) {}
+  std::string push(int32_t id) override { return d_.push(id); }
+  std::string flush() override { return d_.flush(); }
+
+ private:
+  IncrementalDecoder& d_;
+};
+
 }  // namespace
 
 GenerateResult generate(Model& model, CacheList& cache, const std::vector<int32_t>& prompt, const GenerateOptions& opt,
                         IncrementalDecoder& decoder, const std::function<void(const GeneratedToken&)>& on_token) {
-  if (prompt.empty()) throw Error(ErrorKind::InvalidArgument, "the prompt is empty");
-  if (opt.max_tokens < 0) throw Error(ErrorKind::InvalidArgument, "max_tokens must be ≥ 0");
-  GenerateResult res;
-  res.prompt_tokens = static_cast<int>(prompt.size());
-  Sampler sampler(opt.sampling, opt.eos_ids);
-  StopMatcher stops(opt.stop);
-  std::vector<int32_t> history = prompt;
-  auto cancelled = [&] { return opt.cancel && opt.cancel->load(std::memory_order_relaxed); };
+  SequenceState seq(prompt, opt, std::make_unique<Borrowed>(decoder));
+  GenerateResult& res = seq.result();
 
   const auto t0 = Clock::now();
   Tensor logits;
   const size_t chunk = static_cast<size_t>(std::max(1, opt.prefill_chunk));
   for (size_t start = 0; start < prompt.size(); start += chunk) {
-    if (cancelled()) {
+    if (seq.cancel_requested()) {
       res.finish_reason = "cancelled";
       return res;
     }
@@ -45,41 +50,19 @@ GenerateResult generate(Model& model, CacheList& cache, const std::vector<int32_
   const auto t_decode = Clock::now();
   for (;;) {
     const std::vector<float> row = logits.to_floats();
-    GeneratedToken tok;
-    tok.sample = sampler.sample(row, history, opt.top_logprobs);
-    tok.id = tok.sample.token;
-    if (res.tokens.empty()) res.ttft_seconds = since(t0);
-    res.tokens.push_back(tok.id);
-    history.push_back(tok.id);
-    const bool eos = std::find(opt.eos_ids.begin(), opt.eos_ids.end(), tok.id) != opt.eos_ids.end();
-    if (!eos) tok.text = stops.push(decoder.push(tok.id));
-    res.text += tok.text;
+    const GeneratedToken tok = seq.accept(seq.sample(row));
+    if (res.tokens.size() == 1) res.ttft_seconds = since(t0);
     if (on_token) on_token(tok);
-    if (eos || stops.stopped()) {
-      res.finish_reason = "stop";
-      res.stop_sequence = stops.matched();
-      break;
-    }
-    if (static_cast<int>(res.tokens.size()) >= opt.max_tokens) {
-      res.finish_reason = "length";
-      break;
-    }
-    if (cancelled()) {
+    if (seq.done()) break;
+    if (seq.cancel_requested()) {
       res.finish_reason = "cancelled";
       break;
     }
     logits = model.forward({tok.id}, cache, false);
   }
   res.decode_seconds = since(t_decode) - (res.ttft_seconds - res.prefill_seconds);
-  if (!stops.stopped()) {
-    std::string tail = stops.push(decoder.flush());
-    tail += stops.flush();
-    if (!tail.empty()) {
-      res.text += tail;
-      if (on_token) on_token(GeneratedToken{-1, tail, {}});
-    }
-  }
-  return res;
+  if (auto tail = seq.finish(res.finish_reason); tail && on_token) on_token(*tail);
+  return std::move(res);
 }
 
 }  // namespace lathe

@@ -1,5 +1,6 @@
 #include "server/engine_service.h"
 
+#include <algorithm>
 #include <cstdio>
 
 #include "common/log.h"
@@ -54,19 +55,87 @@ void GenerationJob::finish(GenerateResult r, std::exception_ptr error) {
   cv_.notify_all();
 }
 
-EngineService::EngineService(ChatSession& session, Metrics& metrics, size_t max_queue)
-    : session_(session), metrics_(metrics), max_queue_(max_queue), thread_([this] { loop(); }) {}
+// Scheduler callbacks for one job (engine thread): tokens and the end go to the job, latencies to the metrics.
+class EngineService::JobSink : public SequenceSink {
+ public:
+  JobSink(EngineService& service, std::shared_ptr<GenerationJob> job) : service_(service), job_(std::move(job)) {}
+  void on_token(const GeneratedToken& t) override {
+    const auto now = GenerationJob::Clock::now();
+    if (t.id >= 0) {
+      if (first_)
+        service_.metrics_.first_token(std::chrono::duration<double>(now - job_->received_).count());
+      else
+        service_.metrics_.inter_token(std::chrono::duration<double>(now - last_).count());
+      first_ = false;
+      last_ = now;
+    }
+    job_->push(TokenEvent{t.id, t.text, t.sample});
+  }
+  void on_finish(GenerateResult r) override {
+    service_.metrics_.tokens(job_->prompt_.size(), r.tokens.size());
+    if (log::level() <= log::Level::Debug) {
+      char line[256];
+      std::snprintf(line, sizeof line, "request %s: prompt %d tokens (%d cached), %zu generated, ttft %.3f s",
+                    job_->request_id_.c_str(), r.prompt_tokens, r.cached_tokens, r.tokens.size(), r.ttft_seconds);
+      log::debug(line);
+    }
+    if (r.finish_reason == "cancelled" && !job_->stopped_by_server()) {
+      service_.metrics_.cancelled();
+      log::info("request " + job_->request_id_ + ": client went away, generation stopped after " +
+                std::to_string(r.tokens.size()) + " tokens");
+    }
+    job_->finish(std::move(r));
+    service_.job_done(job_.get());
+  }
+  void on_error(std::exception_ptr e) override {
+    try {
+      std::rethrow_exception(e);
+    } catch (const std::exception& x) {
+      log::error("request " + job_->request_id_ + ": generation failed: " + x.what());
+    }
+    job_->finish(GenerateResult{}, e);
+    service_.job_done(job_.get());
+  }
+
+ private:
+  EngineService& service_;
+  std::shared_ptr<GenerationJob> job_;
+  bool first_ = true;
+  GenerationJob::Clock::time_point last_;
+};
+
+EngineService::EngineService(ModelBundle& bundle, Metrics& metrics, size_t max_queue, SchedulerOptions scheduler)
+    : metrics_(metrics), max_queue_(max_queue), scheduler_(bundle, scheduler) {
+  metrics_.set_kv_budget(scheduler_.stats().kv_bytes_budget);
+  thread_ = std::thread([this] { loop(); });
+}
 
 EngineService::~EngineService() {
+  cancel_all();
   {
     std::lock_guard lock(mu_);
     stopping_ = true;
-    for (auto& job : queue_) job->cancel();
   }
   cv_.notify_all();
   thread_.join();
 }
 
+void EngineService::cancel_all() {
+  {
+    std::lock_guard lock(mu_);
+    for (auto& job : queue_) job->stop_by_server();
+    for (GenerationJob* job : live_) job->stop_by_server();
+  }
+  cv_.notify_all();
+}
+
+void EngineService::job_done(GenerationJob* job) {
+  {
+    std::lock_guard lock(mu_);
+    live_.erase(std::remove(live_.begin(), live_.end(), job), live_.end());
+  }
+  metrics_.add_in_flight(-1);
+}
 std::shared_ptr<GenerationJob> EngineService::submit(std::vector<int32_t> prompt, GenerateOptions options,
                                                      std::string request_id) {
   auto job = std::make_shared<GenerationJob>(std::move(prompt), std::move(options), std::move(request_id));
@@ -113,61 +182,30 @@ void EngineService::finish_cancelled(GenerationJob& job) {
 }
 
 void EngineService::loop() {
+  const size_t max_rows = static_cast<size_t>(scheduler_.options().max_batch);
   for (;;) {
-    std::shared_ptr<GenerationJob> job;
+    std::vector<std::shared_ptr<GenerationJob>> take;
     {
       std::unique_lock lock(mu_);
-      cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
-      if (queue_.empty()) return;  // stopping, nothing left
-      job = std::move(queue_.front());
-      queue_.pop_front();
+      cv_.wait(lock, [&] { return stopping_ || !queue_.empty() || !scheduler_.idle(); });
+      if (stopping_ && queue_.empty() && scheduler_.idle()) return;
+      // Requests join between steps while the batch has rows free; the rest keep their queue places.
+      while (!queue_.empty() && scheduler_.rows() + take.size() < max_rows) {
+        take.push_back(std::move(queue_.front()));
+        queue_.pop_front();
+      }
+      for (auto& job : take) live_.push_back(job.get());
       metrics_.set_queue_depth(static_cast<int64_t>(queue_.size()));
     }
-    if (job->cancelled())
-      finish_cancelled(*job);
-    else
-      run(*job);
-    metrics_.add_in_flight(-1);
-  }
-}
-
-void EngineService::run(GenerationJob& job) {
-  using Clock = GenerationJob::Clock;
-  GenerateOptions opt = job.options_;
-  opt.cancel = &job.cancel_;
-  Clock::time_point last;
-  bool first = true;
-  try {
-    GenerateResult r = session_.generate(job.prompt_, opt, [&](const GeneratedToken& t) {
-      const auto now = Clock::now();
-      if (t.id >= 0) {
-        if (first)
-          metrics_.first_token(std::chrono::duration<double>(now - job.received_).count());
-        else
-          metrics_.inter_token(std::chrono::duration<double>(now - last).count());
-        first = false;
-        last = now;
-      }
-      job.push(TokenEvent{t.id, t.text, t.sample});
-    });
-    metrics_.tokens(job.prompt_.size(), r.tokens.size());
-    if (log::level() <= log::Level::Debug) {
-      char line[256];
-      std::snprintf(line, sizeof line,
-                    "request %s: prompt %d tokens (%d cached) at %.1f tok/s, %zu generated at %.1f tok/s",
-                    job.request_id_.c_str(), r.prompt_tokens, r.cached_tokens, r.prompt_tps(), r.tokens.size(),
-                    r.generation_tps());
-      log::debug(line);
+    for (auto& job : take) {  // one cancelled meanwhile leaves at the step below, without running
+      GenerateOptions opt = job->options_;
+      opt.cancel = &job->cancel_;
+      scheduler_.add(job->prompt_, std::move(opt), std::make_shared<JobSink>(*this, job));
     }
-    if (r.finish_reason == "cancelled") {
-      metrics_.cancelled();
-      log::info("request " + job.request_id_ + ": client went away, generation stopped after " +
-                std::to_string(r.tokens.size()) + " tokens");
-    }
-    job.finish(std::move(r));
-  } catch (const std::exception& e) {
-    log::error("request " + job.request_id_ + ": generation failed: " + e.what());
-    job.finish(GenerateResult{}, std::current_exception());
+    scheduler_.step();
+    const SchedulerStats& st = scheduler_.stats();
+    metrics_.set_batch(st.running, st.waiting, st.batch_rows, st.batch_tokens, st.kv_bytes_used);
+    metrics_.set_preemptions(st.preemptions);
   }
 }
 

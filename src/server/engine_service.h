@@ -1,6 +1,7 @@
-// One engine thread owns the model: generation requests queue FIFO (bounded: a full queue is a 429) and each
-// request streams its tokens back through its own GenerationJob, which the HTTP thread drains. Cancelling a
-// job (client gone) stops it at the next token, or skips it if it is still queued.
+// One engine thread owns the model and runs the scheduler (engine/scheduler.h): generation requests queue FIFO
+// (bounded: a full queue is a 429), join the running batch between steps as rows free up, and each streams its
+// tokens back through its own GenerationJob, which the HTTP thread drains. Cancelling a job (client gone) stops
+// it at the next step, or skips it if it is still queued.
 #pragma once
 #include <atomic>
 #include <chrono>
@@ -13,7 +14,8 @@
 #include <thread>
 #include <vector>
 
-#include "engine/chat_session.h"
+#include "engine/model_bundle.h"
+#include "engine/scheduler.h"
 #include "server/metrics.h"
 
 namespace lathe::server {
@@ -33,6 +35,13 @@ class GenerationJob {
   // every event has been handed out.
   bool wait(std::vector<TokenEvent>& out, std::chrono::milliseconds timeout);
   void cancel() { cancel_.store(true); }
+  // The server ends the generation (shutdown): it stops at the next step and the client still gets a
+  // complete response (finish_reason "stop") rather than a dropped stream.
+  void stop_by_server() {
+    by_server_.store(true);
+    cancel_.store(true);
+  }
+  bool stopped_by_server() const { return by_server_.load(); }
   // Tokens are flowing: the reader should poll every kCoalesce rather than rely on wake-ups alone.
   bool started() const;
   static constexpr std::chrono::milliseconds kCoalesce{3};
@@ -52,7 +61,7 @@ class GenerationJob {
   GenerateOptions options_;
   std::string request_id_;
   Clock::time_point received_;
-  std::atomic<bool> cancel_{false};
+  std::atomic<bool> cancel_{false}, by_server_{false};
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<TokenEvent> events_;
@@ -65,7 +74,7 @@ class GenerationJob {
 
 class EngineService {
  public:
-  EngineService(ChatSession& session, Metrics& metrics, size_t max_queue);
+  EngineService(ModelBundle& bundle, Metrics& metrics, size_t max_queue, SchedulerOptions scheduler = {});
   ~EngineService();
   EngineService(const EngineService&) = delete;
   EngineService& operator=(const EngineService&) = delete;
@@ -73,18 +82,24 @@ class EngineService {
   // Queues a generation. Throws ApiError(429) when max_queue requests are already waiting.
   std::shared_ptr<GenerationJob> submit(std::vector<int32_t> prompt, GenerateOptions options, std::string request_id);
   size_t queued() const;
+  // Ends every queued and running generation (stop_by_server): each finishes at the engine's next step and its
+  // client gets a proper end frame. Requests submitted afterwards run normally.
+  void cancel_all();
+  const SchedulerOptions& scheduler_options() const { return scheduler_.options(); }
 
  private:
+  class JobSink;
   void loop();
-  void run(GenerationJob& job);
   void finish_cancelled(GenerationJob& job);  // a job whose client left before it ran
+  void job_done(GenerationJob* job);
 
-  ChatSession& session_;
   Metrics& metrics_;
   size_t max_queue_;
+  Scheduler scheduler_;  // engine thread only
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::shared_ptr<GenerationJob>> queue_;
+  std::vector<GenerationJob*> live_;  // handed to the scheduler, not finished
   bool stopping_ = false;
   std::thread thread_;
 };

@@ -123,7 +123,7 @@ GenerationOutcome drive(ServerContext& ctx, GenerationJob& job, const PreparedGe
   }
   if (job.error()) std::rethrow_exception(job.error());
   OutputDelta tail = router.finish();
-  if (!tail.empty() && !job.cancelled()) on_delta(tail);
+  if (!tail.empty() && (!job.cancelled() || job.stopped_by_server())) on_delta(tail);
 
   const GenerateResult& r = job.result();
   GenerationOutcome out;
@@ -131,7 +131,9 @@ GenerationOutcome drive(ServerContext& ctx, GenerationJob& job, const PreparedGe
   out.prompt_tokens = static_cast<int>(p.prompt.size());
   out.completion_tokens = static_cast<int>(r.tokens.size());
   out.cached_tokens = r.cached_tokens;
-  if (r.finish_reason == "cancelled" || job.cancelled())
+  if (job.stopped_by_server())  // shutdown: the client still gets a complete response
+    out.finish_reason = out.output.tool_calls.empty() ? "stop" : "tool_calls";
+  else if (r.finish_reason == "cancelled" || job.cancelled())
     out.finish_reason = "cancelled";
   else if (!out.output.tool_calls.empty())
     out.finish_reason = "tool_calls";

@@ -74,6 +74,19 @@ std::string Metrics::render() const {
          std::to_string(queue_depth_.load()));
   scalar("lathe_requests_in_flight", "gauge", "Generation requests queued or running.",
          std::to_string(in_flight_.load()));
+  scalar("lathe_scheduler_running_rows", "gauge", "Sequences in the running batch.",
+         std::to_string(running_rows_.load()));
+  scalar("lathe_scheduler_waiting_rows", "gauge", "Sequences admitted to the scheduler but waiting for KV room.",
+         std::to_string(waiting_rows_.load()));
+  scalar("lathe_batch_rows", "gauge", "Rows in the last engine step.", std::to_string(batch_rows_.load()));
+  scalar("lathe_batch_tokens", "gauge", "Tokens in the last engine step (prefill chunks and decode tokens).",
+         std::to_string(batch_tokens_.load()));
+  scalar("lathe_kv_cache_bytes_used", "gauge", "KV cache bytes held by running and kept sequences.",
+         std::to_string(kv_used_.load()));
+  scalar("lathe_kv_cache_bytes_budget", "gauge", "The KV cache budget (--kv-cache-bytes).",
+         std::to_string(kv_budget_.load()));
+  scalar("lathe_preemptions_total", "counter", "Running sequences set back to wait for KV room (recomputed later).",
+         std::to_string(preemptions_.load()));
   out += "# HELP lathe_time_to_first_token_seconds Time from request arrival to the first generated token.\n";
   out += "# TYPE lathe_time_to_first_token_seconds histogram\n";
   ttft_.render("lathe_time_to_first_token_seconds", out);

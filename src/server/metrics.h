@@ -36,6 +36,16 @@ class Metrics {
   void inter_token(double seconds) { itl_.observe(seconds); }
   void set_queue_depth(int64_t n) { queue_depth_.store(n, std::memory_order_relaxed); }
   void add_in_flight(int64_t delta) { in_flight_.fetch_add(delta, std::memory_order_relaxed); }
+  // The scheduler after each step: rows running and waiting for KV room, the step's rows and tokens.
+  void set_batch(int64_t running, int64_t waiting, int64_t rows, int64_t tokens, int64_t kv_used) {
+    running_rows_.store(running, std::memory_order_relaxed);
+    waiting_rows_.store(waiting, std::memory_order_relaxed);
+    batch_rows_.store(rows, std::memory_order_relaxed);
+    batch_tokens_.store(tokens, std::memory_order_relaxed);
+    kv_used_.store(kv_used, std::memory_order_relaxed);
+  }
+  void set_preemptions(int64_t n) { preemptions_.store(n, std::memory_order_relaxed); }
+  void set_kv_budget(int64_t bytes) { kv_budget_.store(bytes, std::memory_order_relaxed); }
 
   std::string render() const;
 
@@ -44,6 +54,8 @@ class Metrics {
   std::map<std::pair<std::string, int>, uint64_t> requests_;
   std::atomic<uint64_t> prompt_tokens_{0}, generated_tokens_{0}, cancelled_{0};
   std::atomic<int64_t> queue_depth_{0}, in_flight_{0};
+  std::atomic<int64_t> running_rows_{0}, waiting_rows_{0}, batch_rows_{0}, batch_tokens_{0}, kv_used_{0};
+  std::atomic<int64_t> kv_budget_{0}, preemptions_{0};
   Histogram ttft_, itl_;
 };
 

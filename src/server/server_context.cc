@@ -7,13 +7,13 @@
 
 namespace lathe::server {
 
-ServerContext::ServerContext(ServeOptions options, std::unique_ptr<ChatSession> session)
+ServerContext::ServerContext(ServeOptions options, std::unique_ptr<ModelBundle> session)
     : options_(std::move(options)),
       session_(std::move(session)),
       started_at_(std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
                       .count()) {
   if (const ChatTemplate* t = session_->chat_template()) think_tags_ = template_uses_think_tags(t->source_text());
-  engine_ = std::make_unique<EngineService>(*session_, metrics_, options_.max_queue);
+  engine_ = std::make_unique<EngineService>(*session_, metrics_, options_.max_queue, options_.scheduler);
 }
 
 int64_t ServerContext::context_length() const { return session_->model().config().max_position_embeddings; }

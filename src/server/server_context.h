@@ -8,7 +8,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "engine/chat_session.h"
+#include "engine/model_bundle.h"
+#include "engine/scheduler.h"
 #include "server/engine_service.h"
 #include "server/generation_settings.h"
 #include "server/metrics.h"
@@ -20,6 +21,7 @@ struct ServeOptions {
   int port = 8080;
   std::string api_key;                        // empty: no authentication
   size_t max_queue = 64;                      // waiting generations before 429
+  SchedulerOptions scheduler;                 // batch rows/tokens, prefill chunk, KV budget
   size_t max_body_bytes = 16u << 20;          // larger request bodies get 413
   ServerDefaults defaults;                    // sampling and max_tokens when a request omits them
   nlohmann::ordered_json chat_template_args;  // extra template variables (request kwargs win)
@@ -28,9 +30,9 @@ struct ServeOptions {
 
 class ServerContext {
  public:
-  ServerContext(ServeOptions options, std::unique_ptr<ChatSession> session);
+  ServerContext(ServeOptions options, std::unique_ptr<ModelBundle> session);
 
-  ChatSession& session() { return *session_; }
+  ModelBundle& session() { return *session_; }
   EngineService& engine() { return *engine_; }
   Metrics& metrics() { return metrics_; }
   const ServeOptions& options() const { return options_; }
@@ -43,7 +45,7 @@ class ServerContext {
 
  private:
   ServeOptions options_;
-  std::unique_ptr<ChatSession> session_;
+  std::unique_ptr<ModelBundle> session_;
   Metrics metrics_;
   std::unique_ptr<EngineService> engine_;
   int64_t started_at_;

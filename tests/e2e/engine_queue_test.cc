@@ -22,7 +22,9 @@ GenerateResult drain(GenerationJob& job) {
 TEST(EngineQueue, CancelledQueuedRequestFreesItsPlace) {
   ChatSession session(std::string(LATHE_SOURCE_DIR) + "/models/demo");
   Metrics metrics;
-  EngineService engine(session, metrics, /*max_queue=*/1);
+  SchedulerOptions one_row;  // one running row, so the second request queues
+  one_row.max_batch = 1;
+  EngineService engine(session, metrics, /*max_queue=*/1, one_row);
   const std::vector<int32_t> prompt = session.chat_prompt({{{"role", "user"}, {"content", "hello world"}}});
   // ~100 words: the demo model echoes them in upper case, a couple of hundred tokens; the checks below run
   // between its first token and its last (in-process calls, well under a millisecond).

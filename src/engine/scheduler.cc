@@ -1,0 +1,301 @@
+#include "engine/scheduler.h"
+
+#include <algorithm>
+
+#include "common/error.h"
+#include "common/log.h"
+#include "engine/device_sampler.h"
+
+namespace lathe {
+
+struct Scheduler::Row {
+  uint64_t order = 0;  // arrival: FIFO admission, and the newest running row is preempted first
+  std::unique_ptr<SequenceState> seq;
+  std::shared_ptr<SequenceSink> sink;
+  CacheList cache;
+  bool has_cache = false;
+  int64_t fed = 0;  // history tokens the cache holds
+  bool admitted_before = false, prefilled = false;
+  Clock::time_point arrived, admitted, first_token;
+  int64_t planned = 0;  // tokens this step
+
+  int64_t input_end() const { return static_cast<int64_t>(seq->history().size()); }
+};
+
+void SchedulerOptions::validate() const {
+  auto bad = [](const std::string& why) { throw Error(ErrorKind::InvalidArgument, why); };
+  if (max_batch < 1) bad("--max-batch must be ≥ 1");
+  if (max_batch_tokens < max_batch) bad("--max-batch-tokens must be ≥ --max-batch (each row takes a token)");
+  if (prefill_chunk < 1) bad("--prefill-chunk must be ≥ 1");
+  if (kv_cache_bytes < 0) bad("--kv-cache-bytes must be ≥ 0");
+  if (reuse_slots < 0) bad("the number of reuse slots must be ≥ 0");
+}
+
+Scheduler::Scheduler(ModelBundle& bundle, SchedulerOptions options)
+    : bundle_(bundle), options_(options), budget_(bundle.model().config(), bundle.cache_options()) {
+  options_.validate();
+  if (options_.kv_cache_bytes == 0) options_.kv_cache_bytes = default_kv_cache_bytes();
+  // One prefill chunk always fits beside a decode token for every other row, so prompts always progress.
+  chunk_ = std::min<int64_t>(options_.prefill_chunk, options_.max_batch_tokens - (options_.max_batch - 1));
+  stats_.kv_bytes_budget = options_.kv_cache_bytes;
+}
+
+Scheduler::~Scheduler() = default;
+
+void Scheduler::add(std::vector<int32_t> prompt, GenerateOptions options, std::shared_ptr<SequenceSink> sink) {
+  auto row = std::make_unique<Row>();
+  row->sink = std::move(sink);
+  row->arrived = Clock::now();
+  try {
+    row->seq = std::make_unique<SequenceState>(bundle_, std::move(prompt), std::move(options));
+    const int64_t need = budget_.bytes_for(row->input_end());
+    if (need > options_.kv_cache_bytes)
+      throw Error(ErrorKind::InvalidArgument,
+                  "the prompt (" + std::to_string(row->input_end()) + " tokens) needs " + std::to_string(need) +
+                      " bytes of KV cache; the server's whole budget (--kv-cache-bytes) is " +
+                      std::to_string(options_.kv_cache_bytes));
+  } catch (...) {
+    row->sink->on_error(std::current_exception());
+    return;
+  }
+  row->order = next_order_++;
+  waiting_.push_back(std::move(row));
+  stats_.waiting = static_cast<int64_t>(waiting_.size());
+}
+
+int64_t Scheduler::claim(const Row& row, int64_t extra) const {
+  return budget_.bytes_for(std::max(row.fed + extra, row.input_end()));
+}
+
+int64_t Scheduler::idle_bytes() const {
+  int64_t b = 0;
+  for (const Idle& i : idle_) b += budget_.bytes_for(static_cast<int64_t>(i.tokens.size()));
+  return b;
+}
+
+bool Scheduler::evict_idle() {
+  if (idle_.empty()) return false;
+  idle_.pop_back();  // least recently finished
+  return true;
+}
+
+void Scheduler::drop_cancelled() {
+  for (auto it = waiting_.begin(); it != waiting_.end();) {
+    if ((*it)->seq->cancel_requested()) {
+      auto row = std::move(*it);
+      it = waiting_.erase(it);
+      finish(std::move(row), "cancelled");
+    } else {
+      ++it;
+    }
+  }
+  for (size_t i = 0; i < running_.size();) {
+    if (running_[i]->seq->cancel_requested()) {
+      auto row = std::move(running_[i]);
+      running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(i));
+      finish(std::move(row), "cancelled");
+    } else {
+      ++i;
+    }
+  }
+}
+
+// Takes the kept cache sharing the longest prefix with the row's input (at least one input token is left to
+// run, so the row gets logits), trimmed to that prefix; else a fresh cache.
+void Scheduler::attach_cache(Row& row) {
+  const std::vector<int32_t>& h = row.seq->history();
+  auto best = idle_.end();
+  size_t best_common = 0;
+  for (auto it = idle_.begin(); it != idle_.end(); ++it) {
+    size_t common = 0;
+    while (common < it->tokens.size() && common + 1 < h.size() && it->tokens[common] == h[common]) ++common;
+    const int64_t drop = static_cast<int64_t>(it->tokens.size() - common);
+    bool trimmable = true;
+    for (const auto& c : it->cache) trimmable = trimmable && c->can_trim(drop);
+    if (trimmable && common > best_common) {
+      best = it;
+      best_common = common;
+    }
+  }
+  if (best != idle_.end()) {
+    const int64_t drop = static_cast<int64_t>(best->tokens.size() - best_common);
+    for (const auto& c : best->cache) c->trim(drop);
+    row.cache = std::move(best->cache);
+    idle_.erase(best);
+    row.fed = static_cast<int64_t>(best_common);
+  } else {
+    row.cache = bundle_.make_cache();
+    row.fed = 0;
+  }
+  row.has_cache = true;
+  if (!row.admitted_before) row.seq->result().cached_tokens = static_cast<int>(row.fed);
+}
+
+void Scheduler::admit() {
+  while (!waiting_.empty() && static_cast<int>(running_.size()) < options_.max_batch) {
+    Row& row = *waiting_.front();
+    int64_t used = 0;
+    for (const auto& r : running_) used += claim(*r, 0);
+    const int64_t need = claim(row, 1);
+    // Kept caches give way to a request that needs the room (a reused one is trimmed to the row's own prefix).
+    while (used + idle_bytes() + need > options_.kv_cache_bytes && evict_idle()) {
+    }
+    if (used + idle_bytes() + need > options_.kv_cache_bytes) break;  // FIFO: it waits, and so do those after it
+    attach_cache(row);
+    if (!row.admitted_before) row.admitted = Clock::now();
+    row.admitted_before = true;
+    running_.push_back(std::move(waiting_.front()));
+    waiting_.pop_front();
+  }
+}
+
+void Scheduler::preempt(size_t index) {
+  auto row = std::move(running_[index]);
+  running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(index));
+  if (claim(*row, 0) > options_.kv_cache_bytes) {  // it could never be resumed: its budget is spent
+    finish(std::move(row), "length");
+    return;
+  }
+  row->cache.clear();
+  row->has_cache = false;
+  row->fed = 0;
+  ++stats_.preemptions;
+  log::debug("scheduler: preempted a row at " + std::to_string(row->input_end()) + " tokens (KV budget full)");
+  auto at = std::find_if(waiting_.begin(), waiting_.end(), [&](const auto& w) { return w->order > row->order; });
+  waiting_.insert(at, std::move(row));
+}
+
+void Scheduler::keep_for_reuse(Row& row) {
+  if (!row.has_cache || row.fed == 0 || options_.reuse_slots == 0) return;
+  Idle kept;
+  kept.cache = std::move(row.cache);
+  kept.tokens.assign(row.seq->history().begin(), row.seq->history().begin() + row.fed);
+  row.has_cache = false;
+  idle_.push_front(std::move(kept));
+  while (static_cast<int>(idle_.size()) > options_.reuse_slots) idle_.pop_back();
+}
+
+void Scheduler::finish(std::unique_ptr<Row> row, const std::string& reason) {
+  if (auto tail = row->seq->finish(reason)) row->sink->on_token(*tail);
+  GenerateResult& r = row->seq->result();
+  if (row->admitted_before && !r.tokens.empty())
+    r.decode_seconds = std::chrono::duration<double>(Clock::now() - row->first_token).count();
+  keep_for_reuse(*row);
+  row->sink->on_finish(std::move(r));
+}
+
+void Scheduler::sample_rows(const Tensor& logits, const std::vector<Row*>& rows) {
+  if (rows.empty()) return;
+  std::vector<SampleResult> sampled;
+  std::vector<DeviceSampleRow> dev(rows.size());
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const SequenceState& s = *rows[i]->seq;
+    dev[i] = {&s.options().sampling, s.seed(), s.steps(), s.history(), s.options().top_logprobs};
+  }
+  if (!sample_on_device(logits, dev, sampled)) {
+    const std::vector<float> host = logits.to_floats();
+    const size_t vocab = host.size() / rows.size();
+    sampled.clear();
+    for (size_t i = 0; i < rows.size(); ++i)
+      sampled.push_back(rows[i]->seq->sample(std::span<const float>(host.data() + i * vocab, vocab)));
+  }
+  const auto now = Clock::now();
+  for (size_t i = 0; i < rows.size(); ++i) {
+    Row& row = *rows[i];
+    GenerateResult& r = row.seq->result();
+    if (r.tokens.empty()) {
+      row.first_token = now;
+      r.ttft_seconds = std::chrono::duration<double>(now - row.arrived).count();
+    }
+    row.sink->on_token(row.seq->accept(sampled[i]));
+  }
+}
+
+void Scheduler::step() {
+  drop_cancelled();
+  admit();
+  // Rows grew by a token each last step: kept caches go first, then the newest rows wait again.
+  for (;;) {
+    int64_t used = idle_bytes();
+    for (const auto& r : running_) used += claim(*r, 0);
+    if (used <= options_.kv_cache_bytes) break;
+    if (evict_idle()) continue;
+    preempt(running_.size() - 1);
+  }
+  stats_.running = static_cast<int64_t>(running_.size());
+  stats_.waiting = static_cast<int64_t>(waiting_.size());
+  if (running_.empty()) return;
+
+  // Decoding rows first (one token each), then prompt chunks oldest first while the token budget lasts.
+  int64_t tokens = 0;
+  for (auto& r : running_) {
+    r->planned = r->input_end() - r->fed == 1 ? 1 : 0;
+    tokens += r->planned;
+  }
+  for (auto& r : running_) {
+    if (r->planned || r->input_end() - r->fed <= 1) continue;
+    const int64_t t = std::min(chunk_, r->input_end() - r->fed);
+    if (tokens + t > options_.max_batch_tokens) break;
+    r->planned = t;
+    tokens += t;
+  }
+  Batch batch;
+  std::vector<Row*> in_batch, sampled;
+  for (auto& r : running_) {
+    if (!r->planned) continue;
+    const auto& h = r->seq->history();
+    BatchRow br;
+    br.ids.assign(h.begin() + r->fed, h.begin() + r->fed + r->planned);
+    br.caches = &r->cache;
+    br.want_logits = r->fed + r->planned == r->input_end() && r->seq->options().max_tokens > 0;
+    if (br.want_logits) sampled.push_back(r.get());
+    in_batch.push_back(r.get());
+    batch.rows.push_back(std::move(br));
+  }
+  stats_.batch_rows = static_cast<int64_t>(batch.rows.size());
+  stats_.batch_tokens = tokens;
+  ++stats_.steps;
+
+  try {
+    const Tensor logits = bundle_.model().forward(batch);
+    const auto now = Clock::now();
+    for (Row* r : in_batch) {
+      r->fed += r->planned;
+      if (!r->prefilled && r->fed >= static_cast<int64_t>(r->seq->prompt_size())) {
+        r->prefilled = true;
+        r->seq->result().prefill_seconds = std::chrono::duration<double>(now - r->admitted).count();
+      }
+    }
+    sample_rows(logits, sampled);
+  } catch (...) {
+    // A failed forward leaves the batch's caches in an unknown state: those rows end with the error.
+    const std::exception_ptr e = std::current_exception();
+    for (Row* r : in_batch) {
+      auto it = std::find_if(running_.begin(), running_.end(), [&](const auto& x) { return x.get() == r; });
+      auto row = std::move(*it);
+      running_.erase(it);
+      row->sink->on_error(e);
+    }
+    stats_.running = static_cast<int64_t>(running_.size());
+    return;
+  }
+
+  for (size_t i = 0; i < running_.size();) {
+    Row& r = *running_[i];
+    const bool zero_budget = r.seq->options().max_tokens == 0 && r.fed == r.input_end();
+    if (r.seq->done() || zero_budget) {
+      auto row = std::move(running_[i]);
+      running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(i));
+      finish(std::move(row), "length");
+    } else {
+      ++i;
+    }
+  }
+  int64_t used = idle_bytes();
+  for (const auto& r : running_) used += budget_.bytes_for(r->fed);
+  stats_.kv_bytes_used = used;
+  stats_.running = static_cast<int64_t>(running_.size());
+  stats_.waiting = static_cast<int64_t>(waiting_.size());
+}
+
+}  // namespace lathe
