@@ -18,6 +18,12 @@ struct Scheduler::Row {
   bool admitted_before = false, prefilled = false;
   Clock::time_point arrived, admitted, first_token;
   int64_t planned = 0;  // tokens this step
+  // How the row's input was fed since `base` (the prefix reused at first admission): a resumed row replays the
+  // same forwards, so its cache — and its output — are what they would have been without the preemption.
+  int64_t base = 0;
+  std::vector<int64_t> segments;
+  size_t replayed = 0;  // segments re-run since the last resume
+  bool replaying() const { return replayed < segments.size(); }
 
   int64_t input_end() const { return static_cast<int64_t>(seq->history().size()); }
 };
@@ -106,7 +112,9 @@ void Scheduler::attach_cache(Row& row) {
   const std::vector<int32_t>& h = row.seq->history();
   auto best = idle_.end();
   size_t best_common = 0;
-  for (auto it = idle_.begin(); it != idle_.end(); ++it) {
+  // A resumed row that started from nothing replays from nothing: that recomputation is exact.
+  const bool exact_replay = row.admitted_before && row.base == 0;
+  for (auto it = idle_.begin(); it != idle_.end() && !exact_replay; ++it) {
     size_t common = 0;
     while (common < it->tokens.size() && common + 1 < h.size() && it->tokens[common] == h[common]) ++common;
     const int64_t drop = static_cast<int64_t>(it->tokens.size() - common);
@@ -128,7 +136,18 @@ void Scheduler::attach_cache(Row& row) {
     row.fed = 0;
   }
   row.has_cache = true;
-  if (!row.admitted_before) row.seq->result().cached_tokens = static_cast<int>(row.fed);
+  if (!row.admitted_before) {
+    row.seq->result().cached_tokens = static_cast<int>(row.fed);
+    row.base = row.fed;
+    row.segments.clear();
+  }
+  if (row.fed == row.base) {
+    row.replayed = 0;  // resumed from the same start: replay every recorded forward
+  } else {             // resumed from another prefix: fresh chunks from here (close, not bit-exact)
+    row.base = row.fed;
+    row.segments.clear();
+    row.replayed = 0;
+  }
 }
 
 void Scheduler::admit() {
@@ -159,6 +178,10 @@ void Scheduler::preempt(size_t index) {
   row->cache.clear();
   row->has_cache = false;
   row->fed = 0;
+  if (row->base > 0) {  // its reused prefix cannot be recomputed as it was: resume in fresh chunks
+    row->segments.clear();
+    row->base = -1;
+  }
   ++stats_.preemptions;
   log::debug("scheduler: preempted a row at " + std::to_string(row->input_end()) + " tokens (KV budget full)");
   auto at = std::find_if(waiting_.begin(), waiting_.end(), [&](const auto& w) { return w->order > row->order; });
@@ -229,12 +252,13 @@ void Scheduler::step() {
   // Decoding rows first (one token each), then prompt chunks oldest first while the token budget lasts.
   int64_t tokens = 0;
   for (auto& r : running_) {
-    r->planned = r->input_end() - r->fed == 1 ? 1 : 0;
+    const int64_t next = r->replaying() ? r->segments[r->replayed] : r->input_end() - r->fed;
+    r->planned = next == 1 ? 1 : 0;
     tokens += r->planned;
   }
   for (auto& r : running_) {
-    if (r->planned || r->input_end() - r->fed <= 1) continue;
-    const int64_t t = std::min(chunk_, r->input_end() - r->fed);
+    if (r->planned) continue;
+    const int64_t t = r->replaying() ? r->segments[r->replayed] : std::min(chunk_, r->input_end() - r->fed);
     if (tokens + t > options_.max_batch_tokens) break;
     r->planned = t;
     tokens += t;
@@ -261,6 +285,12 @@ void Scheduler::step() {
     const auto now = Clock::now();
     for (Row* r : in_batch) {
       r->fed += r->planned;
+      if (r->replaying()) {
+        ++r->replayed;
+      } else {
+        r->segments.push_back(r->planned);
+        r->replayed = r->segments.size();
+      }
       if (!r->prefilled && r->fed >= static_cast<int64_t>(r->seq->prompt_size())) {
         r->prefilled = true;
         r->seq->result().prefill_seconds = std::chrono::duration<double>(now - r->admitted).count();

@@ -1,0 +1,225 @@
+// Scheduler policy on a fixture model: batched rows produce exactly their solo tokens and logprobs (greedy and
+// seeded sampling, rows joining mid-generation, rows preempted and resumed); admission waits for KV room;
+// prompt chunks run beside decode tokens within the step's token budget; cancelled rows leave at the next
+// step; a prompt larger than the whole budget is refused; a request extending a finished one reuses its cache.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <map>
+#include <memory>
+
+#include "engine/scheduler.h"
+#include "support/fixtures.h"
+
+namespace lathe {
+namespace {
+
+struct Recorder : SequenceSink {
+  std::vector<int32_t> ids;
+  std::vector<float> logprobs;
+  std::string text;
+  std::optional<GenerateResult> result;
+  std::exception_ptr error;
+  void on_token(const GeneratedToken& t) override {
+    if (t.id >= 0) {
+      ids.push_back(t.id);
+      logprobs.push_back(t.sample.logprob);
+    }
+    text += t.text;
+  }
+  void on_finish(GenerateResult r) override { result = std::move(r); }
+  void on_error(std::exception_ptr e) override { error = e; }
+  bool done() const { return result.has_value() || error; }
+};
+
+struct Req {
+  std::vector<int32_t> prompt;
+  GenerateOptions opt;
+};
+
+class SchedulerTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { bundle_ = new ModelBundle(test::model_dir("qwen3-q4g64")); }
+  static void TearDownTestSuite() { delete bundle_; }
+
+  // Distinct first tokens keep prefix reuse out of the comparisons (it changes chunk boundaries).
+  static std::vector<Req> requests(int n) {
+    std::vector<Req> out;
+    for (int i = 0; i < n; ++i) {
+      Req r;
+      for (int k = 0; k < 5 + 7 * i; ++k) r.prompt.push_back(static_cast<int32_t>(10 + i * 31 + k * 7) % 600);
+      r.opt.max_tokens = 12 + 3 * (i % 4);
+      if (i % 2) {
+        r.opt.sampling.temperature = 0.9f;
+        r.opt.sampling.top_k = 40;
+        r.opt.sampling.seed = 1000 + i;
+      }
+      if (i % 3 == 2) r.opt.sampling.repetition_penalty = 1.3f;
+      r.opt.eos_ids = {-5};  // never: lengths stay fixed
+      out.push_back(std::move(r));
+    }
+    return out;
+  }
+  static void run(Scheduler& s, int max_steps = 100000) {
+    for (int i = 0; i < max_steps && !s.idle(); ++i) s.step();
+  }
+  // The request alone on a scheduler with the same chunking (chunk boundaries are part of a server's setup).
+  static std::shared_ptr<Recorder> solo(const Req& r, int prefill_chunk = 256) {
+    SchedulerOptions o;
+    o.max_batch = 1;
+    o.prefill_chunk = prefill_chunk;
+    o.kv_cache_bytes = 1 << 30;
+    Scheduler s(*bundle_, o);
+    auto rec = std::make_shared<Recorder>();
+    s.add(r.prompt, r.opt, rec);
+    run(s);
+    return rec;
+  }
+  static ModelBundle* bundle_;
+};
+ModelBundle* SchedulerTest::bundle_ = nullptr;
+
+TEST_F(SchedulerTest, BatchedRowsEqualSoloIncludingLateJoinersAndPreemption) {
+  const auto reqs = requests(8);
+  std::vector<std::shared_ptr<Recorder>> want;
+  for (const Req& r : reqs) want.push_back(solo(r, 6));
+
+  SchedulerOptions o;
+  o.max_batch = 8;
+  o.max_batch_tokens = 24;
+  o.prefill_chunk = 6;
+  // Room for about three rows: rows wait for admission and running rows get preempted as they grow.
+  o.kv_cache_bytes = KvBudget(bundle_->model().config(), {}).bytes_for(150);
+  Scheduler s(*bundle_, o);
+  std::vector<std::shared_ptr<Recorder>> got;
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    got.push_back(std::make_shared<Recorder>());
+    s.add(reqs[i].prompt, reqs[i].opt, got.back());
+    if (i % 2) s.step();  // later requests arrive while earlier ones generate
+  }
+  run(s);
+  EXPECT_GT(s.stats().preemptions, 0);
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    ASSERT_TRUE(got[i]->result) << i;
+    EXPECT_EQ(got[i]->ids, want[i]->ids) << "request " << i;
+    EXPECT_EQ(got[i]->logprobs, want[i]->logprobs) << "request " << i;  // bit-exact: same forwards
+    EXPECT_EQ(got[i]->text, want[i]->text) << i;
+    EXPECT_EQ(got[i]->result->finish_reason, "length");
+  }
+}
+
+TEST_F(SchedulerTest, RequestThatDoesNotFitWaitsForRoom) {
+  const auto reqs = requests(4);
+  SchedulerOptions o;
+  o.max_batch = 4;
+  o.kv_cache_bytes = KvBudget(bundle_->model().config(), {}).bytes_for(50);  // one row at a time
+  o.reuse_slots = 0;
+  Scheduler s(*bundle_, o);
+  auto a = std::make_shared<Recorder>(), b = std::make_shared<Recorder>();
+  s.add(reqs[3].prompt, reqs[3].opt, a);  // 26 prompt + 21 tokens
+  s.add(reqs[3].prompt, reqs[3].opt, b);
+  s.step();
+  EXPECT_EQ(s.stats().running, 1);
+  EXPECT_EQ(s.stats().waiting, 1);
+  while (!a->done()) s.step();
+  EXPECT_TRUE(b->ids.empty());  // never ran beside a
+  run(s);
+  EXPECT_EQ(b->ids, a->ids);
+}
+
+TEST_F(SchedulerTest, PromptChunksRunBesideDecodeTokens) {
+  SchedulerOptions o;
+  o.max_batch = 4;
+  o.max_batch_tokens = 10;
+  o.prefill_chunk = 100;  // clamped to 10 - 3 = 7 so it fits beside three decode tokens
+  o.kv_cache_bytes = 1 << 30;
+  Scheduler s(*bundle_, o);
+  auto dec = std::make_shared<Recorder>(), longp = std::make_shared<Recorder>();
+  Req d = requests(1)[0];
+  d.opt.max_tokens = 40;
+  s.add(d.prompt, d.opt, dec);
+  s.step();  // dec's prompt (5 tokens) and its first token
+  ASSERT_EQ(dec->ids.size(), 1u);
+  Req l;
+  for (int k = 0; k < 60; ++k) l.prompt.push_back(300 + k);
+  l.opt.max_tokens = 2;
+  s.add(l.prompt, l.opt, longp);
+  int steps = 0;
+  while (longp->ids.empty()) {
+    const size_t before = dec->ids.size();
+    s.step();
+    ++steps;
+    EXPECT_EQ(dec->ids.size(), before + 1) << "the decoding row got no token in step " << steps;
+    EXPECT_LE(s.stats().batch_tokens, 10);
+  }
+  EXPECT_EQ(steps, 9);  // ceil(60 / 7) prompt chunks, the last one sampling
+  run(s);
+}
+
+TEST_F(SchedulerTest, CancelledRowsLeaveAtTheNextStep) {
+  SchedulerOptions o;
+  o.max_batch = 1;
+  o.kv_cache_bytes = 1 << 30;
+  Scheduler s(*bundle_, o);
+  auto reqs = requests(2);
+  std::atomic<bool> cancel_a{false}, cancel_b{false};
+  reqs[0].opt.max_tokens = 100;
+  reqs[0].opt.cancel = &cancel_a;
+  reqs[1].opt.cancel = &cancel_b;
+  auto a = std::make_shared<Recorder>(), b = std::make_shared<Recorder>();
+  s.add(reqs[0].prompt, reqs[0].opt, a);
+  s.add(reqs[1].prompt, reqs[1].opt, b);  // queued behind a (one row)
+  s.step();
+  s.step();
+  cancel_b = true;
+  s.step();
+  ASSERT_TRUE(b->result);
+  EXPECT_EQ(b->result->finish_reason, "cancelled");
+  EXPECT_TRUE(b->ids.empty());
+  const size_t n = a->ids.size();
+  cancel_a = true;
+  s.step();
+  ASSERT_TRUE(a->result);
+  EXPECT_EQ(a->result->finish_reason, "cancelled");
+  EXPECT_EQ(a->ids.size(), n);
+  EXPECT_TRUE(s.idle());
+}
+
+TEST_F(SchedulerTest, PromptLargerThanTheBudgetIsRefused) {
+  SchedulerOptions o;
+  o.kv_cache_bytes = KvBudget(bundle_->model().config(), {}).bytes_for(8);
+  Scheduler s(*bundle_, o);
+  auto r = std::make_shared<Recorder>();
+  s.add(requests(3)[2].prompt, {}, r);  // 19 tokens
+  ASSERT_TRUE(r->error);
+  EXPECT_THROW(std::rethrow_exception(r->error), Error);
+  EXPECT_TRUE(s.idle());
+  auto empty = std::make_shared<Recorder>();
+  s.add({}, {}, empty);
+  EXPECT_TRUE(empty->error);
+}
+
+TEST_F(SchedulerTest, FinishedSequenceCacheServesARequestThatExtendsIt) {
+  SchedulerOptions o;
+  o.kv_cache_bytes = 1 << 30;
+  Scheduler s(*bundle_, o);
+  Req first = requests(3)[2];
+  auto a = std::make_shared<Recorder>();
+  s.add(first.prompt, first.opt, a);
+  run(s);
+  Req next;
+  next.prompt = first.prompt;
+  next.prompt.insert(next.prompt.end(), a->ids.begin(), a->ids.end());
+  for (int k = 0; k < 6; ++k) next.prompt.push_back(50 + k);
+  next.opt.max_tokens = 10;
+  auto b = std::make_shared<Recorder>();
+  s.add(next.prompt, next.opt, b);
+  run(s);
+  ASSERT_TRUE(b->result);
+  // Everything the first sequence fed: its prompt and all its tokens but the last.
+  EXPECT_EQ(b->result->cached_tokens, static_cast<int>(first.prompt.size() + a->ids.size() - 1));
+  EXPECT_EQ(b->ids, solo(next)->ids);
+}
+
+}  // namespace
+}  // namespace lathe
