@@ -1,0 +1,164 @@
+// Load on `lathe serve`: N concurrent streaming clients over HTTP, each sending a fixed-length prompt (token
+// ids) and reading a fixed number of tokens (EOS banned with logit_bias), for each N in --clients. Reports per
+// N the aggregate decode tok/s (all tokens / wall time), time to first token and inter-token latency p50/p99
+// as clients see them, and the server's peak RSS. Prints one JSON line.
+//
+// Usage: serve_load --lathe build/lathe [--model DIR] [--clients 1,4] [--prompt-tokens 128]
+//                   [--max-tokens 64] [--rounds 1] [--serve-arg ARG ...]
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "serve_harness.h"
+
+namespace {
+
+using bench::Clock;
+using bench::seconds;
+using nlohmann::json;
+
+double percentile(std::vector<double> v, double q) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t i = std::min(v.size() - 1, static_cast<size_t>(q * static_cast<double>(v.size() - 1) + 0.5));
+  return v[i];
+}
+
+// Token events of one streamed completion: arrival times of the SSE frames that carry text.
+struct Stream {
+  Clock::time_point sent;
+  std::vector<Clock::time_point> tokens;
+};
+
+Stream run_client(int port, const std::string& body) {
+  Stream s;
+  s.sent = Clock::now();
+  std::string pending;
+  bench::http_post(port, "/v1/completions", body, [&](const char* p, size_t n) {
+    const auto now = Clock::now();
+    pending.append(p, n);
+    for (size_t end; (end = pending.find("\n\n")) != std::string::npos; pending.erase(0, end + 2)) {
+      const std::string frame = pending.substr(0, end);
+      if (frame.rfind("data: {", 0) != 0) continue;
+      const json j = json::parse(frame.substr(6), nullptr, false);
+      if (j.is_discarded() || !j.contains("choices") || j["choices"].empty()) continue;
+      const auto& c = j["choices"][0];
+      if (c.contains("text") && c["text"].is_string() && !c["text"].get<std::string>().empty()) s.tokens.push_back(now);
+    }
+  });
+  return s;
+}
+
+std::vector<int> eos_ids(const std::string& dir) {
+  std::vector<int> ids;
+  for (const char* f : {"/config.json", "/generation_config.json"}) {
+    std::ifstream in(dir + f);
+    if (!in) continue;
+    const json j = json::parse(in, nullptr, false);
+    if (j.is_discarded() || !j.contains("eos_token_id")) continue;
+    const json& e = j["eos_token_id"];
+    if (e.is_number_integer()) ids.push_back(e.get<int>());
+    if (e.is_array())
+      for (const auto& x : e)
+        if (x.is_number_integer()) ids.push_back(x.get<int>());
+  }
+  return ids;
+}
+
+int64_t peak_rss_kib(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("VmHWM:", 0) == 0) return std::stoll(line.substr(6));
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"concurrent streaming clients against lathe serve"};
+  std::string lathe = "build/lathe", model;
+  std::vector<int> clients = {1, 4};
+  int prompt_tokens = 128, max_tokens = 64, rounds = 1;
+  std::vector<std::string> serve_args;
+  app.add_option("--lathe", lathe, "the lathe binary");
+  app.add_option("--model", model, "checkpoint directory (default: the bundled demo model)");
+  app.add_option("--clients", clients, "concurrent clients, one run each")->delimiter(',');
+  app.add_option("--prompt-tokens", prompt_tokens, "prompt length (token ids)")->check(CLI::PositiveNumber);
+  app.add_option("--max-tokens", max_tokens, "tokens each client reads")->check(CLI::PositiveNumber);
+  app.add_option("--rounds", rounds, "requests each client sends in turn")->check(CLI::PositiveNumber);
+  app.add_option("--serve-arg", serve_args, "extra argument for lathe serve (repeatable)")->allow_extra_args(false);
+  CLI11_PARSE(app, argc, argv);
+
+  try {
+    std::vector<std::string> args = {"--port", "0"};
+    if (!model.empty()) args.insert(args.end(), {"--model", model});
+    args.insert(args.end(), serve_args.begin(), serve_args.end());
+    bench::ServerProcess server(lathe, args);
+    const int port = server.wait_ready(120).first;
+    std::string dir = model;
+    if (dir.empty()) dir = (std::filesystem::path(lathe).parent_path() / "../models/demo").string();
+
+    json bias = json::object();
+    for (int id : eos_ids(dir)) bias[std::to_string(id)] = -100;
+    auto body_for = [&](int client, int round) {
+      json prompt = json::array();
+      for (int k = 0; k < prompt_tokens; ++k) prompt.push_back(5 + (client * 131 + round * 17 + k * 7) % 500);
+      return json{{"model", "m"},     {"prompt", prompt},   {"max_tokens", max_tokens},
+                  {"temperature", 0}, {"logit_bias", bias}, {"stream", true}}
+          .dump();
+    };
+    run_client(port, body_for(999, 0));  // warm-up: first-touch page faults, thread start
+
+    json runs = json::array();
+    for (int n : clients) {
+      std::vector<std::vector<Stream>> per(static_cast<size_t>(n));
+      const auto t0 = Clock::now();
+      std::vector<std::thread> threads;
+      for (int c = 0; c < n; ++c)
+        threads.emplace_back([&, c] {
+          for (int r = 0; r < rounds; ++r) per[static_cast<size_t>(c)].push_back(run_client(port, body_for(c, r)));
+        });
+      for (auto& t : threads) t.join();
+      const double wall = seconds(t0, Clock::now());
+      std::vector<double> ttft, itl;
+      int64_t tokens = 0;
+      for (const auto& streams : per)
+        for (const Stream& s : streams) {
+          tokens += static_cast<int64_t>(s.tokens.size());
+          if (s.tokens.empty()) continue;
+          ttft.push_back(seconds(s.sent, s.tokens.front()) * 1e3);
+          for (size_t i = 1; i < s.tokens.size(); ++i) itl.push_back(seconds(s.tokens[i - 1], s.tokens[i]) * 1e3);
+        }
+      runs.push_back({{"clients", n},
+                      {"tokens", tokens},
+                      {"wall_s", wall},
+                      {"aggregate_tok_s", wall > 0 ? static_cast<double>(tokens) / wall : 0},
+                      {"ttft_ms_p50", percentile(ttft, 0.5)},
+                      {"ttft_ms_p99", percentile(ttft, 0.99)},
+                      {"itl_ms_p50", percentile(itl, 0.5)},
+                      {"itl_ms_p99", percentile(itl, 0.99)}});
+    }
+    const json out = {{"bench", "serve_load"},
+                      {"model", dir},
+                      {"prompt_tokens", prompt_tokens},
+                      {"max_tokens", max_tokens},
+                      {"rounds", rounds},
+                      {"serve_args", serve_args},
+                      {"runs", runs},
+                      {"server_peak_rss_mib", static_cast<double>(peak_rss_kib(server.pid())) / 1024.0}};
+    std::printf("%s\n", out.dump().c_str());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "serve_load: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
