@@ -56,5 +56,33 @@ TEST(EngineQueue, CancelledQueuedRequestFreesItsPlace) {
   EXPECT_EQ(drain(*next).tokens.size(), 4u);
 }
 
+TEST(EngineQueue, CancelAllEndsRunningAndQueuedGenerations) {
+  ChatSession session(std::string(LATHE_SOURCE_DIR) + "/models/demo");
+  Metrics metrics;
+  SchedulerOptions one_row;
+  one_row.max_batch = 1;
+  EngineService engine(session, metrics, /*max_queue=*/4, one_row);
+  std::string words;
+  for (int i = 0; i < 8; ++i) words += "the quick brown fox jumps over the lazy dog and runs away ";
+  const std::vector<int32_t> long_prompt = session.chat_prompt({{{"role", "user"}, {"content", words}}});
+  GenerateOptions busy;
+  busy.max_tokens = 400;
+  auto running = engine.submit(long_prompt, busy, "a");
+  std::vector<TokenEvent> events;
+  while (events.empty()) ASSERT_FALSE(running->wait(events, std::chrono::milliseconds(50))) << "finished early";
+  auto queued = engine.submit(long_prompt, busy, "b");
+  engine.cancel_all();
+  const GenerateResult a = drain(*running);
+  EXPECT_EQ(a.finish_reason, "cancelled");
+  EXPECT_LT(a.tokens.size(), 400u);
+  EXPECT_TRUE(running->stopped_by_server());
+  EXPECT_EQ(drain(*queued).finish_reason, "cancelled");
+  EXPECT_TRUE(queued->stopped_by_server());
+  GenerateOptions short_run;
+  short_run.max_tokens = 4;
+  auto later = engine.submit(long_prompt, short_run, "c");  // the service goes on serving
+  EXPECT_EQ(drain(*later).tokens.size(), 4u);
+}
+
 }  // namespace
 }  // namespace lathe::server
