@@ -49,6 +49,7 @@ class SequenceState {
   uint64_t seed_;
   Sampler sampler_;
   uint64_t steps_ = 0;
+  uint64_t host_draws_ = 0;  // of steps_, those the host Sampler drew
   StopMatcher stops_;
   bool flushed_ = false;
   GenerateResult result_;

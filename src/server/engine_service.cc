@@ -106,6 +106,12 @@ class EngineService::JobSink : public SequenceSink {
 
 EngineService::EngineService(ModelBundle& bundle, Metrics& metrics, size_t max_queue, SchedulerOptions scheduler)
     : metrics_(metrics), max_queue_(max_queue), scheduler_(bundle, scheduler) {
+  const SchedulerOptions& o = scheduler_.options();
+  const int64_t per_token = std::max<int64_t>(1, scheduler_.budget().bytes_per_token());
+  log::info("scheduler: up to " + std::to_string(o.max_batch) + " sequences and " + std::to_string(o.max_batch_tokens) +
+            " tokens a step, prefill chunk " + std::to_string(o.prefill_chunk) + ", KV budget " +
+            std::to_string(o.kv_cache_bytes >> 20) + " MiB (~" + std::to_string(o.kv_cache_bytes / per_token) +
+            " tokens)");
   metrics_.set_kv_budget(scheduler_.stats().kv_bytes_budget);
   thread_ = std::thread([this] { loop(); });
 }

@@ -221,5 +221,24 @@ TEST_F(SchedulerTest, FinishedSequenceCacheServesARequestThatExtendsIt) {
   EXPECT_EQ(b->ids, solo(next)->ids);
 }
 
+TEST(KvBudget, CountsFullLayersPerTokenAndWindowsUpToTheirSize) {
+  ModelConfig c;
+  c.num_layers = 3;
+  c.num_kv_heads = 2;
+  c.head_dim = 16;
+  c.layer_types = {"full_attention", "sliding_attention", "linear_attention"};
+  c.sliding_window = 10;
+  const int64_t f32 = 2 * 2 * 16 * 4;  // K and V, 2 heads of 16, f32
+  const KvBudget plain(c, {});
+  EXPECT_EQ(plain.bytes_per_token(), f32);
+  EXPECT_EQ(plain.bytes_for(4), 2 * 4 * f32);             // full + window, both under 10
+  EXPECT_EQ(plain.bytes_for(100), 100 * f32 + 10 * f32);  // the window stops growing; the SSM layer is fixed
+  CacheOptions q8;
+  q8.kv_bits = 8;
+  q8.kv_group_size = 32;
+  // 64 values a token: 64 one-byte codes plus a scale and a bias per 32 values.
+  EXPECT_EQ(KvBudget(c, q8).bytes_per_token(), 64 + 2 * 2 * 4);
+}
+
 }  // namespace
 }  // namespace lathe
