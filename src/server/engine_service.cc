@@ -90,6 +90,9 @@ class EngineService::JobSink : public SequenceSink {
   void on_error(std::exception_ptr e) override {
     try {
       std::rethrow_exception(e);
+    } catch (const Error& x) {  // the request's own fault (InvalidArgument) is not a server error
+      (x.kind() == ErrorKind::InvalidArgument ? log::info : log::error)("request " + job_->request_id_ +
+                                                                        ": generation failed: " + x.what());
     } catch (const std::exception& x) {
       log::error("request " + job_->request_id_ + ": generation failed: " + x.what());
     }
@@ -144,6 +147,15 @@ void EngineService::job_done(GenerationJob* job) {
 }
 std::shared_ptr<GenerationJob> EngineService::submit(std::vector<int32_t> prompt, GenerateOptions options,
                                                      std::string request_id) {
+  // Refused here, before any response is sent, rather than by the scheduler after the stream has started.
+  // (The budget and the options are fixed once the service is built, so reading them here is safe.)
+  const int64_t need = scheduler_.budget().bytes_for(static_cast<int64_t>(prompt.size()));
+  if (need > scheduler_.options().kv_cache_bytes)
+    throw ApiError(400,
+                   "the prompt (" + std::to_string(prompt.size()) + " tokens) needs " + std::to_string(need) +
+                       " bytes of KV cache; the server's whole budget (--kv-cache-bytes) is " +
+                       std::to_string(scheduler_.options().kv_cache_bytes),
+                   "prompt", "context_length_exceeded");
   auto job = std::make_shared<GenerationJob>(std::move(prompt), std::move(options), std::move(request_id));
   std::vector<std::shared_ptr<GenerationJob>> dropped;
   size_t waiting = 0;

@@ -79,4 +79,13 @@ describe('batched output equals solo output', () => {
     assert.equal(metricValue(s, 'lathe_kv_cache_bytes_budget'), 153600);
     assert.equal(metricValue(s, 'lathe_scheduler_running_rows'), 0);
   });
+
+  test('a prompt larger than the whole KV budget is a 400, streamed or not', async () => {
+    const prompt = Array.from({ length: 400 }, (_, k) => (k * 13) % 600);  // 300 tokens fit
+    for (const stream of [false, true]) {
+      const r = await request(batched.server, 'POST', '/v1/completions', { body: { prompt, max_tokens: 4, stream } });
+      assert.equal(r.status, 400, r.text);
+      assert.match(r.json.error.message, /--kv-cache-bytes/);
+    }
+  });
 });
