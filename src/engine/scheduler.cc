@@ -243,7 +243,10 @@ void Scheduler::step() {
     for (const auto& r : running_) used += claim(*r, 0);
     if (used <= options_.kv_cache_bytes) break;
     if (evict_idle()) continue;
-    preempt(running_.size() - 1);
+    // The latest arrival gives way (a resumed old row sits at the back of running_ but keeps its turn).
+    const auto newest = std::max_element(running_.begin(), running_.end(),
+                                         [](const auto& a, const auto& b) { return a->order < b->order; });
+    preempt(static_cast<size_t>(newest - running_.begin()));
   }
   stats_.running = static_cast<int64_t>(running_.size());
   stats_.waiting = static_cast<int64_t>(waiting_.size());
