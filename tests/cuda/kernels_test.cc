@@ -82,7 +82,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, QuantLinear,
 TEST(CudaOps, QuantLinearRowsEqualOneRowCalls) {
   LATHE_REQUIRE_GPU();
   for (const auto& [bits, gs, K] :
-       std::vector<std::tuple<int, int, int64_t>>{{4, 64, 2560}, {8, 32, 1024}, {4, 128, 1344}}) {
+       std::vector<std::tuple<int, int, int64_t>>{{4, 64, 2560}, {8, 32, 1024}, {4, 64, 1344}, {8, 128, 2560}}) {
     const int64_t N = 333;
     const Weight wd = on_device(random_quantized(N, K, bits, gs, 21));
     const Tensor bias = Tensor::from_floats(random_floats(static_cast<size_t>(N), 22), {N}).to(Device::CUDA);
