@@ -30,6 +30,18 @@ RowSpans layout_rows(const Batch& batch, size_t cache_count, size_t pos_layer) {
   return s;
 }
 
+RowSpans single_row(const std::vector<int32_t>& ids, CacheList& caches, bool all_logits) {
+  RowSpans s;
+  s.ids = ids;
+  s.start = {0};
+  s.len = {static_cast<int64_t>(ids.size())};
+  s.pos0 = {caches.empty() ? 0 : caches[0]->offset()};
+  s.caches = {&caches};
+  for (int64_t t = all_logits ? 0 : s.tokens() - 1; t < s.tokens(); ++t)
+    s.logit_rows.push_back(static_cast<int32_t>(t));
+  return s;
+}
+
 Tensor row_part(const Tensor& x, const RowSpans& s, size_t r) { return x.slice(0, s.start[r], s.start[r] + s.len[r]); }
 
 Tensor concat_rows(const std::vector<Tensor>& parts) {

@@ -24,6 +24,9 @@ struct RowSpans {
 // positions come from layer `pos_layer` of each row's caches.
 RowSpans layout_rows(const Batch& batch, size_t cache_count, size_t pos_layer = 0);
 
+// One sequence as a one-row layout (the single-sequence forward): logits for every token or the last.
+RowSpans single_row(const std::vector<int32_t>& ids, CacheList& caches, bool all_logits);
+
 // Row r of an [N, ...] tensor laid out by spans: a view of its len[r] leading-dim rows.
 Tensor row_part(const Tensor& x, const RowSpans& s, size_t r);
 // Concatenates tensors along dim 0 (same trailing shape, type and device) into a new contiguous tensor.

@@ -88,15 +88,7 @@ Tensor DecoderModel::forward(const Batch& batch) {
 }
 
 Tensor DecoderModel::forward_tokens(const std::vector<int32_t>& ids, CacheList& caches, bool all_logits) {
-  RowSpans s;
-  s.ids = ids;
-  s.start = {0};
-  s.len = {static_cast<int64_t>(ids.size())};
-  s.pos0 = {caches[0]->offset()};
-  s.caches = {&caches};
-  for (int64_t t = all_logits ? 0 : s.tokens() - 1; t < s.tokens(); ++t)
-    s.logit_rows.push_back(static_cast<int32_t>(t));
-  return forward_rows(s);
+  return forward_rows(single_row(ids, caches, all_logits));
 }
 
 // The residual stream h stays F32. Norms whose output feeds a matmul emit the activation type (BF16 on

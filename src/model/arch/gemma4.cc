@@ -226,15 +226,7 @@ Tensor Gemma4Model::forward(const std::vector<int32_t>& ids, CacheList& caches, 
     throw Error(ErrorKind::InvalidArgument, "forward: cache list does not match the model (" +
                                                 std::to_string(caches.size()) + " caches for " +
                                                 std::to_string(donors_) + " KV layers)");
-  RowSpans s;
-  s.ids = ids;
-  s.start = {0};
-  s.len = {static_cast<int64_t>(ids.size())};
-  s.pos0 = {caches[0]->offset()};
-  s.caches = {&caches};
-  for (int64_t t = all_logits ? 0 : s.tokens() - 1; t < s.tokens(); ++t)
-    s.logit_rows.push_back(static_cast<int32_t>(t));
-  return forward_rows(s);
+  return forward_rows(single_row(ids, caches, all_logits));
 }
 
 Tensor Gemma4Model::forward(const Batch& batch) {
