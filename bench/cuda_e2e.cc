@@ -1,7 +1,8 @@
 // End-to-end CUDA benchmark of one checkpoint: prefill tok/s and time to first token for 512- and 4096-token
 // prompts, single-stream greedy decode tok/s at context 128 and 4096, peak device memory, and the cudaMalloc
-// calls made inside the decode loops (should be 0). Prints one JSON object.
-// Usage: cuda_e2e --model DIR [--dtype bf16|f32] [--decode-steps N] [--decode-only CTX]
+// calls made inside the decode loops (should be 0); with --batch, batched decode (Model::forward(const Batch&),
+// one step for B sequences, argmax on the device) at each listed batch size. Prints one JSON object.
+// Usage: cuda_e2e --model DIR [--dtype bf16|f32] [--decode-steps N] [--decode-only CTX] [--batch 1,8,32]
 // --decode-only: no warm-up or prefill runs, one decode run at CTX (for profilers: a short, predictable launch
 // sequence — the CTX-token prefill, then decode steps).
 #include <algorithm>
@@ -67,20 +68,73 @@ nlohmann::json decode(Model& m, int64_t ctx, int steps, int64_t vocab) {
           {"malloc_calls_in_loop", device_memory_stats().malloc_calls - mallocs}};
 }
 
+// B sequences prefilled to ctx tokens each, then `steps` batched decode steps (one row per sequence). B = 1 runs
+// the same Batch path, which a single row takes to the solo decode graph. Afterwards the first and the last
+// sequence are decoded again alone: greedy_equal_solo says whether their tokens matched the batched ones.
+nlohmann::json decode_batched(Model& m, int64_t ctx, int batch, int steps, int64_t vocab) {
+  const size_t B = static_cast<size_t>(batch);
+  std::vector<CacheList> caches(B);
+  std::vector<std::vector<int32_t>> toks(B);
+  auto prompt = [&](size_t b) { return random_ids(ctx, vocab, 7 + static_cast<uint32_t>(b)); };
+  for (size_t b = 0; b < B; ++b) {
+    caches[b] = m.make_cache();
+    toks[b].push_back(argmax_rows(m.forward(prompt(b), caches[b], false))[0]);
+  }
+  auto step = [&] {
+    Batch bt;
+    for (size_t b = 0; b < B; ++b) bt.rows.push_back({{toks[b].back()}, &caches[b], true, -1});
+    const std::vector<int32_t> next = argmax_rows(m.forward(bt));
+    for (size_t b = 0; b < B; ++b) toks[b].push_back(next[b]);
+  };
+  for (int i = 0; i < 2; ++i) step();  // warm-up (KV growth, graph capture, cuBLAS heuristics)
+  device_synchronize();
+  const uint64_t mallocs = device_memory_stats().malloc_calls;
+  std::vector<double> times;
+  const auto t0 = Clock::now();
+  for (int i = 0; i < steps; ++i) {
+    const auto ts = Clock::now();
+    step();
+    times.push_back(ms_since(ts));
+  }
+  const double total = ms_since(t0);
+  const uint64_t loop_mallocs = device_memory_stats().malloc_calls - mallocs;
+  std::sort(times.begin(), times.end());
+  bool equal = true;
+  for (size_t b : {size_t{0}, B - 1}) {
+    CacheList solo = m.make_cache();
+    std::vector<int32_t> t{argmax_rows(m.forward(prompt(b), solo, false))[0]};
+    while (t.size() < toks[b].size()) t.push_back(argmax_rows(m.forward({t.back()}, solo, false))[0]);
+    equal = equal && t == toks[b];
+  }
+  return {{"batch", batch},
+          {"context", ctx},
+          {"steps", steps},
+          {"tok_s", static_cast<double>(batch) * steps / (total / 1000.0)},
+          {"median_step_ms", times[times.size() / 2]},
+          {"malloc_calls_in_loop", loop_mallocs},
+          {"greedy_equal_solo", equal}};
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::string dir, dtype = "bf16";
   int steps = 128;
   int64_t decode_only = 0;
+  std::vector<int> batches;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--model")) dir = argv[i + 1];
     if (!std::strcmp(argv[i], "--dtype")) dtype = argv[i + 1];
     if (!std::strcmp(argv[i], "--decode-steps")) steps = std::atoi(argv[i + 1]);
     if (!std::strcmp(argv[i], "--decode-only")) decode_only = std::atoll(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--batch"))
+      for (const char* p = argv[i + 1]; *p; ++p)
+        if (p == argv[i + 1] || p[-1] == ',') batches.push_back(std::atoi(p));
   }
   if (dir.empty()) {
-    std::fprintf(stderr, "usage: cuda_e2e --model DIR [--dtype bf16|f32] [--decode-steps N] [--decode-only CTX]\n");
+    std::fprintf(
+        stderr,
+        "usage: cuda_e2e --model DIR [--dtype bf16|f32] [--decode-steps N] [--decode-only CTX] [--batch 1,8,32]\n");
     return 2;
   }
   if (!cuda_available()) {
@@ -94,6 +148,17 @@ int main(int argc, char** argv) {
     const double load_ms = ms_since(tl);
     const int64_t vocab = model->config().vocab_size;
     const size_t weights_bytes = device_memory_stats().in_use_bytes;
+    if (!batches.empty()) {
+      nlohmann::json out = {{"model", dir}, {"dtype", dtype}, {"weights_device_mib", weights_bytes / 1048576.0}};
+      for (int b : batches) {
+        if (b < 1) continue;
+        out["batched_decode"].push_back(decode_batched(*model, 128, b, std::min(steps, 32), vocab));
+        std::fprintf(stderr, "%s\n", out["batched_decode"].back().dump().c_str());
+      }
+      out["peak_device_mib"] = static_cast<double>(device_memory_stats().peak_reserved_bytes) / 1048576.0;
+      std::printf("%s\n", out.dump().c_str());
+      return 0;
+    }
     if (decode_only > 0) {
       std::printf("%s\n", decode(*model, decode_only, steps, vocab).dump().c_str());
       return 0;

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs on the device machine from the repository root, over what scripts/cuda_pack.sh put in .device/.
-# Usage: .device/cuda_device.sh test|kernels [--gemv-only]|gtest FILTER|e2e LIKE BITS GS|kvq LIKE BITS GS|peer LIKE ...;
+# Usage: .device/cuda_device.sh test|kernels [--gemv-only]|gtest FILTER|e2e LIKE BITS GS|batched LIKE BITS GS B,B..
+# [ENV=VAL ..]|kvq LIKE BITS GS|peer LIKE ...;
 # results go to $OUT
 # (or ./out).
 set -uo pipefail
@@ -38,6 +39,12 @@ case "$1" in
       "$dev/bin/cuda_e2e" --model "$d" | tee -a "$out/e2e.jsonl"
       shift 3
     done
+    ;;
+  batched)  # batched LIKE BITS GS BATCHES [ENV=VAL ...]: bench/cuda_e2e --batch (batched decode tok/s)
+    d=$(synth "$2" "$3" "$4")
+    b=$5
+    shift 5
+    env "$@" "$dev/bin/cuda_e2e" --model "$d" --batch "$b" | tee -a "$out/batched.jsonl"
     ;;
   kvq)  # quantized-KV quality and bytes per token (bench/cuda_kv_quant)
     shift

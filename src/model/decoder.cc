@@ -80,9 +80,21 @@ Tensor DecoderModel::forward(const std::vector<int32_t>& ids, CacheList& caches,
   return forward_tokens(ids, caches, all_logits);
 }
 
-// The residual stream h stays F32. Norms whose output feeds a matmul emit the activation type (BF16 on
-// CUDA); Gemma's post-norms, whose output is added to h, emit F32.
+Tensor DecoderModel::forward(const Batch& batch) {
+  RowSpans s = layout_rows(batch, layers_.size());
+  // One sequence takes its own path (decode graphs on CUDA); its logits are those forward_rows would return.
+  if (s.rows() == 1 && batch.rows[0].want_logits) return forward(batch.rows[0].ids, *batch.rows[0].caches, false);
+  return forward_rows(s);
+}
+
 Tensor DecoderModel::forward_tokens(const std::vector<int32_t>& ids, CacheList& caches, bool all_logits) {
+  return forward_rows(single_row(ids, caches, all_logits));
+}
+
+// The residual stream h stays F32. Norms whose output feeds a matmul emit the activation type (BF16 on
+// CUDA); Gemma's post-norms, whose output is added to h, emit F32. All rows' tokens run through the norms and
+// linears together; attention (RoPE, cache writes) runs per row inside Attention::forward_rows.
+Tensor DecoderModel::forward_rows(const RowSpans& s) {
   const DType act = config_.load.dtype;
   auto norm = [](const RMSNorm& n, const Tensor& x, DType out) {
     return rms_norm(x, n.weight, n.eps, n.plus_one, out);
@@ -92,13 +104,15 @@ Tensor DecoderModel::forward_tokens(const std::vector<int32_t>& ids, CacheList& 
   auto add_norm = [](Tensor& h, const Tensor& b, const RMSNorm& n, DType out) {
     return add_rms_norm(h, b, n.weight, n.eps, n.plus_one, out);
   };
-  Tensor h = embedding(ids, embed_);
+  Tensor h = embedding(s.ids, embed_);
   if (spec_.embed_scale != 1.0f) scale_inplace(h, spec_.embed_scale);
   Tensor pending;
+  std::vector<LayerCache*> layer_caches(s.rows());
   for (size_t i = 0; i < layers_.size(); ++i) {
     const Layer& L = layers_[i];
+    for (size_t r = 0; r < s.rows(); ++r) layer_caches[r] = (*s.caches[r])[i].get();
     const Tensor x = pending.defined() ? add_norm(h, pending, L.input_norm, act) : norm(L.input_norm, h, act);
-    Tensor a = L.attn.forward(x, *caches[i]);
+    Tensor a = L.attn.forward_rows(x, s, layer_caches);
     if (spec_.sandwich_norms) {
       Tensor m = L.mlp(add_norm(h, norm(L.post_attn_norm, a, DType::F32), L.pre_ff_norm, act), /*f32_out=*/true);
       pending = norm(L.post_ff_norm, m, DType::F32);
@@ -107,7 +121,8 @@ Tensor DecoderModel::forward_tokens(const std::vector<int32_t>& ids, CacheList& 
     }
   }
   if (pending.defined()) add_inplace(h, pending);
-  if (!all_logits) h = h.slice(0, h.dim(0) - 1, h.dim(0));
+  h = logit_inputs(h, s);
+  if (!h.defined()) return Tensor();
   Tensor logits = linear(norm(final_norm_, h, act), lm_head_, nullptr, /*f32_out=*/true);
   if (spec_.final_softcap > 0) softcap_inplace(logits, spec_.final_softcap);
   return logits;

@@ -4,6 +4,7 @@
 #include <memory>
 #include <vector>
 
+#include "model/batch_rows.h"
 #include "model/layers/attention.h"
 #include "model/layers/modules.h"
 #include "model/model.h"
@@ -29,6 +30,7 @@ class DecoderModel : public Model {
   DecoderModel(ModelConfig config, Checkpoint ckpt, const DecoderSpec& spec);
   CacheList make_cache(const CacheOptions& options = {}) const override;
   Tensor forward(const std::vector<int32_t>& ids, CacheList& caches, bool all_logits) override;
+  Tensor forward(const Batch& batch) override;
 
  private:
   struct Layer {
@@ -42,6 +44,7 @@ class DecoderModel : public Model {
   RMSNorm final_norm_;
   StepGraph step_graph_;  // decode steps on CUDA
   Tensor forward_tokens(const std::vector<int32_t>& ids, CacheList& caches, bool all_logits);
+  Tensor forward_rows(const RowSpans& s);
 };
 
 }  // namespace lathe

@@ -1,7 +1,11 @@
 // Device dispatch for ops.h: validates device tensors and calls the kernels in tensor/cuda/. Quantized linear
-// layers take the fused GEMV for one row and dequantize-to-scratch + cuBLAS for more rows (prefill).
+// layers take the fused GEMV for one row, the same GEMV per row in one launch up to LATHE_CUDA_GEMV_ROWS rows
+// (batched decode), and dequantize-to-scratch + cuBLAS above (prefill).
 #ifdef LATHE_HAVE_CUDA
 #include "tensor/ops_cuda.h"
+
+#include <algorithm>
+#include <cstdlib>
 
 #include "common/error.h"
 #include "tensor/cuda/kernels.h"
@@ -26,6 +30,15 @@ const int32_t* upload_ids(const std::vector<int32_t>& ids, int64_t vocab, Tensor
   return holder.data<int32_t>();
 }
 
+// Rows up to which a quantized linear runs as per-row GEMVs: LATHE_CUDA_GEMV_ROWS, default 16.
+int64_t gemv_rows_limit() {
+  static const int64_t limit = [] {
+    const char* e = std::getenv("LATHE_CUDA_GEMV_ROWS");
+    return e ? std::max<int64_t>(1, std::atoll(e)) : int64_t{16};
+  }();
+  return limit;
+}
+
 }  // namespace
 
 Tensor linear(const Tensor& x_in, const Weight& w, const Tensor* bias, bool f32_out) {
@@ -42,6 +55,10 @@ Tensor linear(const Tensor& x_in, const Weight& w, const Tensor* bias, bool f32_
       cuda::gemv_quantized(q, x.raw(), x.dtype(), y.raw(), yt, b);
       return y;
     }
+    // A batched decode step (few rows): the GEMV per row in one launch, weights from DRAM once, each row's
+    // result bit-identical to its solo GEMV (batched greedy equals solo greedy). Above the limit the dequantized
+    // GEMM's fixed cost (writing and reading the bf16 weights) is the cheaper one.
+    if (M <= gemv_rows_limit() && cuda::gemv_quantized_rows(q, x.raw(), x.dtype(), M, y.raw(), yt, b)) return y;
     // Prefill: dequantize once to the activation type, then a tensor-core GEMM. The scratch block returns to
     // the allocator's cache and is reused by the next layer of the same shape.
     Tensor wd = Tensor::empty({N, K}, x.dtype(), Device::CUDA);

@@ -2,6 +2,7 @@
 // bit width and group size, attention (decode with split-KV, prefill, sliding window, softcap, GQA, bf16
 // tensor-core path), and the small row ops.
 #include <cmath>
+#include <tuple>
 
 #include "cuda/cuda_test_util.h"
 #include "tensor/ops.h"
@@ -75,6 +76,30 @@ INSTANTIATE_TEST_SUITE_P(Shapes, QuantLinear,
                                            // 5 to 8 iterations of 8 groups per row
                                            QCase{4, 64, 1, 2560}, QCase{8, 64, 1, 3072}, QCase{4, 32, 1, 2048},
                                            QCase{8, 32, 1, 1792}));
+
+// Batched decode: up to 16 bf16 rows run the GEMV per row in one launch, each row bit-identical to its own
+// one-row GEMV (what makes batched greedy equal solo greedy in the linears).
+TEST(CudaOps, QuantLinearRowsEqualOneRowCalls) {
+  LATHE_REQUIRE_GPU();
+  for (const auto& [bits, gs, K] :
+       std::vector<std::tuple<int, int, int64_t>>{{4, 64, 2560}, {8, 32, 1024}, {4, 64, 1344}, {8, 128, 2560}}) {
+    const int64_t N = 333;
+    const Weight wd = on_device(random_quantized(N, K, bits, gs, 21));
+    const Tensor bias = Tensor::from_floats(random_floats(static_cast<size_t>(N), 22), {N}).to(Device::CUDA);
+    for (int64_t M : {2, 9, 16}) {
+      const Tensor x = Tensor::from_floats(random_floats(static_cast<size_t>(M * K), 23), {M, K}).to(DType::BF16);
+      const Tensor xd = x.to(Device::CUDA);
+      for (bool f32_out : {true, false}) {
+        const std::vector<float> all = linear(xd, wd, &bias, f32_out).to_floats();
+        for (int64_t m = 0; m < M; ++m) {
+          const std::vector<float> one = linear(xd.slice(0, m, m + 1), wd, &bias, f32_out).to_floats();
+          const std::vector<float> row(all.begin() + m * N, all.begin() + (m + 1) * N);
+          EXPECT_EQ(row, one) << bits << "-bit g" << gs << " K " << K << " M " << M << " row " << m;
+        }
+      }
+    }
+  }
+}
 
 struct ACase {
   int64_t T, S, Hq, Hkv, D, window;

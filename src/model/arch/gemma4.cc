@@ -24,6 +24,7 @@ class Gemma4Model : public Model {
   Gemma4Model(ModelConfig c, Checkpoint ckpt);
   CacheList make_cache(const CacheOptions& options) const override;
   Tensor forward(const std::vector<int32_t>& ids, CacheList& caches, bool all_logits) override;
+  Tensor forward(const Batch& batch) override;
 
  private:
   struct Layer {
@@ -42,8 +43,10 @@ class Gemma4Model : public Model {
     RMSNorm post_ff_norm_1, pre_ff_norm_2, post_ff_norm_2;
   };
   Tensor per_layer_inputs(const std::vector<int32_t>& ids, const Tensor& h) const;
-  void run_layer(size_t i, Tensor& h, const Tensor& ple, CacheList& caches, std::vector<KVView>& views,
-                 int64_t pos0) const;
+  // views[layer][row]: the K/V each donor layer attended over, for the KV-shared layers after it.
+  void run_layer(size_t i, Tensor& h, const Tensor& ple, const RowSpans& s,
+                 std::vector<std::vector<KVView>>& views) const;
+  Tensor forward_rows(const RowSpans& s) const;
 
   Weight embed_;
   float embed_scale_ = 1.0f;
@@ -183,15 +186,21 @@ Tensor Gemma4Model::per_layer_inputs(const std::vector<int32_t>& ids, const Tens
   return convert(proj, act).transpose(0, 1).contiguous();
 }
 
-void Gemma4Model::run_layer(size_t i, Tensor& h, const Tensor& ple, CacheList& caches, std::vector<KVView>& views,
-                            int64_t pos0) const {
+void Gemma4Model::run_layer(size_t i, Tensor& h, const Tensor& ple, const RowSpans& s,
+                            std::vector<std::vector<KVView>>& views) const {
   const Layer& Ly = layers_[i];
   const DType act = config_.load.dtype;
   auto to_act = [act](const RMSNorm& n, const Tensor& x) { return rms_norm(x, n.weight, n.eps, n.plus_one, act); };
   auto to_f32 = [](const RMSNorm& n, const Tensor& x) { return rms_norm(x, n.weight, n.eps, n.plus_one, DType::F32); };
   const Tensor x = to_act(Ly.input_norm, h);
-  Tensor a = Ly.kv_donor >= 0 ? Ly.attn.forward_shared(x, views[static_cast<size_t>(Ly.kv_donor)], pos0)
-                              : Ly.attn.forward(x, *caches[i], &views[i]);
+  Tensor a;
+  if (Ly.kv_donor >= 0) {
+    a = Ly.attn.forward_shared_rows(x, s, views[static_cast<size_t>(Ly.kv_donor)]);
+  } else {
+    std::vector<LayerCache*> caches(s.rows());
+    for (size_t r = 0; r < s.rows(); ++r) caches[r] = (*s.caches[r])[i].get();
+    a = Ly.attn.forward_rows(x, s, caches, &views[i]);
+  }
   add_inplace(h, to_f32(Ly.post_attn_norm, a));
 
   Tensor m = Ly.mlp(to_act(Ly.pre_ff_norm, h), /*f32_out=*/true);
@@ -217,13 +226,22 @@ Tensor Gemma4Model::forward(const std::vector<int32_t>& ids, CacheList& caches, 
     throw Error(ErrorKind::InvalidArgument, "forward: cache list does not match the model (" +
                                                 std::to_string(caches.size()) + " caches for " +
                                                 std::to_string(donors_) + " KV layers)");
-  const int64_t pos0 = caches[0]->offset();
-  Tensor h = embedding(ids, embed_);
+  return forward_rows(single_row(ids, caches, all_logits));
+}
+
+Tensor Gemma4Model::forward(const Batch& batch) {
+  return forward_rows(layout_rows(batch, static_cast<size_t>(donors_)));
+}
+
+// All rows' tokens share the embeddings, PLE, norms, linears and experts; attention runs per row.
+Tensor Gemma4Model::forward_rows(const RowSpans& s) const {
+  Tensor h = embedding(s.ids, embed_);
   scale_inplace(h, embed_scale_);
-  const Tensor ple = ple_dim_ > 0 ? per_layer_inputs(ids, h) : Tensor();
-  std::vector<KVView> views(layers_.size());
-  for (size_t i = 0; i < layers_.size(); ++i) run_layer(i, h, ple, caches, views, pos0);
-  if (!all_logits) h = h.slice(0, h.dim(0) - 1, h.dim(0));
+  const Tensor ple = ple_dim_ > 0 ? per_layer_inputs(s.ids, h) : Tensor();
+  std::vector<std::vector<KVView>> views(layers_.size());
+  for (size_t i = 0; i < layers_.size(); ++i) run_layer(i, h, ple, s, views);
+  h = logit_inputs(h, s);
+  if (!h.defined()) return Tensor();
   const Tensor x = rms_norm(h, final_norm_.weight, final_norm_.eps, final_norm_.plus_one, config_.load.dtype);
   Tensor logits = linear(x, embed_, nullptr, /*f32_out=*/true);
   if (final_softcap_ > 0) softcap_inplace(logits, final_softcap_);

@@ -21,8 +21,10 @@ class Qwen35Model : public Model {
   Qwen35Model(ModelConfig c, Checkpoint ckpt);
   CacheList make_cache(const CacheOptions& options) const override;
   Tensor forward(const std::vector<int32_t>& ids, CacheList& caches, bool all_logits) override;
+  Tensor forward(const Batch& batch) override;
 
  private:
+  Tensor forward_rows(const RowSpans& s) const;
   struct Layer {
     bool linear = false;
     GatedDeltaNet delta;
@@ -109,25 +111,39 @@ Tensor Qwen35Model::forward(const std::vector<int32_t>& ids, CacheList& caches, 
   if (ids.empty()) throw Error(ErrorKind::InvalidArgument, "forward: no tokens");
   if (caches.size() != layers_.size())
     throw Error(ErrorKind::InvalidArgument, "forward: cache list does not match the model");
+  return forward_rows(single_row(ids, caches, all_logits));
+}
+
+Tensor Qwen35Model::forward(const Batch& batch) { return forward_rows(layout_rows(batch, layers_.size())); }
+
+// All rows' tokens share the norms, projections and MLPs; each row's SSM state and KV cache advance on its own.
+Tensor Qwen35Model::forward_rows(const RowSpans& s) const {
   // The residual stream h stays F32; norms feeding a matmul emit the activation type (BF16 in CUDA bf16 runs).
   const DType act = config_.load.dtype;
   auto norm = [act](const RMSNorm& n, const Tensor& x) { return rms_norm(x, n.weight, n.eps, n.plus_one, act); };
-  Tensor h = embedding(ids, embed_);
+  Tensor h = embedding(s.ids, embed_);
+  std::vector<LayerCache*> caches(s.rows());
+  std::vector<SSMCache*> states(s.rows());
   for (size_t i = 0; i < layers_.size(); ++i) {
     const Layer& L = layers_[i];
     const Tensor x = norm(L.input_norm, h);
     Tensor a;
     if (L.linear) {
-      auto* ssm = dynamic_cast<SSMCache*>(caches[i].get());
-      if (!ssm) throw Error(ErrorKind::InvalidArgument, "forward: layer " + std::to_string(i) + " needs an ssm cache");
-      a = L.delta.forward(x, *ssm);
+      for (size_t r = 0; r < s.rows(); ++r) {
+        states[r] = dynamic_cast<SSMCache*>((*s.caches[r])[i].get());
+        if (!states[r])
+          throw Error(ErrorKind::InvalidArgument, "forward: layer " + std::to_string(i) + " needs an ssm cache");
+      }
+      a = L.delta.forward_rows(x, s, states);
     } else {
-      a = L.attn.forward(x, *caches[i]);
+      for (size_t r = 0; r < s.rows(); ++r) caches[r] = (*s.caches[r])[i].get();
+      a = L.attn.forward_rows(x, s, caches);
     }
     add_inplace(h, a);
     add_inplace(h, L.mlp(norm(L.post_attn_norm, h), /*f32_out=*/true));
   }
-  if (!all_logits) h = h.slice(0, h.dim(0) - 1, h.dim(0));
+  h = logit_inputs(h, s);
+  if (!h.defined()) return Tensor();
   return linear(norm(final_norm_, h), lm_head_, nullptr, /*f32_out=*/true);
 }
 

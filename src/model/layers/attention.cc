@@ -61,7 +61,7 @@ Tensor Attention::project_q(const Tensor& q_lin, int64_t pos0, Tensor* gate) con
   return q;
 }
 
-Tensor Attention::finish(const Tensor& q, const Tensor& gate, const KVView& kv, int64_t pos0) const {
+Tensor Attention::attend_heads(const Tensor& q, const Tensor& gate, const KVView& kv, int64_t pos0) const {
   const int64_t T = q.dim(0);
   AttentionParams ap;
   ap.scale = spec_.scale;
@@ -70,16 +70,37 @@ Tensor Attention::finish(const Tensor& q, const Tensor& gate, const KVView& kv, 
   ap.q_pos0 = pos0;
   Tensor out = attend(q, kv, ap).reshape({T, spec_.heads * spec_.head_dim});
   if (spec_.q_gate) out = sigmoid_mul(out, gate);
-  return linear(out, o_.w, o_.bias.defined() ? &o_.bias : nullptr, spec_.f32_out);
+  return out;
+}
+
+Tensor Attention::out_proj(const Tensor& heads) const {
+  return linear(heads, o_.w, o_.bias.defined() ? &o_.bias : nullptr, spec_.f32_out);
+}
+
+Tensor Attention::finish(const Tensor& q, const Tensor& gate, const KVView& kv, int64_t pos0) const {
+  return out_proj(attend_heads(q, gate, kv, pos0));
+}
+
+void Attention::project_kv(const Tensor& k_lin, const Tensor& v_lin, int64_t pos0, Tensor& k, Tensor& v) const {
+  const int64_t T = k_lin.dim(0);
+  const Tensor k_raw = k_lin.reshape({T, spec_.kv_heads, spec_.head_dim});
+  v = spec_.k_eq_v ? k_raw : v_lin.reshape({T, spec_.kv_heads, spec_.head_dim});
+  if (spec_.qk_norm) {  // one pass (one launch on CUDA) for the norm and the rotation
+    k = rms_norm_rope(k_raw, k_norm_.weight, k_norm_.eps, k_norm_.plus_one, spec_.rope, pos0);
+  } else {
+    k = k_raw.clone();
+    rope_inplace(k, spec_.rope, pos0);
+  }
+  if (spec_.v_norm) v = v_norm_(v);
 }
 
 Tensor Attention::forward(const Tensor& x, LayerCache& cache, KVView* kv_out) const {
   LATHE_CHECK(!spec_.kv_shared, "a KV-shared attention layer has no cache of its own");
-  const int64_t T = x.dim(0), pos0 = cache.offset();
+  const int64_t pos0 = cache.offset();
   Tensor gate, q_lin, k_lin, v_lin;
   // Decode: one GEMV over the stacked rows (its column slices of one token are contiguous). Prefill: a GEMM per
   // row view, so each output is contiguous (slicing one [T, q+k+v] output would need three copies).
-  if (fused_qkv_ && T == 1) {
+  if (fused_qkv_ && x.dim(0) == 1) {
     const Tensor y = linear(x, qkv_);
     const int64_t qo = q_.w.out_features(), ko = k_.w.out_features();
     // On a device, one kernel norms and ropes q and k and writes k and v straight into the cache's row.
@@ -100,16 +121,8 @@ Tensor Attention::forward(const Tensor& x, LayerCache& cache, KVView* kv_out) co
     if (!spec_.k_eq_v) v_lin = v_(x);
   }
   const Tensor q = project_q(q_lin, pos0, &gate);
-  const Tensor k_raw = k_lin.reshape({T, spec_.kv_heads, spec_.head_dim});
-  Tensor v = spec_.k_eq_v ? k_raw : v_lin.reshape({T, spec_.kv_heads, spec_.head_dim});
-  Tensor k;
-  if (spec_.qk_norm) {  // one pass (one launch on CUDA) for the norm and the rotation
-    k = rms_norm_rope(k_raw, k_norm_.weight, k_norm_.eps, k_norm_.plus_one, spec_.rope, pos0);
-  } else {
-    k = k_raw.clone();
-    rope_inplace(k, spec_.rope, pos0);
-  }
-  if (spec_.v_norm) v = v_norm_(v);
+  Tensor k, v;
+  project_kv(k_lin, v_lin, pos0, k, v);
   const KVView kv = cache.update(k, v);
   if (kv_out) *kv_out = kv;
   return finish(q, gate, kv, pos0);
@@ -119,6 +132,41 @@ Tensor Attention::forward_shared(const Tensor& x, const KVView& kv, int64_t pos0
   Tensor gate;
   const Tensor q = project_q(q_(x), pos0, &gate);
   return finish(q, gate, kv, pos0);
+}
+
+Tensor Attention::forward_rows(const Tensor& x, const RowSpans& s, const std::vector<LayerCache*>& caches,
+                               std::vector<KVView>* kv_out) const {
+  LATHE_CHECK(!spec_.kv_shared, "a KV-shared attention layer has no cache of its own");
+  LATHE_CHECK(caches.size() == s.rows(), "forward_rows: one cache per row");
+  if (kv_out) kv_out->assign(s.rows(), KVView());
+  if (s.rows() == 1) return forward(x, *caches[0], kv_out ? &(*kv_out)[0] : nullptr);
+  const Tensor q_lin = q_(x), k_lin = k_(x), v_lin = spec_.k_eq_v ? Tensor() : v_(x);
+  std::vector<Tensor> heads;
+  heads.reserve(s.rows());
+  for (size_t r = 0; r < s.rows(); ++r) {
+    const int64_t pos0 = caches[r]->offset();
+    Tensor gate, k, v;
+    const Tensor q = project_q(row_part(q_lin, s, r), pos0, &gate);
+    project_kv(row_part(k_lin, s, r), spec_.k_eq_v ? Tensor() : row_part(v_lin, s, r), pos0, k, v);
+    const KVView kv = caches[r]->update(k, v);
+    heads.push_back(attend_heads(q, gate, kv, pos0));
+    if (kv_out) (*kv_out)[r] = kv;
+  }
+  return out_proj(concat_rows(heads));
+}
+
+Tensor Attention::forward_shared_rows(const Tensor& x, const RowSpans& s, const std::vector<KVView>& kv) const {
+  LATHE_CHECK(kv.size() == s.rows(), "forward_shared_rows: one view per row");
+  if (s.rows() == 1) return forward_shared(x, kv[0], s.pos0[0]);
+  const Tensor q_lin = q_(x);
+  std::vector<Tensor> heads;
+  heads.reserve(s.rows());
+  for (size_t r = 0; r < s.rows(); ++r) {
+    Tensor gate;
+    const Tensor q = project_q(row_part(q_lin, s, r), s.pos0[r], &gate);
+    heads.push_back(attend_heads(q, gate, kv[r], s.pos0[r]));
+  }
+  return out_proj(concat_rows(heads));
 }
 
 }  // namespace lathe

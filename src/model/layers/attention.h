@@ -6,6 +6,7 @@
 #include <string>
 
 #include "cache/layer_cache.h"
+#include "model/batch_rows.h"
 #include "model/layers/modules.h"
 #include "tensor/ops_extra.h"
 
@@ -40,12 +41,24 @@ class Attention {
   Tensor forward(const Tensor& x, LayerCache& cache, KVView* kv_out = nullptr) const;
   // A KV-shared layer: queries at positions pos0.. attend over a donor's view from the same forward.
   Tensor forward_shared(const Tensor& x, const KVView& kv, int64_t pos0) const;
+  // Batched: x [N, hidden] holds the rows of s; caches[r] is row r's cache of this layer. The projections run
+  // once over all rows, RoPE, cache writes and attention per row at its own positions. kv_out (when given)
+  // receives each row's view. One row takes forward()'s path (the decode fast path, graphs).
+  Tensor forward_rows(const Tensor& x, const RowSpans& s, const std::vector<LayerCache*>& caches,
+                      std::vector<KVView>* kv_out = nullptr) const;
+  // Batched KV-shared layer: row r's queries attend over kv[r], a donor's view from the same forward.
+  Tensor forward_shared_rows(const Tensor& x, const RowSpans& s, const std::vector<KVView>& kv) const;
   const AttentionSpec& spec() const { return spec_; }
 
  private:
   // q: the q_proj output [T, q_out]; returns the normed, roped query heads (and the gate of a q_gate layer).
   Tensor project_q(const Tensor& q, int64_t pos0, Tensor* gate) const;
   Tensor finish(const Tensor& q, const Tensor& gate, const KVView& kv, int64_t pos0) const;
+  // Attention of one row's queries over its view, gated where the layer has a gate: [T, heads · head_dim].
+  Tensor attend_heads(const Tensor& q, const Tensor& gate, const KVView& kv, int64_t pos0) const;
+  // One row's keys and values from its k/v projections [T, kv_out] (normed, roped at pos0).
+  void project_kv(const Tensor& k_lin, const Tensor& v_lin, int64_t pos0, Tensor& k, Tensor& v) const;
+  Tensor out_proj(const Tensor& heads) const;
   AttentionSpec spec_;
   Linear q_, k_, v_, o_;
   Weight qkv_;  // on a device: q, k (and v) stacked (one GEMV); q_/k_/v_ are then row views of it

@@ -53,4 +53,36 @@ Tensor GatedDeltaNet::forward(const Tensor& x, SSMCache& cache) const {
   return linear(n, out_.w, nullptr, /*f32_out=*/true);
 }
 
+Tensor GatedDeltaNet::forward_rows(const Tensor& x, const RowSpans& s, const std::vector<SSMCache*>& caches) const {
+  LATHE_CHECK(caches.size() == s.rows(), "forward_rows: one state per row");
+  if (s.rows() == 1) return forward(x, *caches[0]);
+  auto proj = [&x](const Linear& l) { return linear(x, l.w, nullptr, /*f32_out=*/true); };
+  const int64_t N = x.dim(0), Hk = spec_.k_heads, Hv = spec_.v_heads, Dk = spec_.k_dim, Dv = spec_.v_dim;
+  const int64_t key_dim = Hk * Dk;
+  const Tensor qkv = proj(in_qkv_);
+  std::vector<Tensor> mixed_rows;
+  for (size_t r = 0; r < s.rows(); ++r) {
+    Tensor& conv_state = caches[r]->conv_state(spec_.conv_kernel - 1, conv_w_.dim(0), x.device());
+    mixed_rows.push_back(causal_conv1d_silu(row_part(qkv, s, r), conv_w_, conv_state));
+  }
+  const Tensor mixed = concat_rows(mixed_rows);
+  Tensor q = l2_normalize(mixed.slice(1, 0, key_dim).reshape({N, Hk, Dk}), 1e-6f);
+  const Tensor k = l2_normalize(mixed.slice(1, key_dim, 2 * key_dim).reshape({N, Hk, Dk}), 1e-6f);
+  const Tensor v = mixed.slice(1, 2 * key_dim, mixed.dim(1)).contiguous().reshape({N, Hv, Dv});
+  scale_inplace(q, 1.0f / std::sqrt(static_cast<float>(Dk)));
+  Tensor g, beta;
+  delta_gates(proj(in_a_), proj(in_b_), neg_a_, dt_bias_, g, beta);
+  std::vector<Tensor> ys;
+  for (size_t r = 0; r < s.rows(); ++r) {
+    Tensor& state = caches[r]->recurrent_state(Hv, Dv, Dk, x.device());
+    ys.push_back(gated_delta_rule(row_part(q, s, r), row_part(k, s, r), row_part(v, s, r), row_part(g, s, r),
+                                  row_part(beta, s, r), state));
+    caches[r]->advance(s.len[r]);
+  }
+  const Tensor z = proj(in_z_).reshape({N, Hv, Dv});
+  const Tensor n =
+      convert(rms_norm_gated(concat_rows(ys), z, norm_w_, spec_.norm_eps).reshape({N, Hv * Dv}), x.dtype());
+  return linear(n, out_.w, nullptr, /*f32_out=*/true);
+}
+
 }  // namespace lathe

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "cache/ssm_cache.h"
+#include "model/batch_rows.h"
 #include "model/layers/modules.h"
 
 namespace lathe {
@@ -22,6 +23,9 @@ class GatedDeltaNet {
   // x: [T, hidden] after the tokens the cache has seen (the activation type: F32, or BF16 on CUDA); returns
   // [T, hidden] F32 (for the F32 residual) and advances the cache.
   Tensor forward(const Tensor& x, SSMCache& cache) const;
+  // Batched: x [N, hidden] holds the rows of s, caches[r] row r's state. Projections, norms and out_proj run
+  // once over all rows; the conv window and the recurrence per row over its own state.
+  Tensor forward_rows(const Tensor& x, const RowSpans& s, const std::vector<SSMCache*>& caches) const;
   // Whether the conv weight was stored in HF layout [C, 1, K] (an unconverted checkpoint) rather than
   // MLX's [C, K, 1]; unconverted Qwen3.5 checkpoints also keep zero-centred (1 + w) RMSNorm weights.
   bool hf_layout() const { return hf_layout_; }

@@ -70,11 +70,15 @@ __device__ __forceinline__ void load_words(const uint32_t* p, uint32_t* out) {
 // + g mod 2, so the useful diagonal entry D[g][σ_p(g)] lands in lane (g, (g/2 + p) mod 4): every lane gets the
 // sums of exactly one (row pair, slot) per iteration, and scale and bias are applied for 2 rows per lane
 // instead of 8 rows on a quarter of the lanes.
-// A block is one set of 8 rows; its warps (blockDim.x / 32, chosen by the host) split the iterations.
+// A block is one set of 8 rows of one token; its warps (blockDim.x / 32, chosen by the host) split the
+// iterations. With several tokens (x [tokens, K], y [tokens, N]) the token index varies fastest over the grid, so
+// the blocks reading one set of weight rows run together and all but the first find them in L2; each token's
+// result is computed exactly as a one-token launch computes it (same blocks, lanes and summation order), so a row's
+// output never depends on how many tokens share the launch.
 template <int kBits, int W, bool kSbBf16, class TY, int kMaxWarps, int kMinBlocks>
 __global__ void __launch_bounds__(kMaxWarps * 32, kMinBlocks)
     gemv_q_mma_kernel(const QuantView q, const __nv_bfloat16* __restrict__ x, TY* __restrict__ y,
-                      const float* __restrict__ bias) {
+                      const float* __restrict__ bias, int tokens) {
   using SB = std::conditional_t<kSbBf16, __nv_bfloat16, float>;
   constexpr int kRows = 8;                 // rows per block (4 mma row pairs)
   constexpr int kGroup = 128 * W / kBits;  // values per quantization group
@@ -86,7 +90,10 @@ __global__ void __launch_bounds__(kMaxWarps * 32, kMinBlocks)
   const int g = lane >> 2, t = lane & 3, e = g & 1;
   const int rows = static_cast<int>(q.rows);
   const int nwarps = static_cast<int>(blockDim.x >> 5);
-  const int row0 = static_cast<int>(blockIdx.x) * kRows;
+  const int token = static_cast<int>(blockIdx.x) % tokens;
+  const int row0 = static_cast<int>(blockIdx.x) / tokens * kRows;
+  x += static_cast<int64_t>(token) * q.cols;
+  y += static_cast<int64_t>(token) * q.rows;
   const int groups = static_cast<int>(q.cols / kGroup);
   const int pm = (t - (g >> 1)) & 3;  // the row pair whose sums this lane receives, at slot 2t + e
   __shared__ float part[kMaxWarps][kRows];
@@ -282,26 +289,26 @@ int warps_for(int iters) {
 }
 
 template <int kBits, int W, class TY>
-void launch(const QuantView& q, const __nv_bfloat16* x, TY* y, const float* bias) {
+void launch(const QuantView& q, const __nv_bfloat16* x, TY* y, const float* bias, int tokens) {
   constexpr int kGroup = 128 * W / kBits;
   const int iters = static_cast<int>((q.cols / kGroup + 7) / 8);
-  const unsigned blocks = static_cast<unsigned>((q.rows + 7) / 8);
+  const unsigned blocks = static_cast<unsigned>((q.rows + 7) / 8 * tokens);
   const unsigned threads = static_cast<unsigned>(32 * warps_for(iters));
   if (q.sb_bf16)
-    launch_dependent(gemv_q_mma_kernel<kBits, W, true, TY, 8, 2>, blocks, threads, 0, q, x, y, bias);
+    launch_dependent(gemv_q_mma_kernel<kBits, W, true, TY, 8, 2>, blocks, threads, 0, q, x, y, bias, tokens);
   else
-    launch_dependent(gemv_q_mma_kernel<kBits, W, false, TY, 8, 2>, blocks, threads, 0, q, x, y, bias);
+    launch_dependent(gemv_q_mma_kernel<kBits, W, false, TY, 8, 2>, blocks, threads, 0, q, x, y, bias, tokens);
 }
 
 template <class TY>
-bool dispatch(const QuantView& q, const __nv_bfloat16* x, TY* y, const float* bias) {
+bool dispatch(const QuantView& q, const __nv_bfloat16* x, TY* y, const float* bias, int tokens) {
   switch (q.bits * 1000 + q.group_size) {
-    case 4032: launch<4, 1>(q, x, y, bias); return true;
-    case 4064: launch<4, 2>(q, x, y, bias); return true;
-    case 4128: launch<4, 4>(q, x, y, bias); return true;
-    case 8032: launch<8, 2>(q, x, y, bias); return true;
-    case 8064: launch<8, 4>(q, x, y, bias); return true;
-    case 8128: launch<8, 8>(q, x, y, bias); return true;
+    case 4032: launch<4, 1>(q, x, y, bias, tokens); return true;
+    case 4064: launch<4, 2>(q, x, y, bias, tokens); return true;
+    case 4128: launch<4, 4>(q, x, y, bias, tokens); return true;
+    case 8032: launch<8, 2>(q, x, y, bias, tokens); return true;
+    case 8064: launch<8, 4>(q, x, y, bias, tokens); return true;
+    case 8128: launch<8, 8>(q, x, y, bias, tokens); return true;
     default: return false;
   }
 }
@@ -310,7 +317,7 @@ constexpr int64_t kMaxRows8 = 8192;
 
 }  // namespace
 
-bool gemv_q_mma(const QuantView& q, const void* x, DType xt, void* y, DType yt, const float* bias) {
+bool gemv_q_mma(const QuantView& q, const void* x, DType xt, void* y, DType yt, const float* bias, int64_t tokens) {
   static const bool off = [] {  // LATHE_CUDA_GEMV_MMA=0: the SIMT kernel, for comparisons
     const char* e = std::getenv("LATHE_CUDA_GEMV_MMA");
     return e && e[0] == '0';
@@ -318,10 +325,13 @@ bool gemv_q_mma(const QuantView& q, const void* x, DType xt, void* y, DType yt, 
   // Measured on the H200 against the SIMT kernel: faster on every 4-bit shape and on 8-bit matrices of few rows;
   // 8-bit on 8192+ rows is mixed (14336×4096: 63% of copy bandwidth against the SIMT kernel's 74%; 19456×2560:
   // 67% against 63%), so 8-bit stays SIMT there.
-  if (off || xt != DType::BF16 || (q.bits == 8 && q.rows >= kMaxRows8)) return false;
+  if (off || xt != DType::BF16 || (q.bits == 8 && q.rows >= kMaxRows8) || tokens < 1 ||
+      (q.rows + 7) / 8 * tokens >= (int64_t{1} << 31))
+    return false;
   const auto* xb = static_cast<const __nv_bfloat16*>(x);
-  if (yt == DType::BF16) return dispatch(q, xb, static_cast<__nv_bfloat16*>(y), bias);
-  if (yt == DType::F32) return dispatch(q, xb, static_cast<float*>(y), bias);
+  const int n = static_cast<int>(tokens);
+  if (yt == DType::BF16) return dispatch(q, xb, static_cast<__nv_bfloat16*>(y), bias, n);
+  if (yt == DType::F32) return dispatch(q, xb, static_cast<float*>(y), bias, n);
   return false;
 }
 

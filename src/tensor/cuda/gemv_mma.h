@@ -5,7 +5,8 @@
 namespace lathe::cuda {
 
 // y[N] = W·x (+ bias) when the case is covered (4 or 8 bits, group 32/64/128, bf16 x, f32/bf16 y; 8-bit below 8192
-// rows); false otherwise (nothing launched), and the caller runs the SIMT kernel.
-bool gemv_q_mma(const QuantView& q, const void* x, DType xt, void* y, DType yt, const float* bias);
+// rows); false otherwise (nothing launched), and the caller runs the SIMT kernel. tokens > 1: x [tokens, K] and
+// y [tokens, N] row by row, each token's row bit-identical to a one-token call, weights read from DRAM ~once.
+bool gemv_q_mma(const QuantView& q, const void* x, DType xt, void* y, DType yt, const float* bias, int64_t tokens = 1);
 
 }  // namespace lathe::cuda

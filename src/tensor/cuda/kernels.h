@@ -21,6 +21,10 @@ struct QuantView {
 
 // y[N] = W·x (+ bias) for one row x[K]; weights read once, dequantized in registers.
 void gemv_quantized(const QuantView& q, const void* x, DType xt, void* y, DType yt, const float* bias);
+// The GEMV over x [tokens, K] into y [tokens, N], each token's row exactly what gemv_quantized gives it alone;
+// false (nothing launched) where the tensor-core GEMV does not cover the case (then dequantize + GEMM).
+bool gemv_quantized_rows(const QuantView& q, const void* x, DType xt, int64_t tokens, void* y, DType yt,
+                         const float* bias);
 // Rows [row0, row0 + n) as dense [n, cols] of type ot (F32 or BF16).
 void dequantize(const QuantView& q, int64_t row0, int64_t n, void* out, DType ot);
 // y[M, N] = x[M, K] · w[N, K]ᵀ through cuBLAS; x and w share a type (F32 or BF16), y is F32 or BF16.

@@ -210,6 +210,14 @@ void gemv_quantized(const QuantView& q, const void* x, DType xt, void* y, DType 
   check_launch("gemv_quantized");
 }
 
+bool gemv_quantized_rows(const QuantView& q, const void* x, DType xt, int64_t tokens, void* y, DType yt,
+                         const float* bias) {
+  check_geometry(q);
+  if (!gemv_q_mma(q, x, xt, y, yt, bias, tokens)) return false;
+  check_launch("gemv_quantized_rows");
+  return true;
+}
+
 void dequantize(const QuantView& q, int64_t row0, int64_t n, void* out, DType ot) {
   check_geometry(q);
   const int64_t words = n * (q.cols * q.bits / 32);

@@ -186,10 +186,15 @@ void allocator_release(const std::vector<Block>& blocks) { allocator().release(b
 cudaStream_t stream() { return rt().stream; }
 cublasHandle_t cublas() { return rt().blas; }
 int sm_count() { return rt().sms; }
+// Programmatic dependent launch is a Hopper feature (sm_90+): chosen from the device at run time, so one
+// binary built for sm_80..sm_90 uses it where it exists and plain launches elsewhere.
 bool pdl_enabled() {
   static const bool on = [] {
     const char* e = std::getenv("LATHE_CUDA_PDL");
-    return !(e && e[0] == '0');
+    if (e && e[0] == '0') return false;
+    int dev = 0, major = 0;
+    return cudaGetDevice(&dev) == cudaSuccess &&
+           cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess && major >= 9;
   }();
   return on;
 }

@@ -1,0 +1,140 @@
+// Batched forward on the device (Model::forward(const Batch&)) against per-sequence forwards on the device:
+// mixed prefill chunks and decode rows, a row that wants no logits, rows joining and leaving, for every fixture
+// architecture. f32 activations within the parity bound (1e-3·max(1, max|solo|), same argmax); bf16 within a
+// few bf16 steps of the logits' scale (the batched linears run the M-row kernels, the solo decode the GEMV).
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include "cuda/cuda_test_util.h"
+#include "engine/device_sampler.h"
+#include "model/model.h"
+#include "support/fixtures.h"
+#include "tensor/ops.h"
+
+namespace lathe {
+namespace {
+using namespace testing_cuda;
+
+struct Case {
+  std::string model;
+  DType act = DType::F32;
+};
+
+std::string case_name(const ::testing::TestParamInfo<Case>& i) {
+  std::string s = i.param.model + (i.param.act == DType::BF16 ? "_bf16act" : "_f32act");
+  std::replace(s.begin(), s.end(), '-', '_');
+  return s;
+}
+
+std::vector<int32_t> part(const std::vector<int32_t>& v, size_t a, size_t b) {
+  return {v.begin() + static_cast<std::ptrdiff_t>(a), v.begin() + static_cast<std::ptrdiff_t>(std::min(b, v.size()))};
+}
+
+class CudaBatched : public ::testing::TestWithParam<Case> {};
+
+TEST_P(CudaBatched, MixedRowsEqualSoloForwards) {
+  LATHE_REQUIRE_GPU();
+  const test::Reference ref = test::load_reference(GetParam().model);
+  auto model = load_model(test::model_dir(GetParam().model), LoadOptions{Device::CUDA, GetParam().act});
+  const auto& chat = ref.prompts.at("chat");
+  const auto& lng = ref.prompts.at("long");
+  const auto& greedy = ref.prompts.at("chat_greedy");
+  struct Step {
+    std::vector<int32_t> ids;
+    bool want = true;
+  };
+  const std::vector<std::vector<Step>> script = {
+      {{chat}, {{7}}, {{11}}, {{3}}},
+      {{part(lng, 0, 16), false}, {part(lng, 16, 40)}, {{5}}, {{9}}},
+      {{}, {part(greedy, 0, 5)}, {part(greedy, 5, 60)}, {{2}}},
+      {{{1}}, {{4}}, {}, {}},
+  };
+  std::vector<std::vector<std::vector<float>>> solo(script.size());
+  for (size_t s = 0; s < script.size(); ++s) {
+    CacheList caches = model->make_cache();
+    for (const Step& st : script[s])
+      solo[s].push_back(st.ids.empty() ? std::vector<float>() : model->forward(st.ids, caches, false).to_floats());
+  }
+  std::vector<CacheList> caches;
+  for (size_t s = 0; s < script.size(); ++s) caches.push_back(model->make_cache());
+  const double rel = GetParam().act == DType::F32 ? 1e-3 : 3e-2;
+  double worst = 0;
+  for (size_t k = 0; k < 4; ++k) {
+    Batch batch;
+    std::vector<size_t> order;
+    for (size_t s = 0; s < script.size(); ++s)
+      if (!script[s][k].ids.empty()) order.push_back(s);
+    if (k % 2 == 1) std::reverse(order.begin(), order.end());
+    for (size_t s : order) batch.rows.push_back({script[s][k].ids, &caches[s], script[s][k].want, -1});
+    const Tensor logits = model->forward(batch);
+    ASSERT_EQ(logits.device(), Device::CUDA);
+    ASSERT_EQ(logits.dim(0), batch.logit_rows());
+    const std::vector<float> all = logits.to_floats();
+    const size_t V = static_cast<size_t>(logits.dim(1));
+    size_t row = 0;
+    for (size_t s : order) {
+      if (!script[s][k].want) continue;
+      const std::vector<float> got(all.begin() + static_cast<std::ptrdiff_t>(row * V),
+                                   all.begin() + static_cast<std::ptrdiff_t>((row + 1) * V));
+      ++row;
+      const std::vector<float>& want = solo[s][k];
+      const double scale = std::max(1.0f, max_abs(want)), d = max_abs_diff(got, want) / scale;
+      worst = std::max(worst, d);
+      EXPECT_LE(d, rel) << GetParam().model << " step " << k << " sequence " << s;
+      if (GetParam().act == DType::F32) {
+        EXPECT_EQ(std::max_element(got.begin(), got.end()) - got.begin(),
+                  std::max_element(want.begin(), want.end()) - want.begin())
+            << GetParam().model << " step " << k << " sequence " << s;
+      }
+    }
+  }
+  std::printf("[cuda batched] %-16s %s max|batched - solo| / scale %.3g\n", GetParam().model.c_str(),
+              GetParam().act == DType::F32 ? "f32 " : "bf16", worst);
+}
+
+// Greedy rows sampled on the device give the host Sampler's tokens; rows it does not cover make it decline.
+TEST(CudaDeviceSampler, GreedyRowsMatchTheHostSampler) {
+  LATHE_REQUIRE_GPU();
+  const test::Reference ref = test::load_reference("qwen3-bf16");
+  auto model = load_model(test::model_dir("qwen3-bf16"), LoadOptions{Device::CUDA, DType::F32});
+  CacheList a = model->make_cache(), b = model->make_cache(), c = model->make_cache();
+  Batch batch;
+  batch.rows.push_back({ref.prompts.at("chat"), &a, true, -1});
+  batch.rows.push_back({ref.prompts.at("long"), &b, true, -1});
+  batch.rows.push_back({ref.prompts.at("one"), &c, true, -1});
+  const Tensor logits = model->forward(batch);
+  SamplingParams greedy, penalised;
+  penalised.repetition_penalty = 1.3f;
+  std::vector<DeviceSampleRow> rows(3);
+  for (auto& r : rows) r.params = &greedy;
+  std::vector<SampleResult> out;
+  ASSERT_TRUE(sample_on_device(logits, rows, out));
+  ASSERT_EQ(out.size(), 3u);
+  const std::vector<float> host = logits.to_floats();
+  const size_t V = static_cast<size_t>(logits.dim(1));
+  for (size_t i = 0; i < 3; ++i) {
+    Sampler s(greedy);
+    const std::span<const float> row(host.data() + i * V, V);
+    EXPECT_EQ(out[i].token, s.sample(row, {}).token) << "row " << i;
+  }
+  rows[1].params = &penalised;
+  std::vector<SampleResult> untouched;
+  EXPECT_FALSE(sample_on_device(logits, rows, untouched));
+  EXPECT_TRUE(untouched.empty());
+  rows[1].params = &greedy;
+  rows[2].top_logprobs = 2;
+  EXPECT_FALSE(sample_on_device(logits, rows, untouched));
+  rows[2].top_logprobs = 0;
+  EXPECT_FALSE(sample_on_device(logits.to(Device::CPU), rows, untouched));  // host logits: the host samples
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, CudaBatched,
+                         ::testing::Values(Case{"llama-q4g64"}, Case{"qwen3-bf16"}, Case{"qwen3-q4g64"},
+                                           Case{"gemma3-q4g64"}, Case{"gemma4-bf16"}, Case{"gemma4moe-q4g64"},
+                                           Case{"qwen3_5-q4g64"}, Case{"qwen3-q4g64", DType::BF16},
+                                           Case{"gemma3-q4g64", DType::BF16}, Case{"qwen3_5-bf16", DType::BF16}),
+                         case_name);
+
+}  // namespace
+}  // namespace lathe
