@@ -44,12 +44,16 @@ std::vector<Case> all_cases() {
   return out;
 }
 
-class KvFileRoundTrip : public ::testing::TestWithParam<Case> {};
+std::vector<std::string> all_models() {
+  std::vector<std::string> out;
+  for (const Case& c : all_cases())
+    if (out.empty() || out.back() != c.model) out.push_back(c.model);
+  return out;
+}
 
 // Prefill past the sliding window (rings wrap), decode a few tokens, save; load into fresh caches and decode
 // the same continuation on both.
-TEST_P(KvFileRoundTrip, ContinuesBitIdentically) {
-  const Case c = GetParam();
+void round_trip(const Case& c) {
   auto model = load_model(testing::fixture_dir(c.model));
   const std::vector<int32_t> ids = testing::Reference::load(c.model).prompt("long");
   CacheOptions opts;
@@ -99,9 +103,16 @@ TEST_P(KvFileRoundTrip, ContinuesBitIdentically) {
   EXPECT_TRUE(bit_identical(a, b)) << "prefill chunk after restore";
 }
 
-INSTANTIATE_TEST_SUITE_P(FixtureModels, KvFileRoundTrip, ::testing::ValuesIn(all_cases()),
-                         [](const ::testing::TestParamInfo<Case>& i) {
-                           std::string n = i.param.model + "_kv" + std::to_string(i.param.kv_bits);
+class KvFileRoundTrip : public ::testing::TestWithParam<std::string> {};
+
+// f32 caches (kv, rotating, ssm) and 8-bit ones (qkv, rotating-qkv, ssm) of one fixture model.
+TEST_P(KvFileRoundTrip, ContinuesBitIdentically) {
+  for (int bits : {0, 8}) round_trip({GetParam(), bits});
+}
+
+INSTANTIATE_TEST_SUITE_P(FixtureModels, KvFileRoundTrip, ::testing::ValuesIn(all_models()),
+                         [](const ::testing::TestParamInfo<std::string>& i) {
+                           std::string n = i.param;
                            for (char& ch : n)
                              if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
                            return n;
