@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cli/run_kv.h"
 #include "cli/verbs.h"
 #include "common/error.h"
 #include "io/safetensors.h"
@@ -30,6 +31,8 @@ struct RunOptions {
   CacheOptions cache;
   std::string device = "cpu";
   std::string dtype = "f32";
+  std::string save_kv, load_kv;  // KV file round trip (run_kv.h)
+  bool kv_verify = false;
 };
 
 LoadOptions load_options(const RunOptions& o) {
@@ -80,10 +83,13 @@ int run(const RunOptions& o) {
   const std::vector<int32_t> prompt = parse_ids(o.ids);
   validate_cache_options(o.cache);
   CacheList cache = model->make_cache(o.cache);
+  KvRestoreResult restored;
+  if (!o.load_kv.empty()) restored = restore_kv_for_prompt(*model, o.cache, o.load_kv, o.kv_verify, prompt, cache);
+  const std::vector<int32_t> to_run(prompt.begin() + restored.reused, prompt.end());
 
   const bool want_logits = !o.logits_out.empty();
   const auto t_prefill = Clock::now();
-  Tensor logits = model->forward(prompt, cache, want_logits);
+  Tensor logits = model->forward(to_run, cache, want_logits);
   // The argmax reads the logits back, so the time includes the device work (time to first token).
   int32_t next = argmax_rows(logits.slice(0, logits.dim(0) - 1, logits.dim(0)))[0];
   const double prefill_ms = ms_since(t_prefill);
@@ -92,6 +98,8 @@ int run(const RunOptions& o) {
     w.add("logits", logits.to(Device::CPU));
     w.write(o.logits_out);
   }
+  KvSaveResult saved;
+  if (!o.save_kv.empty()) saved = save_kv_for_prompt(*model, o.cache, o.save_kv, prompt, cache);
   const DeviceMemoryStats mem_before_decode = device_memory_stats();
   const auto& eos = model->config().eos_token_ids;
   std::vector<int32_t> generated;
@@ -107,7 +115,7 @@ int run(const RunOptions& o) {
   }
   double decode_ms = 0;
   for (double s : step_ms) decode_ms += s;
-  const double prefill_tps = prompt.size() / (prefill_ms / 1000.0);
+  const double prefill_tps = to_run.size() / (prefill_ms / 1000.0);
   const double decode_tps = step_ms.empty() ? 0.0 : step_ms.size() / (decode_ms / 1000.0);
   const double rss_after_decode = resident_mib();  // mapped weight pages now touched: ≈ file size if not copied
   size_t kv_bytes = 0;
@@ -130,6 +138,10 @@ int run(const RunOptions& o) {
                         {"weights_file_mib", file_mib},
                         {"kv_cache_bytes", kv_bytes},
                         {"kv_bits", o.cache.kv_bits},
+                        {"kv_restored_tokens", restored.reused},
+                        {"kv_restore_ms", restored.ms},
+                        {"kv_save_ms", saved.ms},
+                        {"kv_saved_bytes", saved.file_bytes},
 
                         {"device", o.device},
                         {"dtype", o.dtype}};
@@ -147,7 +159,13 @@ int run(const RunOptions& o) {
   for (size_t i = 0; i < step_ms.size(); ++i) std::printf("step %zu: %.2f ms\n", i + 1, step_ms[i]);
   std::printf("load: %.1f ms, resident after load %.1f MiB, after decode %.1f MiB (weight files %.1f MiB)\n", load_ms,
               rss_after_load, rss_after_decode, file_mib);
-  std::printf("prefill: %zu tokens in %.2f ms (%.1f tok/s)\n", prompt.size(), prefill_ms, prefill_tps);
+  if (!o.load_kv.empty())
+    std::printf("kv restore: %lld tokens from %s in %.2f ms\n", static_cast<long long>(restored.reused),
+                o.load_kv.c_str(), restored.ms);
+  std::printf("prefill: %zu tokens in %.2f ms (%.1f tok/s)\n", to_run.size(), prefill_ms, prefill_tps);
+  if (!o.save_kv.empty())
+    std::printf("kv save: %zu tokens, %llu bytes in %.2f ms\n", prompt.size(),
+                static_cast<unsigned long long>(saved.file_bytes), saved.ms);
   std::printf("decode: %zu tokens in %.2f ms (%.1f tok/s)\n", step_ms.size(), decode_ms, decode_tps);
   if (o.device == "cuda")
     std::printf("device memory: peak %.1f MiB reserved, %llu cudaMalloc calls (%llu during decode)\n",
@@ -179,6 +197,10 @@ Verb add_run(CLI::App& app) {
   cmd->add_option("--dtype", o->dtype, "activation type: f32, or bf16 (cuda only)")
       ->capture_default_str()
       ->check(CLI::IsMember({"f32", "bf16"}));
+  cmd->add_option("--save-kv", o->save_kv, "after the prompt's prefill, save the KV caches to this file (format v2)");
+  cmd->add_option("--load-kv", o->load_kv,
+                  "restore KV caches from this file and reuse the prefix it shares with --ids");
+  cmd->add_flag("--kv-verify", o->kv_verify, "with --load-kv: check every tensor hash before restoring");
   return {cmd, [o] { return run(*o); }};
 }
 

@@ -19,5 +19,6 @@ Verb add_template(CLI::App& app);
 Verb add_generate(CLI::App& app);
 Verb add_chat(CLI::App& app);
 Verb add_serve(CLI::App& app);
+Verb add_cache(CLI::App& app);
 
 }  // namespace lathe::cli

@@ -1,0 +1,323 @@
+// KV file v2: writing (atomic, one cache state in memory at a time) and loading (copy-on-write mapping, checks
+// before restore). The header's parsing and checks are in kv_file_header.cc.
+#include "cache/kv_file.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+
+#include "cache/content_hash.h"
+#include "cache/kv_file_json.h"
+#include "common/error.h"
+#include "io/mapped_file.h"
+
+namespace lathe {
+namespace {
+
+const std::vector<const char*>& tensor_names(const std::string& file_kind) {
+  static const std::vector<const char*> kv = {"keys", "values"};
+  static const std::vector<const char*> qkv = {"keys",   "keys_scales",   "keys_biases",
+                                               "values", "values_scales", "values_biases"};
+  static const std::vector<const char*> ssm = {"conv", "recurrent"};
+  if (file_kind == "qkv" || file_kind == "rotating-qkv") return qkv;
+  if (file_kind == "ssm") return ssm;
+  return kv;
+}
+
+uint64_t align_up(uint64_t n) { return (n + kKvFileAlign - 1) / kKvFileAlign * kKvFileAlign; }
+
+void put_u32(uint8_t* p, uint32_t v) {
+  for (int i = 0; i < 4; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
+}
+void put_u64(uint8_t* p, uint64_t v) {
+  for (int i = 0; i < 8; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
+}
+
+[[noreturn]] void io_error(const std::string& what) { throw Error(ErrorKind::Io, what + ": " + std::strerror(errno)); }
+
+// path.tmp while being written; renamed over path by commit(). Destroyed uncommitted, it removes the .tmp.
+class AtomicFile {
+ public:
+  explicit AtomicFile(const std::string& path) : path_(path), tmp_(path + ".tmp") {
+    fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd_ < 0) io_error(tmp_);
+  }
+  ~AtomicFile() {
+    if (fd_ >= 0) ::close(fd_);
+    if (!committed_) ::unlink(tmp_.c_str());
+  }
+  AtomicFile(const AtomicFile&) = delete;
+  AtomicFile& operator=(const AtomicFile&) = delete;
+
+  void write_at(uint64_t off, const void* data, size_t n) {
+    const char* p = static_cast<const char*>(data);
+    while (n > 0) {
+      const ssize_t w = ::pwrite(fd_, p, n, static_cast<off_t>(off));
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) io_error(tmp_ + ": write failed");
+      p += w;
+      off += static_cast<uint64_t>(w);
+      n -= static_cast<size_t>(w);
+    }
+  }
+
+  void commit(uint64_t size) {
+    if (::ftruncate(fd_, static_cast<off_t>(size)) != 0) io_error(tmp_ + ": truncate failed");
+    if (::fsync(fd_) != 0) io_error(tmp_ + ": fsync failed");
+    const int fd = fd_;
+    fd_ = -1;
+    if (::close(fd) != 0) io_error(tmp_ + ": close failed");
+    if (::rename(tmp_.c_str(), path_.c_str()) != 0) io_error("rename " + tmp_ + " -> " + path_);
+    committed_ = true;
+    // The rename is durable only once the directory entry is.
+    std::string dir = std::filesystem::path(path_).parent_path().string();
+    if (dir.empty()) dir = ".";
+    const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0) {
+      ::fsync(dfd);
+      ::close(dfd);
+    }
+  }
+
+ private:
+  std::string path_, tmp_;
+  int fd_ = -1;
+  bool committed_ = false;
+};
+
+size_t json_string_bound(const std::string& s) { return 6 * s.size() + 32; }  // \u00XX escapes at worst
+
+uint64_t header_bound(const std::vector<int32_t>& tokens, size_t caches, const KvFileMeta& m) {
+  uint64_t n = 512;
+  for (const std::string* s :
+       {&m.model_id, &m.config_fingerprint, &m.weights_hash, &m.tokenizer_hash, &m.template_hash, &m.ns})
+    n += json_string_bound(*s);
+  for (int32_t t : tokens) n += std::to_string(t).size() + 1;
+  return n + caches * (256 + 6 * 256);
+}
+
+const Tensor& state_tensor(const CacheState& s, const char* name) {
+  for (const auto& [n, t] : s.tensors)
+    if (n == name) return t;
+  throw Error(ErrorKind::Internal, "cache state of kind '" + s.kind + "' lacks tensor '" + name + "'");
+}
+
+void check_saveable(const std::vector<int32_t>& tokens, const CacheList& caches) {
+  if (tokens.empty()) throw Error(ErrorKind::InvalidArgument, "KV file: nothing to save (no tokens)");
+  if (tokens.size() > KvFileLimits::kMaxTokens)
+    throw Error(ErrorKind::InvalidArgument,
+                "KV file: more than " + std::to_string(KvFileLimits::kMaxTokens) + " tokens");
+  if (caches.empty() || caches.size() > KvFileLimits::kMaxCaches)
+    throw Error(ErrorKind::InvalidArgument, "KV file: " + std::to_string(caches.size()) + " caches");
+  for (size_t i = 0; i < caches.size(); ++i)
+    if (caches[i]->offset() != static_cast<int64_t>(tokens.size()))
+      throw Error(ErrorKind::InvalidArgument, "KV file: cache " + std::to_string(i) + " holds " +
+                                                  std::to_string(caches[i]->offset()) + " tokens, not the " +
+                                                  std::to_string(tokens.size()) + " given");
+}
+
+// A whole file mapped copy-on-write: restored caches may alias it, and a write to a page never reaches the file.
+std::shared_ptr<void> map_cow(const std::string& path, uint64_t* size) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw Error(errno == ENOENT ? ErrorKind::NotFound : ErrorKind::Io, path + ": " + std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    throw Error(ErrorKind::Io, path + ": not a regular file");
+  }
+  *size = static_cast<uint64_t>(st.st_size);
+  if (*size < kKvFilePrefixBytes) {
+    ::close(fd);
+    throw Error(ErrorKind::Corrupt,
+                path + ": KV file header: the file is " + std::to_string(*size) + " bytes, shorter than the prefix");
+  }
+  void* p = ::mmap(nullptr, *size, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
+  const int e = errno;
+  ::close(fd);
+  if (p == MAP_FAILED) throw Error(ErrorKind::Io, path + ": mmap failed: " + std::strerror(e));
+  const size_t n = static_cast<size_t>(*size);
+  return std::shared_ptr<void>(p, [n](void* q) { ::munmap(q, n); });
+}
+
+// Runs f, prefixing any lathe::Error with the path.
+template <class F>
+auto with_path(const std::string& path, F&& f) {
+  try {
+    return f();
+  } catch (const Error& e) {
+    throw Error(e.kind(), path + ": " + e.what());
+  }
+}
+
+void check_tensor_hashes(const KvFileHeader& h, const uint8_t* base) {
+  for (size_t i = 0; i < h.caches.size(); ++i)
+    for (size_t t = 0; t < h.caches[i].tensors.size(); ++t) {
+      const KvTensorSlot& s = h.caches[i].tensors[t];
+      if (hash64(base + h.data_start + s.off, s.bytes) != s.hash)
+        throw Error(ErrorKind::Corrupt, "caches[" + std::to_string(i) + "].tensors[" + std::to_string(t) +
+                                            "]: tensor hash mismatch (the data is corrupt)");
+    }
+}
+
+}  // namespace
+
+uint64_t kv_file_size_bound(const std::vector<int32_t>& tokens, const CacheList& caches, const KvFileMeta& meta) {
+  uint64_t n = align_up(kKvFilePrefixBytes + header_bound(tokens, caches.size(), meta));
+  for (const auto& c : caches) n += c->bytes() + 6 * kKvFileAlign;
+  return n;
+}
+
+uint64_t save_kv_file(const std::string& path, const std::vector<int32_t>& tokens, const CacheList& caches,
+                      const KvFileMeta& meta) {
+  check_saveable(tokens, caches);
+  KvFileHeader h;
+  h.meta = meta;
+  h.created_at_ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+          .count();
+  h.tokens = tokens;
+  const uint64_t data_start = align_up(kKvFilePrefixBytes + header_bound(tokens, caches.size(), meta));
+  if (data_start > UINT32_MAX) throw Error(ErrorKind::InvalidArgument, "KV file: header too large");
+  h.data_start = static_cast<uint32_t>(data_start);
+
+  AtomicFile file(path);
+  uint64_t cursor = 0;
+  for (const auto& c : caches) {  // one cache's state in memory at a time
+    const CacheState s = c->state();
+    KvCacheEntry e;
+    e.kind = file_kind_of(s.kind);
+    e.offset = c->offset();
+    auto meta_of = [&](const char* k) { return s.meta.at(k); };
+    if (e.kind == "rotating" || e.kind == "rotating-qkv") {
+      e.idx = meta_of("idx");
+      e.max_size = meta_of("max_size");
+    }
+    if (e.kind == "qkv" || e.kind == "rotating-qkv") {
+      e.bits = meta_of("bits");
+      e.group_size = meta_of("group_size");
+    }
+    for (const char* name : tensor_names(e.kind)) {
+      const Tensor& t = state_tensor(s, name);
+      const Tensor host = t.device() == Device::CPU ? t.contiguous() : t.to(Device::CPU).contiguous();
+      KvTensorSlot slot;
+      slot.off = align_up(cursor);
+      slot.bytes = host.nbytes();
+      slot.shape = host.shape();
+      slot.dtype = host.dtype();
+      slot.hash = hash64(host.raw(), slot.bytes);
+      file.write_at(h.data_start + slot.off, host.raw(), slot.bytes);
+      cursor = slot.off + slot.bytes;
+      e.tensors.push_back(std::move(slot));
+    }
+    h.caches.push_back(std::move(e));
+  }
+  const std::string body = kv_header_json(h).dump();
+  LATHE_CHECK(kKvFilePrefixBytes + body.size() <= h.data_start, "KV file header outgrew its bound");
+  std::vector<uint8_t> head(h.data_start, 0);
+  std::memcpy(head.data(), kKvFileMagic, sizeof kKvFileMagic);
+  put_u32(head.data() + 8, static_cast<uint32_t>(body.size()));
+  put_u32(head.data() + 12, h.data_start);
+  std::memcpy(head.data() + kKvFilePrefixBytes, body.data(), body.size());
+  put_u64(head.data() + 16, hash64_concat(head.data() + 8, 8, body.data(), body.size()));
+  file.write_at(0, head.data(), head.size());
+  const uint64_t size = h.data_start + cursor;
+  file.commit(size);
+  return size;
+}
+
+KvFileHeader read_kv_header(const std::string& path) {
+  return with_path(path, [&] {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) throw Error(errno == ENOENT ? ErrorKind::NotFound : ErrorKind::Io, std::strerror(errno));
+    struct stat st {};
+    std::vector<uint8_t> buf(kKvFilePrefixBytes);
+    auto read_all = [&](uint8_t* p, size_t n, off_t off) {
+      while (n > 0) {
+        const ssize_t r = ::pread(fd, p, n, off);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) return false;
+        p += r;
+        n -= static_cast<size_t>(r);
+        off += r;
+      }
+      return true;
+    };
+    if (::fstat(fd, &st) != 0) {
+      ::close(fd);
+      throw Error(ErrorKind::Io, std::strerror(errno));
+    }
+    const uint64_t size = static_cast<uint64_t>(st.st_size);
+    if (size >= kKvFilePrefixBytes && read_all(buf.data(), kKvFilePrefixBytes, 0)) {
+      uint32_t len = 0;
+      for (int i = 0; i < 4; ++i) len |= static_cast<uint32_t>(buf[8 + static_cast<size_t>(i)]) << (8 * i);
+      const uint64_t want = kKvFilePrefixBytes + std::min<uint64_t>(len, KvFileLimits::kMaxHeaderBytes);
+      if (want <= size) {
+        buf.resize(static_cast<size_t>(want));
+        if (!read_all(buf.data() + kKvFilePrefixBytes, buf.size() - kKvFilePrefixBytes, kKvFilePrefixBytes))
+          buf.resize(kKvFilePrefixBytes);
+      }
+    }
+    ::close(fd);
+    return parse_kv_header(buf.data(), size < kKvFilePrefixBytes ? static_cast<size_t>(size) : buf.size(), size);
+  });
+}
+
+KvFileHeader load_kv_file(const std::string& path, const CacheLayout& layout, CacheList& caches,
+                          const KvLoadOptions& options) {
+  return with_path(path, [&] {
+    uint64_t size = 0;
+    const std::shared_ptr<void> map = map_cow(path, &size);
+    auto* base = static_cast<uint8_t*>(map.get());
+    KvFileHeader h = parse_kv_header(base, static_cast<size_t>(size), size);
+    if (options.expect) {
+      const std::string why = kv_meta_mismatch(h.meta, *options.expect);
+      if (!why.empty()) throw Error(ErrorKind::InvalidArgument, "KV file belongs elsewhere: " + why);
+    }
+    check_kv_layout(h, layout);
+    if (caches.size() != layout.layers.size())
+      throw Error(ErrorKind::InvalidArgument, "KV file: restoring into " + std::to_string(caches.size()) +
+                                                  " caches, the layout has " + std::to_string(layout.layers.size()));
+    if (options.verify) check_tensor_hashes(h, base);
+    for (size_t i = 0; i < h.caches.size(); ++i) {
+      const KvCacheEntry& e = h.caches[i];
+      CacheState s;
+      s.kind = state_kind_of(e.kind);
+      s.meta["offset"] = e.offset;
+      if (e.idx) {
+        s.meta["idx"] = *e.idx;
+        s.meta["max_size"] = *e.max_size;
+        s.meta["keep"] = 0;
+      }
+      if (e.bits) {
+        s.meta["bits"] = *e.bits;
+        s.meta["group_size"] = *e.group_size;
+      }
+      const auto& names = tensor_names(e.kind);
+      for (size_t t = 0; t < e.tensors.size(); ++t) {
+        const KvTensorSlot& slot = e.tensors[t];
+        Tensor x = Tensor::alias(base + h.data_start + slot.off, slot.shape, slot.dtype, map);
+        if (layout.device != Device::CPU) x = x.to(layout.device);
+        s.tensors.emplace_back(names[t], std::move(x));
+      }
+      caches[i]->restore(s);
+    }
+    return h;
+  });
+}
+
+KvFileHeader verify_kv_file(const std::string& path) {
+  const std::shared_ptr<MappedFile> f = MappedFile::open(path);
+  return with_path(path, [&] {
+    KvFileHeader h = parse_kv_header(f->data(), f->size(), f->size());
+    check_tensor_hashes(h, f->data());
+    return h;
+  });
+}
+
+}  // namespace lathe
