@@ -8,6 +8,8 @@ pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)
 find_package(ICU REQUIRED COMPONENTS uc)
 # HTTP server for `lathe serve`: Debian ships cpp-httplib split into a header and a shared library.
 pkg_check_modules(HTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib)
+# The job store (lathe serve's jobs API, `lathe jobs`): Debian's libsqlite3.
+find_package(SQLite3 REQUIRED)
 
 add_library(lathe_deps INTERFACE)
-target_link_libraries(lathe_deps INTERFACE nlohmann_json::nlohmann_json CLI11::CLI11 ZLIB::ZLIB PkgConfig::PCRE2 ICU::uc PkgConfig::HTTPLIB)
+target_link_libraries(lathe_deps INTERFACE nlohmann_json::nlohmann_json CLI11::CLI11 ZLIB::ZLIB PkgConfig::PCRE2 ICU::uc PkgConfig::HTTPLIB SQLite::SQLite3)

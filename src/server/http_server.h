@@ -32,6 +32,7 @@ struct Route {
 std::vector<Route> openai_routes(ServerContext& ctx);
 std::vector<Route> anthropic_routes(ServerContext& ctx);
 std::vector<Route> info_routes(ServerContext& ctx);
+std::vector<Route> jobs_routes(ServerContext& ctx);
 
 void write_json(httplib::Response& res, const nlohmann::ordered_json& body, int status = 200);
 void write_error(httplib::Response& res, const ApiError& e, Surface surface);
