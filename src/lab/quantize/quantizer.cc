@@ -249,7 +249,7 @@ jobs::JobResult quantize_checkpoint(const QuantizeOptions& o, const jobs::Emit& 
   std::error_code ec;
   fs::remove_all(tmp.path, ec);
   if (!fs::create_directory(tmp.path, ec))
-    throw Error(ErrorKind::Io, "quantize: cannot create " + tmp.path + ": " + ec.message());
+    throw Error(ErrorKind::Io, "quantize: cannot create the output folder " + tmp.path + ": " + ec.message());
 
   ModuleCache cache;
   uint64_t bytes_done = 0;
@@ -335,7 +335,7 @@ jobs::JobResult quantize_checkpoint(const QuantizeOptions& o, const jobs::Emit& 
                {"parameters", params},
                {"quantized_parameters", qparams},
                {"bits_per_weight", qbits / static_cast<double>(qparams)},
-               {"bits", o.bits},
+               {"bits", default_bits},
                {"group_size", o.group_size},
                {"recipe", o.recipe},
                {"modules_by_bits", hist},
