@@ -206,6 +206,9 @@ int HttpServer::bind() {
 
 void HttpServer::run() { http_->listen_after_bind(); }
 
-void HttpServer::stop() { http_->stop(); }
+void HttpServer::stop() {
+  stop_job_streams();
+  http_->stop();
+}
 
 }  // namespace lathe::server

@@ -4,6 +4,7 @@
 // data directory cannot be used (another server holds it) the routes answer 503 and serving goes on.
 #include <httplib.h>
 
+#include <atomic>
 #include <chrono>
 #include <thread>
 
@@ -21,6 +22,9 @@ namespace {
 using json = nlohmann::ordered_json;
 constexpr const char* kPrefix = "/api/jobs/";
 constexpr int kPollMs = 200;
+// Set when the server stops: following streams close (without `end`, so an EventSource reconnects and resumes
+// with Last-Event-ID).
+std::atomic<bool> g_streams_stopping{false};
 
 struct JobsState {
   std::unique_ptr<jobs::JobRunner> runner;
@@ -78,7 +82,7 @@ void stream_events(std::shared_ptr<JobsState> state, const jobs::JobRow& row, ui
         }
       } while (!chunk.events.empty() && finished);
       if (finished || saw_terminal) break;
-      if (!sink.is_writable()) return false;
+      if (!sink.is_writable() || g_streams_stopping.load()) return false;
       std::this_thread::sleep_for(std::chrono::milliseconds(kPollMs));
     }
     sse_send(sink, sse_frame(json::object(), "end"));
@@ -88,6 +92,8 @@ void stream_events(std::shared_ptr<JobsState> state, const jobs::JobRow& row, ui
 }
 
 }  // namespace
+
+void stop_job_streams() { g_streams_stopping.store(true); }
 
 std::vector<Route> jobs_routes(ServerContext& ctx) {
   auto state = std::make_shared<JobsState>();
