@@ -8,10 +8,12 @@
 #include <unistd.h>
 
 #include <csignal>
+#include <cstring>
 #include <filesystem>
 
 #include "common/error.h"
 #include "io/checkpoint.h"
+#include "io/safetensors.h"
 #include "lab/quantize/quantizer.h"
 #include "model/model.h"
 #include "quant/affine.h"
@@ -191,6 +193,43 @@ TEST(Quantize, ShardedOutputHasTheSameBytesAndIsNotRequantized) {
   QuantizeOptions again = opts("qwen3-bf16", d.path / "again", 4, 64);
   again.source = (d.path / "out").string();
   EXPECT_THROW(quantize_checkpoint(again, kQuiet), Error);
+}
+
+// A VLM wrapper (mlx-community layout): the text weights under `language_model.`, plus a vision tensor. The
+// text weights quantize to the same bytes as the plain model's; the vision tensor passes through unchanged.
+TEST(Quantize, VlmWrapperKeepsItsNamesAndSkipsTheVisionTower) {
+  TempDir d("vlm");
+  const fs::path src = d.path / "src";
+  fs::create_directories(src);
+  const auto plain = SafetensorsFile::open(test::model_dir("gemma3-bf16") + "/model.safetensors");
+  SafetensorsWriter w;
+  for (const auto& [name, info] : plain->tensors()) w.add("language_model." + name, plain->get(name));
+  const Tensor vision = Tensor::zeros({64, 64}, DType::BF16);
+  w.add("vision_tower.vision_model.encoder.layers.0.mlp.fc1.weight", vision);
+  w.write((src / "model.safetensors").string());
+  json cfg = json::parse(read_text_file(test::model_dir("gemma3-bf16") + "/config.json"));
+  const std::string text = cfg.dump();
+  write_file_atomic((src / "config.json").string(), text.data(), text.size());
+  fs::copy_file(test::model_dir("gemma3-bf16") + "/tokenizer.json", src / "tokenizer.json");
+  QuantizeOptions o = opts("gemma3-bf16", d.path / "out", 4, 64);
+  o.source = src.string();
+  quantize_checkpoint(o, kQuiet);
+  const auto out = SafetensorsFile::open((d.path / "out/model.safetensors").string());
+  EXPECT_TRUE(out->has("vision_tower.vision_model.encoder.layers.0.mlp.fc1.weight"));
+  EXPECT_FALSE(out->has("vision_tower.vision_model.encoder.layers.0.mlp.fc1.scales"));
+  EXPECT_EQ(out->tensors().at("vision_tower.vision_model.encoder.layers.0.mlp.fc1.weight").dtype, DType::BF16);
+  const auto ref = SafetensorsFile::open(test::model_dir("gemma3-q4g64") + "/model.safetensors");
+  size_t compared = 0;
+  for (const auto& [name, info] : ref->tensors()) {
+    ASSERT_TRUE(out->has("language_model." + name)) << name;
+    const Tensor a = out->get("language_model." + name), b = ref->get(name);
+    ASSERT_EQ(a.shape(), b.shape()) << name;
+    EXPECT_EQ(std::memcmp(a.raw(), b.raw(), static_cast<size_t>(b.numel()) * dtype_size(b.dtype())), 0) << name;
+    ++compared;
+  }
+  EXPECT_GT(compared, 10u);
+  auto model = load_model((d.path / "out").string());  // the loader reads the wrapper's names
+  EXPECT_NE(model, nullptr);
 }
 
 void expect_error(const QuantizeOptions& o, ErrorKind kind, const std::string& words) {
