@@ -109,6 +109,31 @@ TEST(JobRunner, FiftyQueuedJobsCompleteFirstInFirstOut) {
   }
 }
 
+TEST(JobRunner, QuantizeJobWritesItsOutputAndReportsStagesAndSummary) {
+  TempDir d("quantize");
+  JobRunner r(options(d));
+  const std::string out = (d.path / "qwen3-q4").string();
+  EXPECT_THROW(r.submit("quantize",
+                        {{"model", std::string(LATHE_FIXTURES_DIR) + "/models/qwen3-bf16"}, {"out", out}, {"bits", 7}}),
+               Error);
+  const JobRow row =
+      r.submit("quantize",
+               {{"model", std::string(LATHE_FIXTURES_DIR) + "/models/qwen3-bf16"}, {"out", out}, {"eval_tokens", 8}});
+  const JobRow end = wait_terminal(*r.store(), row.id);
+  ASSERT_EQ(end.status, JobStatus::Done) << end.error.value_or("");
+  EXPECT_EQ(*end.output_path, out);
+  EXPECT_TRUE(fs::exists(out + "/model.safetensors"));
+  const auto events = read_events(end.log_path).events;
+  std::vector<std::string> stages;
+  for (const auto& e : events)
+    if (e["type"] == "stage") stages.push_back(e["stage"]);
+  EXPECT_EQ(stages.front(), "starting");
+  EXPECT_EQ(stages.back(), "done");
+  EXPECT_EQ(events.back()["type"], "done");
+  EXPECT_EQ(events.back()["summary"]["bits_per_weight"], 4.5);
+  EXPECT_TRUE(events.back()["summary"]["kl"].contains("mean_kl"));
+}
+
 TEST(JobRunner, RejectsBadSubmissionsBeforeQueuingAndASecondRunner) {
   TempDir d("bad");
   JobRunner r(options(d));
