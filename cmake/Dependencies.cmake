@@ -10,6 +10,8 @@ find_package(ICU REQUIRED COMPONENTS uc)
 pkg_check_modules(HTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib)
 # xxHash: header and tensor checksums of KV cache files, cache identities.
 pkg_check_modules(XXHASH REQUIRED IMPORTED_TARGET libxxhash)
+# The job store (lathe serve's jobs API, `lathe jobs`): Debian's libsqlite3.
+find_package(SQLite3 REQUIRED)
 
 add_library(lathe_deps INTERFACE)
-target_link_libraries(lathe_deps INTERFACE nlohmann_json::nlohmann_json CLI11::CLI11 ZLIB::ZLIB PkgConfig::PCRE2 ICU::uc PkgConfig::HTTPLIB PkgConfig::XXHASH)
+target_link_libraries(lathe_deps INTERFACE nlohmann_json::nlohmann_json CLI11::CLI11 ZLIB::ZLIB PkgConfig::PCRE2 ICU::uc PkgConfig::HTTPLIB PkgConfig::XXHASH SQLite::SQLite3)

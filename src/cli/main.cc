@@ -14,10 +14,11 @@ int main(int argc, char** argv) {
   int threads = 0;
   app.add_option("--log-level", log_level, "debug|info|warn|error|off")->capture_default_str();
   app.add_option("--threads", threads, "CPU worker threads (default: all cores)");
-  const std::vector<lathe::cli::Verb> verbs = {lathe::cli::add_run(app),      lathe::cli::add_synth(app),
-                                               lathe::cli::add_tokenize(app), lathe::cli::add_template(app),
-                                               lathe::cli::add_generate(app), lathe::cli::add_chat(app),
-                                               lathe::cli::add_serve(app),    lathe::cli::add_cache(app)};
+  const std::vector<lathe::cli::Verb> verbs = {
+      lathe::cli::add_run(app),      lathe::cli::add_synth(app),    lathe::cli::add_tokenize(app),
+      lathe::cli::add_template(app), lathe::cli::add_generate(app), lathe::cli::add_chat(app),
+      lathe::cli::add_serve(app),    lathe::cli::add_cache(app),    lathe::cli::add_job_run(app),
+      lathe::cli::add_jobs(app),     lathe::cli::add_quantize(app)};
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -141,6 +141,7 @@ Verb add_serve(CLI::App& app) {
   cmd->add_option("--max-body-bytes", f->server.max_body_bytes, "larger request bodies get 413")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  cmd->add_option("--data-dir", f->server.data_dir, "jobs database and logs (default: $XDG_DATA_HOME/lathe)");
   cmd->add_option("--max-queue", f->server.max_queue, "requests waiting for the engine before 429")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);

@@ -20,5 +20,8 @@ Verb add_generate(CLI::App& app);
 Verb add_chat(CLI::App& app);
 Verb add_serve(CLI::App& app);
 Verb add_cache(CLI::App& app);
+Verb add_job_run(CLI::App& app);
+Verb add_jobs(CLI::App& app);
+Verb add_quantize(CLI::App& app);
 
 }  // namespace lathe::cli

@@ -1,6 +1,7 @@
 #include "model/weights.h"
 
 #include "common/error.h"
+#include "quant/affine.h"
 
 namespace lathe {
 namespace {
@@ -9,7 +10,20 @@ Tensor place(const Tensor& t, const LoadOptions& o, DType dtype) {
   if (o.device == Device::CPU) return t;
   return t.to(dtype).to(o.device);
 }
-bool valid_bits(int b) { return b == 2 || b == 4 || b == 8; }
+bool valid_bits(int b) { return b == 2 || b == 3 || b == 4 || b == 5 || b == 6 || b == 8; }
+// 3, 5 and 6-bit codes straddle 32-bit words, which the quantized kernels do not read: such a module is
+// dequantized once at load (bf16 on the CPU, the device's dense type on a GPU), so it runs at dense speed and memory.
+bool kernel_bits(int b) { return b == 2 || b == 4 || b == 8; }
+Tensor dequantize_at_load(const Tensor& q, const Tensor& s, const Tensor& b, int64_t out, int64_t in, int bits,
+                          int group_size) {
+  Tensor dense = Tensor::empty({out, in}, DType::F32);
+  const Tensor sf = s.to(DType::F32), bf = b.to(DType::F32);
+  const int64_t words = q.dim(1), groups = in / group_size;
+  for (int64_t r = 0; r < out; ++r)
+    quant::dequantize_row(q.data<uint32_t>() + r * words, in, bits, group_size, sf.data<float>() + r * groups,
+                          bf.data<float>() + r * groups, dense.data<float>() + r * in);
+  return dense;
+}
 bool valid_group(int g) { return g == 32 || g == 64 || g == 128; }
 }  // namespace
 
@@ -64,6 +78,11 @@ Weight WeightBinder::linear_on(const std::string& module, int64_t out, int64_t i
   used_.insert(wname);
   used_.insert(sname);
   used_.insert(bname);
+  if (!kernel_bits(spec->bits)) {
+    const Tensor dense = dequantize_at_load(q, s, b, out, in, spec->bits, spec->group_size);
+    w.dense = o.device == Device::CPU ? dense.to(DType::BF16) : dense.to(o.dtype).to(o.device);  // bf16 as a bf16 file
+    return w;
+  }
   w.quantized = true;
   w.q.w = place(q, o, DType::U32);
   w.q.scales = place(s, o, s.dtype() == DType::BF16 ? DType::BF16 : DType::F32);
@@ -147,7 +166,8 @@ QuantSpec WeightBinder::quant_spec(const std::string& module, int64_t in) const 
                 where(sname) + " exists, but config.json has no quantization entry for '" + module + "'");
   if (!valid_bits(spec->bits))
     throw Error(ErrorKind::Unsupported, config_.dir + "/config.json: " + std::to_string(spec->bits) +
-                                            "-bit quantization of '" + module + "' is not supported (2, 4 or 8)");
+                                            "-bit quantization of '" + module +
+                                            "' is not supported (2, 3, 4, 5, 6 or 8)");
   if (!valid_group(spec->group_size))
     throw Error(ErrorKind::Unsupported, config_.dir + "/config.json: group size " + std::to_string(spec->group_size) +
                                             " of '" + module + "' is not supported (32, 64 or 128)");
@@ -190,6 +210,9 @@ std::vector<Weight> WeightBinder::stacked_linear(const std::string& module, int6
     return stack;
   }
   const QuantSpec spec = quant_spec(module, in);
+  if (!kernel_bits(spec.bits))
+    throw Error(ErrorKind::Unsupported, config_.dir + "/config.json: " + std::to_string(spec.bits) +
+                                            "-bit experts of '" + module + "' are not supported yet (2, 4 or 8)");
   check_quantized(module, wname, {experts, out, in * spec.bits / 32}, {experts, out, in / spec.group_size});
   // Uploaded once as whole stacks (scales/biases as linear() places them); experts are views into them.
   const LoadOptions& o = config_.load;

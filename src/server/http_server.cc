@@ -84,7 +84,7 @@ HttpServer::~HttpServer() = default;
 
 void HttpServer::install_routes() {
   auto routes = std::make_shared<std::vector<Route>>();
-  for (auto* make : {&openai_routes, &anthropic_routes, &info_routes})
+  for (auto* make : {&openai_routes, &anthropic_routes, &info_routes, &jobs_routes})
     for (Route& r : (*make)(ctx_)) routes->push_back(std::move(r));
 
   const std::string key = ctx_.options().api_key;
@@ -206,6 +206,9 @@ int HttpServer::bind() {
 
 void HttpServer::run() { http_->listen_after_bind(); }
 
-void HttpServer::stop() { http_->stop(); }
+void HttpServer::stop() {
+  stop_job_streams();
+  http_->stop();
+}
 
 }  // namespace lathe::server

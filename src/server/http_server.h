@@ -32,6 +32,9 @@ struct Route {
 std::vector<Route> openai_routes(ServerContext& ctx);
 std::vector<Route> anthropic_routes(ServerContext& ctx);
 std::vector<Route> info_routes(ServerContext& ctx);
+std::vector<Route> jobs_routes(ServerContext& ctx);
+// Ends every following job event stream (called by HttpServer::stop: a long job must not hold up shutdown).
+void stop_job_streams();
 
 void write_json(httplib::Response& res, const nlohmann::ordered_json& body, int status = 200);
 void write_error(httplib::Response& res, const ApiError& e, Surface surface);

@@ -26,6 +26,7 @@ struct ServeOptions {
   ServerDefaults defaults;                    // sampling and max_tokens when a request omits them
   nlohmann::ordered_json chat_template_args;  // extra template variables (request kwargs win)
   std::string model_id;                       // reported in responses and /v1/models
+  std::string data_dir;                       // jobs database and logs (empty: $XDG_DATA_HOME/lathe)
 };
 
 class ServerContext {

@@ -1,0 +1,272 @@
+#include "jobs/job_runner.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/file.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <csignal>
+#include <cstring>
+#include <filesystem>
+#include <vector>
+
+#include "common/error.h"
+#include "common/log.h"
+#include "jobs/event_log.h"
+#include "jobs/kinds.h"
+
+namespace lathe::jobs {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string self_executable() {
+  std::error_code ec;
+  const auto p = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return ec ? std::string("lathe") : p.string();
+}
+
+std::string exit_description(int status) {
+  if (WIFEXITED(status)) return "the job process exited with code " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) {
+    const int sig = WTERMSIG(status);
+    const char* name = sigabbrev_np(sig);
+    return "the job process was killed by signal " + std::to_string(sig) +
+           (name ? std::string(" (SIG") + name + ")" : "");
+  }
+  return "the job process ended abnormally";
+}
+
+// Appends the closing event, then flips the row: readers that see the terminal status have the whole log.
+void close_job(JobStore& store, const JobRow& row, JobStatus status, const std::string& error) {
+  try {
+    append_event(row.log_path, failed_event(error, status));
+  } catch (const std::exception& e) {
+    log::warn("job " + row.id + ": " + e.what());
+  }
+  store.finish(row.id, status, error);
+}
+
+}  // namespace
+
+JobRunner::JobRunner(RunnerOptions options) : options_(std::move(options)) {
+  if (options_.executable.empty()) options_.executable = self_executable();
+  store_ = std::make_shared<JobStore>(options_.data_dir);
+  const std::string lock_path = options_.data_dir + "/server.lock";
+  lock_fd_ = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (lock_fd_ < 0) throw Error(ErrorKind::Io, "cannot open " + lock_path + ": " + std::strerror(errno));
+  if (::flock(lock_fd_, LOCK_EX | LOCK_NB) != 0) {
+    char pid[32] = {};
+    [[maybe_unused]] const ssize_t n = ::pread(lock_fd_, pid, sizeof pid - 1, 0);
+    ::close(lock_fd_);
+    lock_fd_ = -1;
+    throw Error(ErrorKind::Io, "the job data directory " + options_.data_dir +
+                                   " is in use by another lathe server (pid " + std::string(pid) +
+                                   "); give this one its own --data-dir");
+  }
+  const std::string me = std::to_string(::getpid());
+  if (::ftruncate(lock_fd_, 0) == 0) [[maybe_unused]]
+    const ssize_t n = ::pwrite(lock_fd_, me.data(), me.size(), 0);
+  for (const JobRow& row : store_->list(1 << 30)) {
+    if (is_terminal(row.status)) continue;
+    close_job(*store_, row, JobStatus::Zombie, "the server that ran this job stopped before it finished");
+    log::warn("job " + row.id + " (" + row.kind + ") was left " + status_name(row.status) +
+              " by a server that stopped: marked zombie");
+  }
+  worker_ = std::thread([this] { work(); });
+}
+
+JobRunner::~JobRunner() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+    if (current_pid_ > 0) {
+      cancel_current_ = true;
+      ::kill(current_pid_, SIGTERM);
+    }
+  }
+  cv_.notify_all();
+  worker_.join();
+  if (lock_fd_ >= 0) ::close(lock_fd_);  // releases the lock
+}
+
+JobRow JobRunner::submit(const std::string& kind, const json& config) {
+  find_kind(kind).validate(config);
+  JobRow row = store_->create(kind, config);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    queue_.push_back(row.id);
+  }
+  cv_.notify_all();
+  return row;
+}
+
+JobRow JobRunner::cancel(const std::string& id) {
+  auto row = store_->get(id);
+  if (!row) throw Error(ErrorKind::NotFound, "no job " + id);
+  std::unique_lock<std::mutex> lock(mu_);
+  if (current_ == id) {
+    if (!cancel_current_ && current_pid_ > 0) {
+      cancel_current_ = true;
+      ::kill(current_pid_, SIGTERM);  // the worker escalates to SIGKILL after the grace period
+    }
+    return *row;
+  }
+  if (row->status == JobStatus::Queued) {
+    for (auto it = queue_.begin(); it != queue_.end(); ++it)
+      if (*it == id) {
+        queue_.erase(it);
+        break;
+      }
+    lock.unlock();
+    close_job(*store_, *row, JobStatus::Cancelled, "cancelled before it started");
+  }
+  return *store_->get(id);
+}
+
+void JobRunner::work() {
+  while (true) {
+    std::string id;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+      if (stopping_) return;
+      id = queue_.front();
+      queue_.pop_front();
+      current_ = id;
+      cancel_current_ = false;
+    }
+    try {
+      run_one(id);
+    } catch (const std::exception& e) {
+      log::error("job " + id + ": " + e.what());
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    current_.clear();
+    current_pid_ = 0;
+  }
+}
+
+void JobRunner::run_one(const std::string& id) {
+  const auto row = store_->get(id);
+  if (!row || row->status != JobStatus::Queued) return;  // cancelled meanwhile
+
+  const std::vector<std::string> args = {options_.executable, "job-run", "--data-dir", options_.data_dir, id};
+  std::vector<char*> argv;
+  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  int out[2];
+  if (::pipe2(out, O_CLOEXEC) != 0) throw Error(ErrorKind::Io, std::string("pipe: ") + std::strerror(errno));
+  const pid_t parent = ::getpid();
+  const pid_t pid = ::fork();
+  if (pid < 0) {
+    ::close(out[0]);
+    ::close(out[1]);
+    close_job(*store_, *row, JobStatus::Failed, std::string("cannot start the job process: ") + std::strerror(errno));
+    return;
+  }
+  if (pid == 0) {
+    // Only async-signal-safe calls until exec. The child dies with this thread (kill -9 of the server), so
+    // an orphan can never write over the zombie status the next server gives its row.
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) ::_exit(127);
+    ::setpriority(PRIO_PROCESS, 0, 10);
+    sigset_t none;
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);  // the server blocks SIGTERM for its sigwait thread
+    ::signal(SIGPIPE, SIG_DFL);
+    ::dup2(out[1], 1);
+    ::dup2(out[1], 2);
+    const int devnull = ::open("/dev/null", O_RDONLY);
+    if (devnull >= 0) ::dup2(devnull, 0);
+    ::execv(argv[0], argv.data());
+    ::_exit(127);
+  }
+  ::close(out[1]);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    current_pid_ = pid;
+    if (cancel_current_) ::kill(pid, SIGTERM);  // cancelled between pop and fork
+  }
+
+  // Read the child's output line by line until it closes its end; escalate a cancel after the grace period.
+  std::string pending;
+  std::optional<Clock::time_point> kill_at;
+  bool eof = false;
+  int status = 0;
+  bool reaped = false;
+  const size_t kMaxLine = 64 * 1024;
+  while (!reaped) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (cancel_current_ && !kill_at) kill_at = Clock::now() + std::chrono::milliseconds(options_.cancel_grace_ms);
+    }
+    if (kill_at && Clock::now() >= *kill_at) {
+      ::kill(pid, SIGKILL);
+      kill_at = Clock::time_point::max();
+    }
+    if (!eof) {
+      pollfd p{out[0], POLLIN, 0};
+      if (::poll(&p, 1, 100) > 0) {
+        char buf[4096];
+        const ssize_t n = ::read(out[0], buf, sizeof buf);
+        if (n <= 0) {
+          eof = true;
+        } else {
+          pending.append(buf, static_cast<size_t>(n));
+          size_t nl;
+          while ((nl = pending.find('\n')) != std::string::npos || pending.size() > kMaxLine) {
+            const size_t cut = nl == std::string::npos ? kMaxLine : nl;
+            const std::string line = pending.substr(0, cut);
+            pending.erase(0, nl == std::string::npos ? cut : cut + 1);
+            try {
+              append_event(row->log_path, log_event(line));
+            } catch (const std::exception& e) {
+              log::warn("job " + id + ": " + e.what());
+            }
+          }
+        }
+      }
+    } else {
+      ::usleep(20 * 1000);
+    }
+    const pid_t w = ::waitpid(pid, &status, WNOHANG);
+    if (w == pid) reaped = true;
+    if (w < 0 && errno != EINTR) break;
+  }
+  // Drain what the child wrote before it exited.
+  char buf[4096];
+  ssize_t n;
+  while ((n = ::read(out[0], buf, sizeof buf)) > 0) pending.append(buf, static_cast<size_t>(n));
+  ::close(out[0]);
+  size_t start = 0;
+  while (start < pending.size()) {
+    size_t nl = pending.find('\n', start);
+    if (nl == std::string::npos) nl = pending.size();
+    try {
+      append_event(row->log_path, log_event(pending.substr(start, nl - start)));
+    } catch (const std::exception&) {
+    }
+    start = nl + 1;
+  }
+
+  const auto now = store_->get(id);
+  if (!now || is_terminal(now->status)) return;  // the child closed the job itself
+  bool cancelled, stopping;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    cancelled = cancel_current_;
+    stopping = stopping_;
+  }
+  if (cancelled)
+    close_job(*store_, *now, JobStatus::Cancelled, stopping ? "cancelled: the server shut down" : "cancelled");
+  else
+    close_job(*store_, *now, JobStatus::Failed, exit_description(status));
+}
+
+}  // namespace lathe::jobs

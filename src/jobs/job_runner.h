@@ -1,0 +1,62 @@
+// The server's side of jobs: validates and queues submissions, runs them first in, first out, one at a time,
+// each in its own `lathe job-run ID` child (a crash or an out-of-memory kill takes the job down, never the
+// server), turns the child's stdout/stderr lines into `log` events, and cancels with SIGTERM then SIGKILL.
+//
+// Sharing the machine with serving: the child runs at nice 10, so under CPU contention the Linux scheduler
+// gives the server's threads about nine tenths of the CPU and the job the rest (CFS weights 1024 vs 110).
+//
+// One server per data directory: the runner holds an exclusive lock on <data-dir>/server.lock for its life;
+// a second one is refused. At start, rows a dead server left queued or running become zombie (their log
+// gets a closing `failed` event with status zombie, then the row flips).
+#pragma once
+#include <sys/types.h>
+
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "jobs/job_store.h"
+
+namespace lathe::jobs {
+
+struct RunnerOptions {
+  std::string data_dir;
+  std::string executable;  // the lathe binary to run `job-run` with (default: /proc/self/exe)
+  int cancel_grace_ms = 3000;
+};
+
+class JobRunner {
+ public:
+  // Throws Error(Io) when another server holds the data directory.
+  explicit JobRunner(RunnerOptions options);
+  ~JobRunner();  // stops the worker; a running job is cancelled
+  JobRunner(const JobRunner&) = delete;
+  JobRunner& operator=(const JobRunner&) = delete;
+
+  // Validates config for kind (throws InvalidArgument/Unsupported) and queues it.
+  JobRow submit(const std::string& kind, const json& config);
+  // Cancels a queued or running job; returns the row (unchanged when already terminal). NotFound when absent.
+  JobRow cancel(const std::string& id);
+  std::shared_ptr<JobStore> store() { return store_; }
+  const std::string& data_dir() const { return options_.data_dir; }
+
+ private:
+  void work();
+  void run_one(const std::string& id);
+  RunnerOptions options_;
+  int lock_fd_ = -1;
+  std::shared_ptr<JobStore> store_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::string> queue_;
+  std::string current_;  // the running job's id
+  pid_t current_pid_ = 0;
+  bool cancel_current_ = false;
+  bool stopping_ = false;
+  std::thread worker_;
+};
+
+}  // namespace lathe::jobs

@@ -1,0 +1,83 @@
+#include "jobs/kinds.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "common/error.h"
+#include "jobs/test_kinds.h"
+#include "lab/quantize/quantize_job.h"
+
+namespace lathe::jobs {
+namespace {
+
+JobKind not_available(const std::string& name, const std::string& why) {
+  JobKind k;
+  k.name = name;
+  k.description = why;
+  k.validate = [name, why](const json&) { throw Error(ErrorKind::Unsupported, "job kind '" + name + "': " + why); };
+  k.run = [name, why](const Emit&, const json&) -> JobResult {
+    throw Error(ErrorKind::Unsupported, "job kind '" + name + "': " + why);
+  };
+  return k;
+}
+
+const std::vector<JobKind>& registry() {
+  static const std::vector<JobKind> kinds = [] {
+    std::vector<JobKind> k;
+    k.push_back(lab::quantize_kind());
+    k.push_back(not_available("finetune", "not available yet (LoRA training is not implemented in this build)"));
+    k.push_back(not_available("dataset", "not available yet (dataset generation is not implemented in this build)"));
+    k.push_back(noop_kind());
+    k.push_back(crash_kind());
+    return k;
+  }();
+  return kinds;
+}
+
+}  // namespace
+
+const JobKind& find_kind(const std::string& name) {
+  for (const auto& k : registry())
+    if (k.name == name) return k;
+  std::string known;
+  for (const auto& k : registry()) known += (known.empty() ? "" : ", ") + k.name;
+  throw Error(ErrorKind::InvalidArgument, "unknown job kind '" + name + "' (known: " + known + ")");
+}
+
+std::vector<std::string> kind_names() {
+  std::vector<std::string> names;
+  for (const auto& k : registry()) names.push_back(k.name);
+  return names;
+}
+
+void check_fields(const json& config, const std::string& kind, const std::vector<std::string>& known) {
+  if (!config.is_object())
+    throw Error(ErrorKind::InvalidArgument, "the config of a " + kind + " job must be an object");
+  for (auto it = config.begin(); it != config.end(); ++it)
+    if (std::find(known.begin(), known.end(), it.key()) == known.end()) {
+      std::string list;
+      for (const auto& k : known) list += (list.empty() ? "" : ", ") + k;
+      throw Error(ErrorKind::InvalidArgument,
+                  "unknown field '" + it.key() + "' in the config of a " + kind + " job (fields: " + list + ")");
+    }
+}
+
+double number_field(const json& config, const std::string& key, double fallback, double lo, double hi) {
+  const auto it = config.find(key);
+  if (it == config.end() || it->is_null()) return fallback;
+  if (!it->is_number()) throw Error(ErrorKind::InvalidArgument, "config field '" + key + "' must be a number");
+  const double v = it->get<double>();
+  if (!std::isfinite(v) || v < lo || v > hi)
+    throw Error(ErrorKind::InvalidArgument,
+                "config field '" + key + "' must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+  return v;
+}
+
+std::string string_field(const json& config, const std::string& key, const std::string& fallback) {
+  const auto it = config.find(key);
+  if (it == config.end() || it->is_null()) return fallback;
+  if (!it->is_string()) throw Error(ErrorKind::InvalidArgument, "config field '" + key + "' must be a string");
+  return it->get<std::string>();
+}
+
+}  // namespace lathe::jobs

@@ -1,0 +1,31 @@
+// The job kinds: each validates its config before it is queued (a bad config is a 400, never a failed job)
+// and runs in the `lathe job-run` child. Producers in lab/ register themselves here.
+#pragma once
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "jobs/job_types.h"
+
+namespace lathe::jobs {
+
+struct JobKind {
+  std::string name;
+  std::string description;
+  // Throws Error(InvalidArgument) naming the bad field, or Error(Unsupported) for a kind not available.
+  std::function<void(const json& config)> validate;
+  JobProducer run;
+};
+
+// The kind named `name`; throws Error(InvalidArgument) listing the known kinds.
+const JobKind& find_kind(const std::string& name);
+std::vector<std::string> kind_names();
+
+// Typed config access for validators: the field's value, or the default when absent; a wrong type or a value
+// outside [lo, hi] throws InvalidArgument naming the field.
+double number_field(const json& config, const std::string& key, double fallback, double lo, double hi);
+std::string string_field(const json& config, const std::string& key, const std::string& fallback = {});
+// Throws InvalidArgument when config is not an object or has a key outside `known`.
+void check_fields(const json& config, const std::string& kind, const std::vector<std::string>& known);
+
+}  // namespace lathe::jobs

@@ -1,0 +1,173 @@
+// The jobs API: POST /api/jobs, GET /api/jobs, GET /api/jobs/{id}, GET /api/jobs/{id}/events (server-sent
+// events: the log replayed from the start, then followed; Last-Event-ID resumes; an `end` event closes),
+// POST /api/jobs/{id}/cancel and DELETE /api/jobs/{id}. The runner lives as long as these routes; when the
+// data directory cannot be used (another server holds it) the routes answer 503 and serving goes on.
+#include <httplib.h>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+
+#include "common/error.h"
+#include "common/log.h"
+#include "jobs/event_log.h"
+#include "jobs/job_runner.h"
+#include "jobs/job_store.h"
+#include "server/http_server.h"
+#include "server/sse.h"
+
+namespace lathe::server {
+namespace {
+
+using json = nlohmann::ordered_json;
+constexpr const char* kPrefix = "/api/jobs/";
+constexpr int kPollMs = 200;
+// Set when the server stops: following streams close (without `end`, so an EventSource reconnects and resumes
+// with Last-Event-ID).
+std::atomic<bool> g_streams_stopping{false};
+
+struct JobsState {
+  std::unique_ptr<jobs::JobRunner> runner;
+  std::string unavailable;  // why there is no runner
+
+  jobs::JobRunner& get() {
+    if (!runner) throw ApiError(503, "the jobs API is unavailable: " + unavailable);
+    return *runner;
+  }
+};
+
+// "/api/jobs/ID[/tail]" -> {ID, tail}.
+std::pair<std::string, std::string> split_job_path(const std::string& path) {
+  const std::string rest = path.substr(std::string(kPrefix).size());
+  const size_t slash = rest.find('/');
+  if (slash == std::string::npos) return {rest, ""};
+  return {rest.substr(0, slash), rest.substr(slash + 1)};
+}
+
+jobs::JobRow require_job(jobs::JobRunner& runner, const std::string& id) {
+  auto row = runner.store()->get(id);
+  if (!row) throw ApiError(404, "no job " + id, "id", "job_not_found");
+  return *row;
+}
+
+int parse_limit(const std::string& text) {
+  if (text.empty()) return 50;
+  char* end = nullptr;
+  const long v = std::strtol(text.c_str(), &end, 10);
+  if (*end != '\0' || v < 1 || v > 1000) throw ApiError(400, "limit must be an integer in [1, 1000]", "limit");
+  return static_cast<int>(v);
+}
+
+// Streams the job's log: every event once, numbered by its line (the SSE id), from after `skip`.
+void stream_events(std::shared_ptr<JobsState> state, const jobs::JobRow& row, uint64_t skip, bool follow,
+                   httplib::Response& res) {
+  set_sse_headers(res);
+  res.set_chunked_content_provider("text/event-stream", [state, row, skip, follow](size_t, httplib::DataSink& sink) {
+    if (!sse_send(sink, "retry: 1500\n\n")) return false;
+    uint64_t offset = 0, index = 0;
+    while (true) {
+      // Read the status before the log: a terminal status means its closing event is already in the log.
+      const auto now = state->runner->store()->get(row.id);
+      const bool finished = !now || jobs::is_terminal(now->status) || !follow;
+      bool saw_terminal = false;
+      jobs::LogChunk chunk;
+      do {
+        chunk = jobs::read_events(row.log_path, offset);
+        offset = chunk.next_offset;
+        for (const auto& e : chunk.events) {
+          ++index;
+          saw_terminal = saw_terminal || jobs::is_terminal_event(e);
+          if (index <= skip) continue;
+          if (!sse_send(sink, "id: " + std::to_string(index) + "\n" + sse_frame(e))) return false;
+        }
+      } while (!chunk.events.empty() && finished);
+      if (finished || saw_terminal) break;
+      if (!sink.is_writable() || g_streams_stopping.load()) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(kPollMs));
+    }
+    sse_send(sink, sse_frame(json::object(), "end"));
+    sink.done();
+    return true;
+  });
+}
+
+}  // namespace
+
+void stop_job_streams() { g_streams_stopping.store(true); }
+
+std::vector<Route> jobs_routes(ServerContext& ctx) {
+  auto state = std::make_shared<JobsState>();
+  try {
+    jobs::RunnerOptions o;
+    o.data_dir = ctx.options().data_dir.empty() ? jobs::default_data_dir() : ctx.options().data_dir;
+    state->runner = std::make_unique<jobs::JobRunner>(o);
+    log::info("jobs: data directory " + o.data_dir);
+  } catch (const std::exception& e) {
+    state->unavailable = e.what();
+    log::warn(std::string("jobs API disabled: ") + e.what());
+  }
+
+  std::vector<Route> r;
+  r.push_back({"POST", "/api/jobs", [state](const httplib::Request& req, httplib::Response& res) {
+                 json body;
+                 try {
+                   body = json::parse(req.body);
+                 } catch (const json::parse_error& e) {
+                   throw ApiError(400, std::string("the request body is not valid JSON: ") + e.what());
+                 }
+                 if (!body.is_object() || !body.contains("kind") || !body["kind"].is_string())
+                   throw ApiError(400, "send {\"kind\": \"...\", \"config\": {...}}", "kind");
+                 const json config = body.value("config", json::object());
+                 const jobs::JobRow row = state->get().submit(body["kind"].get<std::string>(), config);
+                 write_json(res, {{"ok", true}, {"job", jobs::to_json(row)}}, 201);
+               }});
+  r.push_back({"GET", "/api/jobs", [state](const httplib::Request& req, httplib::Response& res) {
+                 const int limit = parse_limit(req.get_param_value("limit"));
+                 json list = json::array();
+                 for (const auto& row :
+                      state->get().store()->list(limit, req.get_param_value("kind"), req.get_param_value("status")))
+                   list.push_back(jobs::to_json(row));
+                 write_json(res, {{"ok", true}, {"jobs", list}});
+               }});
+  r.push_back({"GET", kPrefix,
+               [state](const httplib::Request& req, httplib::Response& res) {
+                 const auto [id, tail] = split_job_path(req.path);
+                 jobs::JobRunner& runner = state->get();
+                 const jobs::JobRow row = require_job(runner, id);
+                 if (tail.empty()) return write_json(res, {{"ok", true}, {"job", jobs::to_json(row)}});
+                 if (tail != "events") throw ApiError(404, "not found: GET " + req.path);
+                 uint64_t skip = 0;
+                 if (const std::string last = req.get_header_value("Last-Event-ID"); !last.empty()) {
+                   char* end = nullptr;
+                   skip = std::strtoull(last.c_str(), &end, 10);
+                   if (*end != '\0') throw ApiError(400, "Last-Event-ID must be an event number");
+                 }
+                 stream_events(state, row, skip, req.get_param_value("follow") != "0", res);
+               },
+               /*prefix=*/true});
+  r.push_back({"POST", kPrefix,
+               [state](const httplib::Request& req, httplib::Response& res) {
+                 const auto [id, tail] = split_job_path(req.path);
+                 if (tail != "cancel") throw ApiError(404, "not found: POST " + req.path);
+                 jobs::JobRunner& runner = state->get();
+                 require_job(runner, id);
+                 const jobs::JobRow row = runner.cancel(id);
+                 write_json(res, {{"ok", true}, {"job", jobs::to_json(row)}}, 202);
+               },
+               /*prefix=*/true});
+  r.push_back({"DELETE", kPrefix,
+               [state](const httplib::Request& req, httplib::Response& res) {
+                 const auto [id, tail] = split_job_path(req.path);
+                 if (!tail.empty()) throw ApiError(404, "not found: DELETE " + req.path);
+                 jobs::JobRunner& runner = state->get();
+                 const jobs::JobRow row = require_job(runner, id);
+                 if (!jobs::is_terminal(row.status))
+                   throw ApiError(409, "job " + id + " is " + jobs::status_name(row.status) + "; cancel it first");
+                 runner.store()->remove(id);
+                 write_json(res, {{"ok", true}, {"deleted", id}});
+               },
+               /*prefix=*/true});
+  return r;
+}
+
+}  // namespace lathe::server

@@ -1,0 +1,283 @@
+// The jobs API of a real `lathe serve` (the demo model, a real data directory, real child processes): auth,
+// validation before queuing, SSE replay with and without Last-Event-ID, a crash that leaves the server alive,
+// kill -9 of the server mid-job -> zombie with its log intact, a second server on the same data directory, and
+// `lathe jobs` against it.
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <chrono>
+#include <csignal>
+#include <filesystem>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+namespace lathe {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::ordered_json;
+const std::string kKey = "sekret";
+
+struct Server {
+  pid_t pid = -1;
+  int port = 0;
+  Server(const std::string& data_dir) {
+    int fds[2];
+    if (::pipe(fds) != 0) return;
+    pid = ::fork();
+    if (pid == 0) {
+      ::dup2(fds[1], 2);
+      ::close(fds[0]);
+      const std::string model = std::string(LATHE_SOURCE_DIR) + "/models/demo";
+      ::execl(LATHE_BINARY, LATHE_BINARY, "serve", "--model", model.c_str(), "--port", "0", "--api-key", kKey.c_str(),
+              "--data-dir", data_dir.c_str(), static_cast<char*>(nullptr));
+      ::_exit(127);
+    }
+    ::close(fds[1]);
+    std::string text;
+    char buf[512];
+    ssize_t n;
+    while ((n = ::read(fds[0], buf, sizeof buf)) > 0) {
+      text.append(buf, static_cast<size_t>(n));
+      const size_t at = text.find("listening on http://127.0.0.1:");
+      if (at != std::string::npos && text.find('\n', at) != std::string::npos) {
+        port = std::stoi(text.substr(at + 30));
+        break;
+      }
+    }
+    // Keep draining the server's log so it never blocks on a full pipe.
+    std::thread([fd = fds[0]] {
+      char b[512];
+      while (::read(fd, b, sizeof b) > 0) {
+      }
+      ::close(fd);
+    }).detach();
+  }
+  void kill(int sig) {
+    if (pid > 0) {
+      ::kill(pid, sig);
+      ::waitpid(pid, nullptr, 0);
+      pid = -1;
+    }
+  }
+  ~Server() { kill(SIGTERM); }
+  httplib::Client client(bool auth = true) const {
+    httplib::Client c("127.0.0.1", port);
+    if (auth) c.set_bearer_token_auth(kKey);
+    c.set_read_timeout(30, 0);
+    return c;
+  }
+};
+
+struct TempDir {
+  fs::path path;
+  explicit TempDir(const std::string& tag) {
+    path = fs::temp_directory_path() / ("lathe_jobs_http_" + tag + "_" + std::to_string(::getpid()));
+    fs::remove_all(path);
+  }
+  ~TempDir() { fs::remove_all(path); }
+};
+
+std::string submit(const Server& s, const json& body) {
+  auto c = s.client();
+  auto r = c.Post("/api/jobs", body.dump(), "application/json");
+  if (!r || r->status != 201) return "";
+  return json::parse(r->body)["job"]["id"];
+}
+
+json get_job(const Server& s, const std::string& id) {
+  auto c = s.client();
+  auto r = c.Get("/api/jobs/" + id);
+  return r && r->status == 200 ? json::parse(r->body)["job"] : json();
+}
+
+json wait_status(const Server& s, const std::string& id, const std::string& until_not = "running") {
+  for (int i = 0; i < 1500; ++i) {
+    const json j = get_job(s, id);
+    if (j.is_object() && j["status"] != "queued" && j["status"] != until_not) return j;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return get_job(s, id);
+}
+
+struct Frame {
+  std::string id, event;
+  json data;
+};
+
+std::vector<Frame> read_events(const Server& s, const std::string& id, const std::string& last_event_id = "") {
+  auto c = s.client();
+  httplib::Headers h;
+  if (!last_event_id.empty()) h.emplace("Last-Event-ID", last_event_id);
+  auto r = c.Get("/api/jobs/" + id + "/events", h);
+  std::vector<Frame> frames;
+  if (!r) return frames;
+  EXPECT_EQ(r->get_header_value("Content-Type"), "text/event-stream");
+  size_t start = 0;
+  const std::string& b = r->body;
+  while (start < b.size()) {
+    size_t end = b.find("\n\n", start);
+    if (end == std::string::npos) break;
+    std::string block = b.substr(start, end - start);
+    start = end + 2;
+    Frame f;
+    size_t pos = 0;
+    while (pos < block.size()) {
+      size_t nl = block.find('\n', pos);
+      if (nl == std::string::npos) nl = block.size();
+      const std::string line = block.substr(pos, nl - pos);
+      if (line.rfind("id: ", 0) == 0) f.id = line.substr(4);
+      if (line.rfind("event: ", 0) == 0) f.event = line.substr(7);
+      if (line.rfind("data: ", 0) == 0) f.data = json::parse(line.substr(6));
+      pos = nl + 1;
+    }
+    if (!f.data.is_null()) frames.push_back(f);
+  }
+  return frames;
+}
+
+TEST(JobsHttp, AuthValidationReplayCrashAndCli) {
+  TempDir d("api");
+  Server s(d.path.string());
+  ASSERT_GT(s.port, 0);
+  auto anon = s.client(false);
+  auto r = anon.Get("/api/jobs");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 401);
+
+  auto c = s.client();
+  r = c.Post("/api/jobs", R"({"kind":"paint"})", "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400);
+  EXPECT_NE(r->body.find("unknown job kind 'paint'"), std::string::npos) << r->body;
+  r = c.Post("/api/jobs", R"({"kind":"quantize","config":{"model":"/nonexistent","out":"/tmp/x"}})",
+             "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 404);
+  EXPECT_NE(r->body.find("/nonexistent"), std::string::npos) << r->body;
+  r = c.Post("/api/jobs", R"({"kind":"finetune","config":{}})", "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400);
+  EXPECT_NE(r->body.find("not available yet"), std::string::npos);
+  r = c.Post("/api/jobs", "{not json", "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400);
+  r = c.Get("/api/jobs/job_nope");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 404);
+
+  const std::string id = submit(s, {{"kind", "noop"}, {"config", {{"steps", 3}}}});
+  ASSERT_FALSE(id.empty());
+  EXPECT_EQ(wait_status(s, id)["status"], "done");
+  const auto all = read_events(s, id);
+  ASSERT_GE(all.size(), 7u);  // started, 4 stages, done, end
+  EXPECT_EQ(all.front().data["type"], "started");
+  EXPECT_EQ(all[all.size() - 2].data["type"], "done");
+  EXPECT_EQ(all.back().event, "end");
+  for (size_t i = 0; i + 1 < all.size(); ++i) EXPECT_EQ(all[i].id, std::to_string(i + 1));
+  const auto resumed = read_events(s, id, "2");
+  ASSERT_EQ(resumed.size(), all.size() - 2);
+  EXPECT_EQ(resumed.front().id, "3");
+  EXPECT_EQ(resumed.front().data, all[2].data);
+
+  const std::string crash = submit(s, {{"kind", "crash"}, {"config", json::object()}});
+  const json failed = wait_status(s, crash);
+  EXPECT_EQ(failed["status"], "failed");
+  EXPECT_EQ(failed["error"], "the job process exited with code 3");
+  r = c.Get("/health");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+
+  r = c.Get("/api/jobs?limit=1");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(json::parse(r->body)["jobs"].size(), 1u);
+
+  // The CLI against the same server.
+  const std::string base =
+      std::string(LATHE_BINARY) + " jobs --url http://127.0.0.1:" + std::to_string(s.port) + " --api-key " + kKey + " ";
+  auto run = [](const std::string& cmd, int* status) {
+    FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+    std::string out;
+    std::array<char, 4096> buf{};
+    size_t n;
+    while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
+    *status = pclose(p);
+    return out;
+  };
+  int status = 0;
+  std::string out = run(base + "ls", &status);
+  EXPECT_EQ(status, 0);
+  EXPECT_NE(out.find(id), std::string::npos) << out;
+  EXPECT_NE(out.find(crash), std::string::npos) << out;
+  out = run(base + "logs " + id, &status);
+  EXPECT_EQ(status, 0) << out;
+  EXPECT_NE(out.find("[work 75%] step 3 of 3"), std::string::npos) << out;
+  out = run(base + "logs -f " + crash, &status);
+  EXPECT_NE(status, 0);
+  EXPECT_NE(out.find("[failed] the job process exited with code 3"), std::string::npos) << out;
+  out = run(base + "cancel job_nope", &status);
+  EXPECT_NE(status, 0);
+  EXPECT_NE(out.find("no job job_nope"), std::string::npos) << out;
+}
+
+TEST(JobsHttp, KillNineMidJobLeavesAZombieWithItsLogAndASecondServerIsRefused) {
+  TempDir d("zombie");
+  std::string id;
+  {
+    Server s(d.path.string());
+    ASSERT_GT(s.port, 0);
+    id = submit(s, {{"kind", "noop"}, {"config", {{"steps", 1000}, {"step_ms", 50}}}});
+    ASSERT_FALSE(id.empty());
+    for (int i = 0; i < 500 && get_job(s, id)["progress"].get<double>() == 0; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    {
+      Server second(d.path.string());  // same data directory while the first lives: jobs refused, serving on
+      ASSERT_GT(second.port, 0);
+      auto c = second.client();
+      auto r = c.Get("/api/jobs");
+      ASSERT_TRUE(r);
+      EXPECT_EQ(r->status, 503);
+      EXPECT_NE(r->body.find("in use by another lathe server"), std::string::npos) << r->body;
+      EXPECT_EQ(c.Get("/health")->status, 200);
+    }
+    s.kill(SIGKILL);
+  }
+  Server again(d.path.string());
+  ASSERT_GT(again.port, 0);
+  const json j = get_job(again, id);
+  EXPECT_EQ(j["status"], "zombie");
+  const auto events = read_events(again, id);
+  ASSERT_GE(events.size(), 4u);
+  EXPECT_EQ(events[0].data["type"], "started");
+  EXPECT_EQ(events[1].data["stage"], "warmup");
+  EXPECT_EQ(events[2].data["stage"], "work");
+  EXPECT_EQ(events[events.size() - 2].data["status"], "zombie");
+  // The orphaned job process died with its server: no step after the kill reached the log.
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_EQ(read_events(again, id).size(), events.size());
+}
+
+TEST(JobsHttp, CancelOverHttpStopsARunningJob) {
+  TempDir d("cancel");
+  Server s(d.path.string());
+  ASSERT_GT(s.port, 0);
+  const std::string id = submit(s, {{"kind", "noop"}, {"config", {{"steps", 1000}, {"step_ms", 50}}}});
+  for (int i = 0; i < 500 && get_job(s, id)["status"] != "running"; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  auto c = s.client();
+  auto r = c.Post("/api/jobs/" + id + "/cancel", "", "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 202);
+  EXPECT_EQ(wait_status(s, id)["status"], "cancelled");
+  r = c.Delete("/api/jobs/" + id);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  EXPECT_EQ(c.Get("/api/jobs/" + id)->status, 404);
+}
+
+}  // namespace
+}  // namespace lathe
