@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cli/adapter_flags.h"
 #include "cli/verbs.h"
 #include "common/error.h"
 #include "io/safetensors.h"
@@ -30,6 +31,7 @@ struct RunOptions {
   CacheOptions cache;
   std::string device = "cpu";
   std::string dtype = "f32";
+  AdapterFlags adapters;
 };
 
 LoadOptions load_options(const RunOptions& o) {
@@ -74,6 +76,10 @@ double ms_since(Clock::time_point t) { return std::chrono::duration<double, std:
 int run(const RunOptions& o) {
   const auto t_load = Clock::now();
   std::unique_ptr<Model> model = load_model(o.model, load_options(o));
+  lora::Selection selection;
+  const auto adapters = o.adapters.mount(*model, &selection);
+  const lora::ForwardContext lora_ctx = selection.context();
+  const lora::ScopedContext lora_scope(selection.slot >= 0 ? &lora_ctx : nullptr);
   const double load_ms = ms_since(t_load);
   const double rss_after_load = resident_mib();
   const double file_mib = static_cast<double>(model->checkpoint().total_file_bytes()) / (1024.0 * 1024.0);
@@ -179,6 +185,7 @@ Verb add_run(CLI::App& app) {
   cmd->add_option("--dtype", o->dtype, "activation type: f32, or bf16 (cuda only)")
       ->capture_default_str()
       ->check(CLI::IsMember({"f32", "bf16"}));
+  o->adapters.add_to(cmd);
   return {cmd, [o] { return run(*o); }};
 }
 

@@ -55,6 +55,7 @@ class ChatSession {
   CacheOptions cache_options_;
   CacheList cache_;
   std::vector<int32_t> cached_tokens_;
+  std::string cached_adapters_;  // the lora::ForwardContext key the cached KV was computed under
 };
 
 }  // namespace lathe

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/chat_session.h"
+#include "lora/adapter_manager.h"
 #include "server/engine_service.h"
 #include "server/generation_settings.h"
 #include "server/metrics.h"
@@ -24,6 +25,8 @@ struct ServeOptions {
   ServerDefaults defaults;                    // sampling and max_tokens when a request omits them
   nlohmann::ordered_json chat_template_args;  // extra template variables (request kwargs win)
   std::string model_id;                       // reported in responses and /v1/models
+  std::vector<std::string> adapter_stores;    // --adapter-dir: where mounts by path may read ([lora])
+  std::vector<std::string> adapter_paths;     // --adapter: mounted at start (the stack is the default)
 };
 
 class ServerContext {
@@ -33,6 +36,7 @@ class ServerContext {
   ChatSession& session() { return *session_; }
   EngineService& engine() { return *engine_; }
   Metrics& metrics() { return metrics_; }
+  lora::AdapterManager& adapters() { return *adapters_; }
   const ServeOptions& options() const { return options_; }
   const std::string& model_id() const { return options_.model_id; }
   int64_t started_at() const { return started_at_; }
@@ -46,6 +50,7 @@ class ServerContext {
   std::unique_ptr<ChatSession> session_;
   Metrics metrics_;
   std::unique_ptr<EngineService> engine_;
+  std::unique_ptr<lora::AdapterManager> adapters_;
   int64_t started_at_;
   bool think_tags_ = false;
   std::atomic<uint64_t> request_counter_{0};
