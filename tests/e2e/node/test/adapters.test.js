@@ -12,6 +12,13 @@ const ctx = useServer({ model: fixtureModel('qwen3-q4g64'), args: ['--adapter-di
 const oai = () => openaiClient(ctx.server);
 const messages = [{ role: 'user', content: 'Write a haiku about the sea.' }];
 
+// Same tokens, logprobs within float noise (a prompt whose prefix is cached runs in two parts).
+function assertSame(got, want, what) {
+  assert.equal(got.text, want.text, what);
+  assert.equal(got.lp.length, want.lp.length, what);
+  got.lp.forEach((v, i) => assert.ok(Math.abs(v - want.lp[i]) < 1e-4, `${what}: logprob ${i}: ${v} vs ${want.lp[i]}`));
+}
+
 async function complete(extra) {
   const r = await oai().chat.completions.create({ model: 'm', messages, temperature: 0, max_tokens: 12, logprobs: true, ...extra });
   return { text: r.choices[0].message.content, lp: r.choices[0].logprobs.content.map((t) => t.logprob) };
@@ -52,13 +59,13 @@ describe('LoRA adapters over HTTP', () => {
 
     const solo = {};
     for (const a of ['none', 'alpha', 'alpha+beta', 'beta']) solo[a] = await complete({ adapter: a });
-    assert.notDeepEqual(solo.alpha.lp, solo.none.lp);
-    assert.notDeepEqual(solo['alpha+beta'].lp, solo.alpha.lp);
-    assert.deepEqual((await complete({})).lp, solo.none.lp);  // no default: the base
-    assert.deepEqual((await complete({ model: 'alpha' })).lp, solo.alpha.lp);  // vLLM-style selection
+    const far = (x, y) => x.lp.some((v, i) => Math.abs(v - y.lp[i]) > 1e-2);
+    assert.ok(far(solo.alpha, solo.none) && far(solo['alpha+beta'], solo.alpha) && far(solo.beta, solo.none));
+    assertSame(await complete({}), solo.none, 'no default: the base');
+    assertSame(await complete({ model: 'alpha' }), solo.alpha, 'vLLM-style selection');
     const order = ['alpha', 'none', 'alpha+beta', 'alpha', 'beta', 'none'];
     const got = await Promise.all(order.map((a) => complete({ adapter: a })));
-    order.forEach((a, i) => assert.deepEqual(got[i].lp, solo[a].lp, `${a} (#${i})`));
+    order.forEach((a, i) => assertSame(got[i], solo[a], `${a} (#${i})`));
 
     const unknown = await request(ctx.server, 'POST', '/v1/chat/completions', { body: { messages, adapter: 'gamma' } });
     assert.equal(unknown.status, 404);
