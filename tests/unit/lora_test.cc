@@ -270,7 +270,7 @@ TEST(LoraResidual, PerTokenSlotsMatchUniformRuns) {
   const auto got = run(a.context());
   for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-5) << i;
   // Tokens 0 and 2 on alpha+beta, token 1 on the base.
-  lora::ForwardContext mixed{m.snapshot(), -1, {ab.slot, -1, ab.slot}};
+  lora::ForwardContext mixed{m.snapshot(), -1, {ab.slot, -1, ab.slot}, {}};
   const auto mix = run(mixed), uni = run(ab.context());
   for (int o = 0; o < 64; ++o) {
     EXPECT_EQ(mix[o], uni[o]);
@@ -305,7 +305,7 @@ TEST(LoraModel, BatchRowsWithDifferentAdaptersMatchSoloRuns) {
   Batch b;
   b.rows = {
       {p1, &c1, true, m.resolve("alpha").slot}, {p2, &c2, true, m.resolve("alpha+beta").slot}, {p1, &c3, true, -1}};
-  const lora::ForwardContext engine{m.snapshot(), -1, {}};
+  const lora::ForwardContext engine{m.snapshot(), -1, {}, {}};
   const lora::ScopedContext s(&engine);
   const Tensor out = model->forward(b);
   const auto all = out.to_floats();
