@@ -31,7 +31,10 @@ TEST_P(LoraParity, RunWithAdaptersMatchesReference) {
   const auto refs = SafetensorsFile::open(adapters_dir(c.arch + "-reference") + "/reference.safetensors");
   const std::string base = ref["base"].get<std::string>();
   std::string ids;
-  for (int32_t t : ref["prompt"].get<std::vector<int32_t>>()) ids += (ids.empty() ? "" : ",") + std::to_string(t);
+  for (int32_t t : ref["prompt"].get<std::vector<int32_t>>()) {
+    if (!ids.empty()) ids += ',';
+    ids += std::to_string(t);
+  }
   const std::string out = (std::filesystem::temp_directory_path() /
                            ("lathe_lora_parity_" + std::to_string(::getpid()) + "_" + c.reference + ".safetensors"))
                               .string();
