@@ -41,14 +41,21 @@ void add_factors(const std::vector<const DeviceFactor*>& factors, const Tensor& 
   }
 }
 
+// Residuals are summed into an F32 buffer and added to y once, in the uniform and the mixed case alike, so a
+// row gets bit-identical output whether it runs alone or gathered with rows on other slots (and so the CUDA
+// scatter, which adds into F32, serves BF16 outputs too).
 void add_residual(int site, const Tensor& x, Tensor& y) {
   const ForwardContext* c = g_current;
   if (!c || site < 0 || !c->table) return;
+  const int64_t T = x.dim(0), N = y.dim(1);
   if (c->token_slots.empty()) {
-    if (auto* f = factors_at(c->table->slot(c->uniform_slot), site)) add_factors(*f, x, y);
+    if (auto* f = factors_at(c->table->slot(c->uniform_slot), site)) {
+      Tensor r = Tensor::zeros({T, N}, DType::F32, y.device());
+      add_factors(*f, x, r);
+      add_inplace(y, r);
+    }
     return;
   }
-  const int64_t T = x.dim(0);
   if (static_cast<int64_t>(c->token_slots.size()) != T)
     throw Error(ErrorKind::Internal, "lora: the forward context has " + std::to_string(c->token_slots.size()) +
                                          " token slots for " + std::to_string(T) + " tokens");
@@ -57,17 +64,20 @@ void add_residual(int site, const Tensor& x, Tensor& y) {
     const int32_t s = c->token_slots[static_cast<size_t>(t)];
     if (factors_at(c->table->slot(s), site)) groups[s].push_back(static_cast<int32_t>(t));
   }
+  if (groups.empty()) return;
+  Tensor delta = Tensor::zeros({T, N}, DType::F32, y.device());
   for (const auto& [s, rows] : groups) {
     const auto& f = *factors_at(c->table->slot(s), site);
     if (static_cast<int64_t>(rows.size()) == T) {
-      add_factors(f, x, y);
+      add_factors(f, x, delta);
       continue;
     }
     const Tensor xs = gather_rows(x, rows);
-    Tensor r = Tensor::zeros({xs.dim(0), y.dim(1)}, y.dtype(), y.device());
+    Tensor r = Tensor::zeros({xs.dim(0), N}, DType::F32, y.device());
     add_factors(f, xs, r);
-    scatter_add_rows(y, rows, r, std::vector<float>(rows.size(), 1.0f));
+    scatter_add_rows(delta, rows, r, std::vector<float>(rows.size(), 1.0f));
   }
+  add_inplace(y, delta);
 }
 
 }  // namespace lathe::lora
