@@ -58,12 +58,14 @@ describe('LoRA adapters over HTTP', () => {
     assert.deepEqual(models.json.data.slice(1).map((m) => [m.id, m.parent]), [['alpha', 'qwen3-q4g64'], ['beta', 'qwen3-q4g64']]);
 
     const solo = {};
-    for (const a of ['none', 'alpha', 'alpha+beta', 'beta']) solo[a] = await complete({ adapter: a });
+    for (const a of ['none', 'alpha', 'alpha+beta', 'beta+alpha', 'beta']) solo[a] = await complete({ adapter: a });
+    solo['alpha,beta'] = solo['alpha+beta'];
     const far = (x, y) => x.lp.some((v, i) => Math.abs(v - y.lp[i]) > 1e-2);
     assert.ok(far(solo.alpha, solo.none) && far(solo['alpha+beta'], solo.alpha) && far(solo.beta, solo.none));
     assertSame(await complete({}), solo.none, 'no default: the base');
     assertSame(await complete({ model: 'alpha' }), solo.alpha, 'vLLM-style selection');
-    const order = ['alpha', 'none', 'alpha+beta', 'alpha', 'beta', 'none'];
+    // 8 concurrent requests over 6 specs (none and stacked among them), each equal to its solo run.
+    const order = ['alpha', 'none', 'alpha+beta', 'beta+alpha', 'beta', 'alpha,beta', 'none', 'alpha'];
     const got = await Promise.all(order.map((a) => complete({ adapter: a })));
     order.forEach((a, i) => assertSame(got[i], solo[a], `${a} (#${i})`));
 
