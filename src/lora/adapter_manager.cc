@@ -11,6 +11,8 @@
 namespace lathe::lora {
 namespace {
 
+constexpr int kMaxSpecLength = 4096;
+
 std::string shape2(int64_t out, int64_t in) { return "[" + std::to_string(out) + ", " + std::to_string(in) + "]"; }
 
 std::string trim(const std::string& s) {
@@ -164,6 +166,9 @@ std::string AdapterManager::mounted_list() const {
 
 std::vector<std::string> AdapterManager::parse_spec(const std::string& spec_in) const {
   const std::string spec = trim(spec_in);
+  if (spec.size() > static_cast<size_t>(kMaxSpecLength))
+    throw Error(ErrorKind::InvalidArgument, "adapter spec is " + std::to_string(spec.size()) + " characters (limit " +
+                                                std::to_string(kMaxSpecLength) + ")");
   std::vector<std::string> ids;
   if (spec.empty() || spec == "none") return ids;
   size_t start = 0;

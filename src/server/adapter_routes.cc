@@ -65,7 +65,14 @@ std::string confined_dir(ServerContext& ctx, const std::string& path) {
     for (const auto& store : ctx.options().adapter_stores) candidates.push_back(store + "/" + path);
   for (const auto& c : candidates) {
     const std::string rp = real_path(c);
-    if (rp.empty()) continue;
+    if (rp.empty()) {
+      // An absolute path outside the stores gets the same answer whether or not it exists.
+      bool in_store = !fs::path(path).is_absolute();
+      for (const auto& store : ctx.options().adapter_stores) in_store = in_store || inside(c, real_path(store));
+      if (!in_store)
+        throw ApiError(403, "path '" + path + "' is outside the adapter stores (serve --adapter-dir)", "path");
+      continue;
+    }
     for (const auto& store : ctx.options().adapter_stores)
       if (inside(rp, real_path(store))) return rp;
     for (const auto& given : ctx.options().adapter_paths)

@@ -220,6 +220,7 @@ TEST(LoraManager, SpecsResolveToSlotsAndUnmountDropsThem) {
     EXPECT_NE(std::string(e.what()).find("mounted: alpha, beta"), std::string::npos) << e.what();
   }
   EXPECT_THROW(m.resolve("alpha+alpha"), Error);
+  EXPECT_THROW(m.resolve(std::string(5000, 'a')), Error);  // over the spec length limit
   m.set_default("beta");
   EXPECT_EQ(m.resolve("").spec, "beta");
   const auto pinned = m.resolve("alpha+beta");

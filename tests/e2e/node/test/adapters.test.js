@@ -39,7 +39,7 @@ describe('LoRA adapters over HTTP', () => {
   });
 
   test('mount paths stay inside the stores; a misfit mounts nothing', async () => {
-    for (const [p, status] of [['../models/qwen3-q4g64', 400], ['/etc', 403], ['no-such-adapter', 404], ['gemma3-alpha', 400]]) {
+    for (const [p, status] of [['../models/qwen3-q4g64', 400], ['/etc', 403], ['/no/such/adapter', 403], ['no-such-adapter', 404], ['gemma3-alpha', 400]]) {
       const r = await request(ctx.server, 'POST', '/v1/adapters', { body: { path: p } });
       assert.equal(r.status, status, `${p}: ${r.text}`);
     }
