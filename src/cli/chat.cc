@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 
+#include "cli/adapter_flags.h"
 #include "cli/device_flags.h"
 #include "cli/sampling_flags.h"
 #include "cli/verbs.h"
@@ -25,10 +26,15 @@ struct ChatFlags {
   int max_tokens = 1024;
   SamplingFlags sampling;
   DeviceFlags where;
+  AdapterFlags adapters;
 };
 
 int run_chat(const ChatFlags& f) {
   ChatSession session(f.model, f.where.load(), f.where.cache());
+  lora::Selection selection;
+  const auto adapters = f.adapters.mount(session.model(), &selection);
+  const lora::ForwardContext lora_ctx = selection.context();
+  const lora::ScopedContext lora_scope(selection.slot >= 0 ? &lora_ctx : nullptr);
   const SamplingParams sampling = f.sampling.resolve(session.default_sampling());
   struct sigaction sa {};
   sa.sa_handler = on_sigint;
@@ -97,6 +103,7 @@ Verb add_chat(CLI::App& app) {
   cmd->add_option("--max-tokens", f->max_tokens, "tokens per answer")->capture_default_str();
   f->sampling.add_to(cmd);
   f->where.add_to(cmd);
+  f->adapters.add_to(cmd);
   return {cmd, [f] { return run_chat(*f); }};
 }
 

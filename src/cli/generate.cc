@@ -3,6 +3,7 @@
 #include <memory>
 #include <string>
 
+#include "cli/adapter_flags.h"
 #include "cli/device_flags.h"
 #include "cli/sampling_flags.h"
 #include "cli/verbs.h"
@@ -17,11 +18,16 @@ struct GenerateFlags {
   int max_tokens = 256;
   SamplingFlags sampling;
   DeviceFlags where;
+  AdapterFlags adapters;
   std::vector<std::string> stop;
 };
 
 int run_generate(const GenerateFlags& f) {
   ChatSession session(f.model, f.where.load(), f.where.cache());
+  lora::Selection selection;
+  const auto adapters = f.adapters.mount(session.model(), &selection);
+  const lora::ForwardContext lora_ctx = selection.context();
+  const lora::ScopedContext lora_scope(selection.slot >= 0 ? &lora_ctx : nullptr);
   std::vector<int32_t> prompt;
   if (f.chat) {
     nlohmann::ordered_json messages = nlohmann::ordered_json::array();
@@ -59,6 +65,7 @@ Verb add_generate(CLI::App& app) {
   cmd->add_option("--stop", f->stop, "stop string (repeatable)");
   f->sampling.add_to(cmd);
   f->where.add_to(cmd);
+  f->adapters.add_to(cmd);
   return {cmd, [f] { return run_generate(*f); }};
 }
 

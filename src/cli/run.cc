@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/run_kv.h"
+#include "cli/adapter_flags.h"
 #include "cli/verbs.h"
 #include "common/error.h"
 #include "io/safetensors.h"
@@ -33,6 +34,7 @@ struct RunOptions {
   std::string dtype = "f32";
   std::string save_kv, load_kv;  // KV file round trip (run_kv.h)
   bool kv_verify = false;
+  AdapterFlags adapters;
 };
 
 LoadOptions load_options(const RunOptions& o) {
@@ -77,6 +79,10 @@ double ms_since(Clock::time_point t) { return std::chrono::duration<double, std:
 int run(const RunOptions& o) {
   const auto t_load = Clock::now();
   std::unique_ptr<Model> model = load_model(o.model, load_options(o));
+  lora::Selection selection;
+  const auto adapters = o.adapters.mount(*model, &selection);
+  const lora::ForwardContext lora_ctx = selection.context();
+  const lora::ScopedContext lora_scope(selection.slot >= 0 ? &lora_ctx : nullptr);
   const double load_ms = ms_since(t_load);
   const double rss_after_load = resident_mib();
   const double file_mib = static_cast<double>(model->checkpoint().total_file_bytes()) / (1024.0 * 1024.0);
@@ -201,6 +207,7 @@ Verb add_run(CLI::App& app) {
   cmd->add_option("--load-kv", o->load_kv,
                   "restore KV caches from this file and reuse the prefix it shares with --ids");
   cmd->add_flag("--kv-verify", o->kv_verify, "with --load-kv: check every tensor hash before restoring");
+  o->adapters.add_to(cmd);
   return {cmd, [o] { return run(*o); }};
 }
 

@@ -98,6 +98,13 @@ int run_serve(ServeFlags& f) {
   std::signal(SIGPIPE, SIG_IGN);  // a client closing its socket must not kill the server
 
   server::ServerContext ctx(o, std::move(session));
+  std::string default_adapters;  // --adapter DIRs: mounted under their folder names, stacked as the default
+  for (const std::string& dir : o.adapter_paths) {
+    const std::string id = fs::path(dir).lexically_normal().filename().string();
+    ctx.adapters().mount(id.empty() ? fs::path(dir).lexically_normal().parent_path().filename().string() : id, dir);
+    default_adapters += (default_adapters.empty() ? "" : "+") + ctx.adapters().list().back().id;
+  }
+  if (!default_adapters.empty()) ctx.adapters().set_default(default_adapters);
   server::HttpServer http(ctx);
   const int port = http.bind();
   if (demo) log::info("no --model given: serving the bundled demo model " + f.model + " (it answers in upper case)");
@@ -142,6 +149,10 @@ Verb add_serve(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   cmd->add_option("--data-dir", f->server.data_dir, "jobs database and logs (default: $XDG_DATA_HOME/lathe)");
+  cmd->add_option("--adapter,--adapter-path", f->server.adapter_paths,
+                  "LoRA adapter directory mounted at start (repeatable: stacked; the stack is the default)");
+  cmd->add_option("--adapter-dir", f->server.adapter_stores,
+                  "directory of LoRA adapters that POST /v1/adapters may mount from (repeatable)");
   cmd->add_option("--max-queue", f->server.max_queue, "requests waiting for the engine before 429")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);

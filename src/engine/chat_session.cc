@@ -27,6 +27,10 @@ void ChatSession::reset_cache() {
 
 GenerateResult ChatSession::generate(const std::vector<int32_t>& prompt, const GenerateOptions& opt,
                                      const std::function<void(const GeneratedToken&)>& on_token) {
+  // KV computed under another adapter set is not this prompt's prefix ([lora]).
+  const std::string adapters = opt.adapters ? opt.adapters->key : std::string();
+  if (adapters != cached_adapters_) reset_cache();
+  cached_adapters_ = adapters;
   // Reuse the longest common prefix (keeping at least one prompt token to run).
   size_t common = 0;
   while (common < cached_tokens_.size() && common + 1 < prompt.size() && cached_tokens_[common] == prompt[common])
@@ -45,6 +49,8 @@ GenerateResult ChatSession::generate(const std::vector<int32_t>& prompt, const G
   StreamAdapter dec(tokenizer());
   GenerateOptions o = opt;
   if (o.eos_ids.empty()) o.eos_ids = eos_ids();
+  const lora::ScopedContext lora_scope(opt.adapters && opt.adapters->table ? opt.adapters.get()
+                                                                           : lora::current_context());
   GenerateResult r = lathe::generate(model(), cache_, suffix, o, dec, on_token);
   r.prompt_tokens = static_cast<int>(prompt.size());
   r.cached_tokens = static_cast<int>(common);

@@ -23,6 +23,7 @@ class ChatSession : public ModelBundle {
  private:
   CacheList cache_;
   std::vector<int32_t> cached_tokens_;
+  std::string cached_adapters_;  // the lora::ForwardContext key the cached KV was computed under
 };
 
 }  // namespace lathe

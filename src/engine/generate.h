@@ -4,10 +4,12 @@
 #pragma once
 #include <atomic>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "engine/sampler.h"
+#include "lora/forward_context.h"
 #include "model/model.h"
 
 namespace lathe {
@@ -27,7 +29,8 @@ struct GenerateOptions {
   std::vector<std::string> stop;
   int top_logprobs = 0;
   int prefill_chunk = 2048;
-  const std::atomic<bool>* cancel = nullptr;  // set by another thread to stop at the next token
+  const std::atomic<bool>* cancel = nullptr;             // set by another thread to stop at the next token
+  std::shared_ptr<const lora::ForwardContext> adapters;  // [lora] the request's pinned adapter set; null = none
 };
 
 struct GeneratedToken {

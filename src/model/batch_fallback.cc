@@ -1,6 +1,7 @@
 // The reference batched forward: each row on its own, logits gathered in row order. Architectures that share
 // weight reads across rows override Model::forward(const Batch&); this stays the definition they must match.
 #include "common/error.h"
+#include "lora/batch_scope.h"
 #include "model/model.h"
 
 namespace lathe {
@@ -10,6 +11,7 @@ Tensor Model::forward(const Batch& batch) {
   std::vector<Tensor> rows;
   for (const BatchRow& r : batch.rows) {
     if (!r.caches) throw Error(ErrorKind::InvalidArgument, "forward: batch row without a sequence");
+    const lora::BatchScope adapters(r);  // the row's adapter set, over the table the engine installed
     Tensor l = forward(r.ids, *r.caches, /*all_logits=*/false);
     if (r.want_logits) rows.push_back(l);
   }

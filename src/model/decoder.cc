@@ -4,6 +4,7 @@
 
 #include "common/error.h"
 #include "common/log.h"
+#include "lora/batch_scope.h"
 #include "model/layers/rope.h"
 #include "tensor/ops_extra.h"
 
@@ -51,6 +52,7 @@ DecoderModel::DecoderModel(ModelConfig config, Checkpoint ckpt, const DecoderSpe
       L.post_ff_norm = {b.tensor(p + ".post_feedforward_layernorm.weight", {c.hidden_size}), eps, spec.norm_plus_one};
     }
   }
+  linear_sites_ = b.lora_sites();
   // Weights nobody asked for usually mean a config/checkpoint mismatch: say so, but keep going.
   std::vector<std::string> unused;
   for (const auto& n : ckpt_.names()) {
@@ -75,7 +77,9 @@ Tensor DecoderModel::forward(const std::vector<int32_t>& ids, CacheList& caches,
   if (ids.empty()) throw Error(ErrorKind::InvalidArgument, "forward: no tokens");
   if (caches.size() != layers_.size())
     throw Error(ErrorKind::InvalidArgument, "forward: cache list does not match the model");
-  if (ids.size() == 1 && !all_logits)  // decode: replayed from a captured graph where the device allows
+  // Decode: replayed from a captured graph where the device allows (not yet with LoRA residuals: the graph
+  // holds no adapter reads).
+  if (ids.size() == 1 && !all_logits && !lora::any_active())
     return step_graph_.run(ids[0], caches, [&] { return forward_tokens(ids, caches, false); });
   return forward_tokens(ids, caches, all_logits);
 }

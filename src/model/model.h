@@ -6,6 +6,7 @@
 
 #include "cache/layer_cache.h"
 #include "io/checkpoint.h"
+#include "lora/linear_sites.h"
 #include "model/batch.h"
 #include "model/config.h"
 
@@ -16,6 +17,8 @@ class Model {
   virtual ~Model() = default;
   const ModelConfig& config() const { return config_; }
   const Checkpoint& checkpoint() const { return ckpt_; }
+  // The linear layers LoRA adapters attach to (from the weight binder; empty for a model that records none).
+  std::shared_ptr<const lora::LinearSites> linear_sites() const { return linear_sites_; }
 
   // One cache per layer that keeps state (KV-shared layers have none); options pick quantized KV storage.
   virtual CacheList make_cache(const CacheOptions& options = {}) const = 0;
@@ -30,6 +33,7 @@ class Model {
   Model(ModelConfig config, Checkpoint ckpt) : config_(std::move(config)), ckpt_(std::move(ckpt)) {}
   ModelConfig config_;
   Checkpoint ckpt_;  // keeps the weight mappings alive
+  std::shared_ptr<const lora::LinearSites> linear_sites_;
 };
 
 // Reads DIR/config.json, picks the architecture by model_type and binds the weights; with a CUDA device the

@@ -2,12 +2,14 @@
 // quantized exactly when its `.scales` tensor exists; bits and group size come from the config's
 // quantization dict. Every error names the file and the tensor.
 #pragma once
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "io/checkpoint.h"
+#include "lora/linear_sites.h"
 #include "model/config.h"
 #include "tensor/ops.h"
 
@@ -38,6 +40,9 @@ class WeightBinder {
   Shape shape_of(const std::string& name) const { return ckpt_.get(name).shape(); }  // throws NotFound
 
   const std::set<std::string>& used() const { return used_; }
+  // Linear layers a LoRA adapter may attach to ([lora]): Linear records its index here when bound.
+  int lora_site(const std::string& module, int64_t out, int64_t in) { return sites_->add(module, out, in); }
+  std::shared_ptr<const lora::LinearSites> lora_sites() const { return sites_; }
 
  private:
   // The quantization spec of a module whose .scales exist, validated against its input size.
@@ -50,6 +55,7 @@ class WeightBinder {
   const Checkpoint& ckpt_;
   const ModelConfig& config_;
   std::set<std::string> used_;
+  std::shared_ptr<lora::LinearSites> sites_ = std::make_shared<lora::LinearSites>();
 };
 
 }  // namespace lathe

@@ -7,6 +7,7 @@
 #include "chat/reasoning_splitter.h"
 #include "chat/tool_calls.h"
 #include "server/api_error.h"
+#include "server/http_server.h"
 
 namespace lathe::server {
 namespace {
@@ -86,6 +87,7 @@ std::shared_ptr<GenerationJob> submit(ServerContext& ctx, const PreparedGenerati
   o.sampling = p.settings.sampling;
   o.stop = p.settings.stop;
   o.top_logprobs = p.settings.top_logprobs;
+  o.adapters = select_adapters(ctx, p.settings.adapter, p.settings.model);
   return ctx.engine().submit(p.prompt, std::move(o), request_id);
 }
 

@@ -84,6 +84,8 @@ GenerationSettings parse_generation_settings(const nlohmann::ordered_json& body,
     s.max_tokens = static_cast<int>(*m);
   }
   if (auto n = f.integer("n", 1, 1); n && *n != 1) throw invalid_field("n", "n must be 1");
+  s.adapter = f.string("adapter").value_or("");  // [lora] "a", "a+b", "a,b" or "none"
+  s.model = f.string("model").value_or("");
 
   SamplingParams& p = s.sampling;
   p = defaults.sampling;

@@ -23,6 +23,7 @@ struct GenerationSettings {
   bool logprobs = false;  // the sampled token's logprob per token
   int top_logprobs = 0;   // > 0: the k most likely tokens per position (mlx_lm.server's shape)
   bool stream = false;
+  std::string adapter, model;  // [lora] the request's `adapter` spec and `model` (an adapter id selects it)
 };
 
 enum class ApiSurface { OpenAI, Anthropic };

@@ -23,7 +23,7 @@ enum class Surface { OpenAI, Anthropic };
 
 using RouteHandler = std::function<void(const httplib::Request&, httplib::Response&)>;
 struct Route {
-  std::string method;  // GET or POST
+  std::string method;  // GET, POST or DELETE
   std::string path;    // exact path, or a prefix ending in "/" followed by an id (see `prefix`)
   RouteHandler handler;
   bool prefix = false;
@@ -35,6 +35,11 @@ std::vector<Route> info_routes(ServerContext& ctx);
 std::vector<Route> jobs_routes(ServerContext& ctx);
 // Ends every following job event stream (called by HttpServer::stop: a long job must not hold up shutdown).
 void stop_job_streams();
+std::vector<Route> adapter_routes(ServerContext& ctx);
+// The request's adapter set ([lora]): `adapter` when given, else `model` when it names mounted adapters, else
+// the server's default; pinned for the whole generation. Null for the base model.
+std::shared_ptr<const lora::ForwardContext> select_adapters(ServerContext& ctx, const std::string& adapter,
+                                                            const std::string& model);
 
 void write_json(httplib::Response& res, const nlohmann::ordered_json& body, int status = 200);
 void write_error(httplib::Response& res, const ApiError& e, Surface surface);

@@ -26,7 +26,15 @@ std::vector<Route> info_routes(ServerContext& ctx) {
                  res.set_content("{\"status\": \"ok\"}", "application/json");
                }});
   r.push_back({"GET", "/v1/models", [&ctx](const httplib::Request&, httplib::Response& res) {
-                 write_json(res, {{"object", "list"}, {"data", json::array({model_entry(ctx)})}});
+                 json data = json::array({model_entry(ctx)});
+                 for (const auto& a : ctx.adapters().list())  // [lora] mounted adapters, with their parent
+                   data.push_back({{"id", a.id},
+                                   {"object", "model"},
+                                   {"created", ctx.started_at()},
+                                   {"owned_by", "lathe"},
+                                   {"parent", ctx.model_id()},
+                                   {"root", a.dir}});
+                 write_json(res, {{"object", "list"}, {"data", data}});
                }});
   r.push_back({"GET", "/v1/models/",
                [&ctx](const httplib::Request& req, httplib::Response& res) {

@@ -14,6 +14,7 @@ ServerContext::ServerContext(ServeOptions options, std::unique_ptr<ModelBundle> 
                       .count()) {
   if (const ChatTemplate* t = session_->chat_template()) think_tags_ = template_uses_think_tags(t->source_text());
   engine_ = std::make_unique<EngineService>(*session_, metrics_, options_.max_queue, options_.scheduler);
+  adapters_ = std::make_unique<lora::AdapterManager>(session_->model());
 }
 
 int64_t ServerContext::context_length() const { return session_->model().config().max_position_embeddings; }

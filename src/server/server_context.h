@@ -10,6 +10,8 @@
 
 #include "engine/model_bundle.h"
 #include "engine/scheduler.h"
+#include "engine/chat_session.h"
+#include "lora/adapter_manager.h"
 #include "server/engine_service.h"
 #include "server/generation_settings.h"
 #include "server/metrics.h"
@@ -27,6 +29,8 @@ struct ServeOptions {
   nlohmann::ordered_json chat_template_args;  // extra template variables (request kwargs win)
   std::string model_id;                       // reported in responses and /v1/models
   std::string data_dir;                       // jobs database and logs (empty: $XDG_DATA_HOME/lathe)
+  std::vector<std::string> adapter_stores;    // --adapter-dir: where mounts by path may read ([lora])
+  std::vector<std::string> adapter_paths;     // --adapter: mounted at start (the stack is the default)
 };
 
 class ServerContext {
@@ -36,6 +40,7 @@ class ServerContext {
   ModelBundle& session() { return *session_; }
   EngineService& engine() { return *engine_; }
   Metrics& metrics() { return metrics_; }
+  lora::AdapterManager& adapters() { return *adapters_; }
   const ServeOptions& options() const { return options_; }
   const std::string& model_id() const { return options_.model_id; }
   int64_t started_at() const { return started_at_; }
@@ -49,6 +54,7 @@ class ServerContext {
   std::unique_ptr<ModelBundle> session_;
   Metrics metrics_;
   std::unique_ptr<EngineService> engine_;
+  std::unique_ptr<lora::AdapterManager> adapters_;
   int64_t started_at_;
   bool think_tags_ = false;
   std::atomic<uint64_t> request_counter_{0};

@@ -25,9 +25,9 @@ Attention::Attention(WeightBinder& b, const std::string& p, const AttentionSpec&
   if (auto f = s.qkv_bias || names.size() == 1 ? std::nullopt : b.fused_linear(names, outs, s.hidden)) {
     fused_qkv_ = true;
     qkv_ = *f;
-    q_.w = WeightBinder::row_slice(*f, 0, q_out);
-    k_.w = WeightBinder::row_slice(*f, q_out, q_out + kv_out);
-    if (names.size() == 3) v_.w = WeightBinder::row_slice(*f, q_out + kv_out, q_out + 2 * kv_out);
+    q_ = bind_row_slice(b, *f, names[0], 0, q_out);
+    k_ = bind_row_slice(b, *f, names[1], q_out, q_out + kv_out);
+    if (names.size() == 3) v_ = bind_row_slice(b, *f, names[2], q_out + kv_out, q_out + 2 * kv_out);
   } else {
     q_ = bind_linear(b, p + ".q_proj", q_out, s.hidden, s.qkv_bias);
   }
@@ -74,7 +74,7 @@ Tensor Attention::attend_heads(const Tensor& q, const Tensor& gate, const KVView
 }
 
 Tensor Attention::out_proj(const Tensor& heads) const {
-  return linear(heads, o_.w, o_.bias.defined() ? &o_.bias : nullptr, spec_.f32_out);
+  return o_(heads, spec_.f32_out);  // the Linear adds any LoRA residual at o_proj
 }
 
 Tensor Attention::finish(const Tensor& q, const Tensor& gate, const KVView& kv, int64_t pos0) const {
@@ -100,7 +100,8 @@ Tensor Attention::forward(const Tensor& x, LayerCache& cache, KVView* kv_out) co
   Tensor gate, q_lin, k_lin, v_lin;
   // Decode: one GEMV over the stacked rows (its column slices of one token are contiguous). Prefill: a GEMM per
   // row view, so each output is contiguous (slicing one [T, q+k+v] output would need three copies).
-  if (fused_qkv_ && x.dim(0) == 1) {
+  // A LoRA on q, k or v takes the per-module route (row views of the same weight), whose Linears add it.
+  if (fused_qkv_ && x.dim(0) == 1 && !qkv_lora_active()) {
     const Tensor y = linear(x, qkv_);
     const int64_t qo = q_.w.out_features(), ko = k_.w.out_features();
     // On a device, one kernel norms and ropes q and k and writes k and v straight into the cache's row.

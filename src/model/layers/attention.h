@@ -59,6 +59,7 @@ class Attention {
   // One row's keys and values from its k/v projections [T, kv_out] (normed, roped at pos0).
   void project_kv(const Tensor& k_lin, const Tensor& v_lin, int64_t pos0, Tensor& k, Tensor& v) const;
   Tensor out_proj(const Tensor& heads) const;
+  bool qkv_lora_active() const { return q_.lora_active() || k_.lora_active() || v_.lora_active(); }
   AttentionSpec spec_;
   Linear q_, k_, v_, o_;
   Weight qkv_;  // on a device: q, k (and v) stacked (one GEMV); q_/k_/v_ are then row views of it

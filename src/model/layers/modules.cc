@@ -8,6 +8,14 @@ Linear bind_linear(WeightBinder& b, const std::string& module, int64_t out, int6
   Linear l;
   l.w = b.linear(module, out, in);
   if (with_bias) l.bias = b.tensor(module + ".bias", {out});
+  l.lora_site = b.lora_site(module, out, in);
+  return l;
+}
+
+Linear bind_row_slice(WeightBinder& b, const Weight& stacked, const std::string& module, int64_t begin, int64_t end) {
+  Linear l;
+  l.w = WeightBinder::row_slice(stacked, begin, end);
+  l.lora_site = b.lora_site(module, end - begin, stacked.in_features());
   return l;
 }
 
@@ -22,7 +30,9 @@ Activation parse_activation(const std::string& name) {
 // within its noise and cost an extra conversion kernel per layer (~3% prefill).
 Tensor GatedMLP::operator()(const Tensor& x, bool f32_out) const {
   Tensor g, u;
-  if (fused && x.dim(0) == 1) {  // decode: one GEMV; prefill: a GEMM per row view (contiguous outputs)
+  // Decode: one GEMV; prefill: a GEMM per row view (contiguous outputs). A LoRA on gate or up takes the
+  // per-module route, whose Linears add it.
+  if (fused && x.dim(0) == 1 && !gate.lora_active() && !up.lora_active()) {
     const Tensor gu = linear(x, gate_up);
     const int64_t I = gate.w.out_features();
     g = gu.slice(1, 0, I);
@@ -31,8 +41,7 @@ Tensor GatedMLP::operator()(const Tensor& x, bool f32_out) const {
     g = gate(x);
     u = up(x);
   }
-  return linear(act == Activation::SiLU ? silu_mul(g, u) : gelu_tanh_mul(g, u), down.w,
-                down.bias.defined() ? &down.bias : nullptr, f32_out);
+  return down(act == Activation::SiLU ? silu_mul(g, u) : gelu_tanh_mul(g, u), f32_out);
 }
 
 GatedMLP bind_gated_mlp(WeightBinder& b, const std::string& prefix, int64_t hidden, int64_t inter, Activation act,
@@ -42,8 +51,8 @@ GatedMLP bind_gated_mlp(WeightBinder& b, const std::string& prefix, int64_t hidd
   if (auto f = bias ? std::nullopt : b.fused_linear({g, u}, {inter, inter}, hidden)) {
     m.fused = true;
     m.gate_up = *f;
-    m.gate.w = WeightBinder::row_slice(*f, 0, inter);
-    m.up.w = WeightBinder::row_slice(*f, inter, 2 * inter);
+    m.gate = bind_row_slice(b, *f, g, 0, inter);
+    m.up = bind_row_slice(b, *f, u, inter, 2 * inter);
   } else {
     m.gate = bind_linear(b, g, inter, hidden, bias);
     m.up = bind_linear(b, u, inter, hidden, bias);

@@ -2,19 +2,30 @@
 #pragma once
 #include <string>
 
+#include "lora/forward_context.h"
 #include "model/weights.h"
 #include "tensor/ops.h"
 
 namespace lathe {
 
+// y = x·Wᵀ (+ bias), then the LoRA residuals of the current forward's adapters at this layer ([lora]: none
+// installed = the base model; see lora/forward_context.h). The base weight is never dequantized for it.
 struct Linear {
   Weight w;
   Tensor bias;
-  Tensor operator()(const Tensor& x) const { return linear(x, w, bias.defined() ? &bias : nullptr); }
+  int lora_site = -1;  // index in the model's LinearSites; -1 = not adaptable
+  Tensor operator()(const Tensor& x, bool f32_out = false) const {
+    Tensor y = linear(x, w, bias.defined() ? &bias : nullptr, f32_out);
+    if (lora_site >= 0) lora::add_residual(lora_site, x, y);
+    return y;
+  }
+  bool lora_active() const { return lora::active_at(lora_site); }
 };
 
 // Binds module.weight [out, in] (dense or quantized) and, when with_bias, module.bias [out].
 Linear bind_linear(WeightBinder& b, const std::string& module, int64_t out, int64_t in, bool with_bias = false);
+// Rows [begin, end) of a stacked weight as the Linear of `module` (its part of a fused q|k|v or gate|up).
+Linear bind_row_slice(WeightBinder& b, const Weight& stacked, const std::string& module, int64_t begin, int64_t end);
 
 struct RMSNorm {
   Tensor weight;  // undefined = weightless

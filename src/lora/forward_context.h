@@ -1,0 +1,50 @@
+// The per-forward LoRA context: which slot each token of the current forward uses. Model code never sees it;
+// Linear asks add_residual() after its base matmul, which reads the context installed on this thread (none
+// installed = the base model, at no cost beyond one thread-local load). The engine installs one per forward:
+// a single slot for every token (a solo request, a uniform batch), or one slot per token in the order the
+// forward concatenates its rows (a mixed batch: tokens of one slot are gathered, their residual computed once
+// per slot, and added back to those rows).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "lora/slot_table.h"
+#include "tensor/tensor.h"
+
+namespace lathe::lora {
+
+struct ForwardContext {
+  std::shared_ptr<const SlotTable> table;
+  int uniform_slot = -1;             // used when token_slots is empty
+  std::vector<int32_t> token_slots;  // one per token of the forward's input rows (-1 = base)
+  // The prompt-cache namespace of a uniform context: its adapters' ids and mount serials ("" = base), so KV
+  // computed under one adapter set is never reused under another (nor under a re-mounted id).
+  std::string key;
+};
+
+// Installs ctx for this thread until destroyed (nests: the previous context comes back).
+class ScopedContext {
+ public:
+  explicit ScopedContext(const ForwardContext* ctx);
+  ~ScopedContext();
+  ScopedContext(const ScopedContext&) = delete;
+  ScopedContext& operator=(const ScopedContext&) = delete;
+
+ private:
+  const ForwardContext* previous_;
+};
+
+const ForwardContext* current_context();
+// True when the current context could add a residual at this site (fused multi-module paths check it and take
+// their per-module route instead).
+bool active_at(int site);
+// y [T, out] += Σ scale · b·(a·x) over the factors of each token's slot at this site. x: [T, in], the input of
+// the base matmul that produced y. No-op without a context.
+void add_residual(int site, const Tensor& x, Tensor& y);
+// The residual of one factor list over all rows of x, added into y (the op itself; CPU and CUDA through the
+// dense linear, scale and add ops: the base weight is never dequantized).
+void add_factors(const std::vector<const DeviceFactor*>& factors, const Tensor& x, Tensor& y);
+
+}  // namespace lathe::lora

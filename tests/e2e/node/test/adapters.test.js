@@ -1,0 +1,94 @@
+// LoRA adapters through `lathe serve` with the official openai client: mount from a store, confinement of
+// mount paths, per-request selection (`adapter`, `"model": "<adapter id>"`), interleaved requests with different
+// adapters each giving its solo output, and mounting/unmounting while another request streams.
+import assert from 'node:assert/strict';
+import path from 'node:path';
+import { describe, test } from 'node:test';
+
+import { SOURCE_DIR, fixtureModel, openaiClient, request, useServer } from './harness.js';
+
+const STORE = path.join(SOURCE_DIR, 'tests/fixtures/adapters');
+const ctx = useServer({ model: fixtureModel('qwen3-q4g64'), args: ['--adapter-dir', STORE] });
+const oai = () => openaiClient(ctx.server);
+const messages = [{ role: 'user', content: 'Write a haiku about the sea.' }];
+
+// Same tokens, logprobs within float noise (a prompt whose prefix is cached runs in two parts).
+function assertSame(got, want, what) {
+  assert.equal(got.text, want.text, what);
+  assert.equal(got.lp.length, want.lp.length, what);
+  got.lp.forEach((v, i) => assert.ok(Math.abs(v - want.lp[i]) < 1e-4, `${what}: logprob ${i}: ${v} vs ${want.lp[i]}`));
+}
+
+async function complete(extra) {
+  const r = await oai().chat.completions.create({ model: 'm', messages, temperature: 0, max_tokens: 12, logprobs: true, ...extra });
+  return { text: r.choices[0].message.content, lp: r.choices[0].logprobs.content.map((t) => t.logprob) };
+}
+
+describe('LoRA adapters over HTTP', () => {
+  test('the store scan lists every adapter with its config and whether it fits', async () => {
+    const r = await request(ctx.server, 'GET', '/v1/adapters/available');
+    assert.equal(r.status, 200);
+    const by = Object.fromEntries(r.json.data.map((e) => [e.id, e]));
+    assert.equal(by['qwen3-alpha'].fits, true);
+    assert.equal(by['qwen3-alpha'].rank, 4);
+    assert.equal(by['qwen3-alpha'].scale, 2);
+    assert.equal(by['qwen3-alpha-peft'].format, 'peft');
+    assert.equal(by['qwen3-alpha-peft'].base_model, 'org/qwen3-q4g64');
+    assert.equal(by['gemma3-alpha'].fits, false);
+    assert.match(by['gemma3-alpha'].reason, /another base model/);
+  });
+
+  test('mount paths stay inside the stores; a misfit mounts nothing', async () => {
+    for (const [p, status] of [['../models/qwen3-q4g64', 400], ['/etc', 403], ['/no/such/adapter', 403], ['no-such-adapter', 404], ['gemma3-alpha', 400]]) {
+      const r = await request(ctx.server, 'POST', '/v1/adapters', { body: { path: p } });
+      assert.equal(r.status, status, `${p}: ${r.text}`);
+    }
+    const bad = await request(ctx.server, 'POST', '/v1/adapters', { body: { path: 'qwen3-beta', id: 'a+b' } });
+    assert.equal(bad.status, 400);
+    const list = await request(ctx.server, 'GET', '/v1/adapters');
+    assert.deepEqual(list.json.data, []);
+  });
+
+  test('per-request adapters, interleaved, each equal to its solo output', async () => {
+    let r = await request(ctx.server, 'POST', '/v1/adapters', { body: { path: 'qwen3-alpha', id: 'alpha' } });
+    assert.equal(r.status, 200, r.text);
+    r = await request(ctx.server, 'POST', '/v1/load_lora_adapter', { body: { lora_name: 'beta', lora_path: 'qwen3-beta' } });
+    assert.equal(r.status, 200, r.text);
+    const models = await request(ctx.server, 'GET', '/v1/models');
+    assert.deepEqual(models.json.data.slice(1).map((m) => [m.id, m.parent]), [['alpha', 'qwen3-q4g64'], ['beta', 'qwen3-q4g64']]);
+
+    const solo = {};
+    for (const a of ['none', 'alpha', 'alpha+beta', 'beta+alpha', 'beta']) solo[a] = await complete({ adapter: a });
+    solo['alpha,beta'] = solo['alpha+beta'];
+    const far = (x, y) => x.lp.some((v, i) => Math.abs(v - y.lp[i]) > 1e-2);
+    assert.ok(far(solo.alpha, solo.none) && far(solo['alpha+beta'], solo.alpha) && far(solo.beta, solo.none));
+    assertSame(await complete({}), solo.none, 'no default: the base');
+    assertSame(await complete({ model: 'alpha' }), solo.alpha, 'vLLM-style selection');
+    // 8 concurrent requests over 6 specs (none and stacked among them), each equal to its solo run.
+    const order = ['alpha', 'none', 'alpha+beta', 'beta+alpha', 'beta', 'alpha,beta', 'none', 'alpha'];
+    const got = await Promise.all(order.map((a) => complete({ adapter: a })));
+    order.forEach((a, i) => assertSame(got[i], solo[a], `${a} (#${i})`));
+
+    const unknown = await request(ctx.server, 'POST', '/v1/chat/completions', { body: { messages, adapter: 'gamma' } });
+    assert.equal(unknown.status, 404);
+    assert.match(unknown.json.error.message, /mounted: alpha, beta/);
+  });
+
+  test('mounting and unmounting while a request streams does not disturb it', async () => {
+    const want = (await oai().chat.completions.create({ model: 'm', messages, temperature: 0, max_tokens: 48, adapter: 'alpha' }))
+      .choices[0].message.content;
+    const stream = await oai().chat.completions.create({ model: 'm', messages, temperature: 0, max_tokens: 48, adapter: 'alpha', stream: true });
+    let text = '';
+    let n = 0;
+    for await (const chunk of stream) {
+      text += chunk.choices[0]?.delta?.content ?? '';
+      if (++n === 2) {
+        assert.equal((await request(ctx.server, 'DELETE', '/v1/adapters/alpha')).status, 200);
+        assert.equal((await request(ctx.server, 'POST', '/v1/adapters', { body: { path: 'qwen3-alpha-peft', id: 'alpha' } })).status, 200);
+        assert.equal((await request(ctx.server, 'POST', '/v1/unload_lora_adapter', { body: { lora_name: 'beta' } })).status, 200);
+      }
+    }
+    assert.equal(text, want);
+    assert.equal((await request(ctx.server, 'DELETE', '/v1/adapters/beta')).status, 404);
+  });
+});
