@@ -5,6 +5,7 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "engine/device_sampler.h"
+#include "lora/forward_context.h"
 
 namespace lathe {
 
@@ -26,6 +27,8 @@ struct Scheduler::Row {
   bool replaying() const { return replayed < segments.size(); }
 
   int64_t input_end() const { return static_cast<int64_t>(seq->history().size()); }
+  const lora::ForwardContext* adapters() const { return seq->options().adapters.get(); }
+  std::string adapter_key() const { return adapters() ? adapters()->key : std::string(); }
 };
 
 void SchedulerOptions::validate() const {
@@ -115,6 +118,7 @@ void Scheduler::attach_cache(Row& row) {
   // A resumed row that started from nothing replays from nothing: that recomputation is exact.
   const bool exact_replay = row.admitted_before && row.base == 0;
   for (auto it = idle_.begin(); it != idle_.end() && !exact_replay; ++it) {
+    if (it->adapter_key != row.adapter_key()) continue;  // KV computed under another adapter set
     size_t common = 0;
     while (common < it->tokens.size() && common + 1 < h.size() && it->tokens[common] == h[common]) ++common;
     const int64_t drop = static_cast<int64_t>(it->tokens.size() - common);
@@ -193,6 +197,7 @@ void Scheduler::keep_for_reuse(Row& row) {
   Idle kept;
   kept.cache = std::move(row.cache);
   kept.tokens.assign(row.seq->history().begin(), row.seq->history().begin() + row.fed);
+  kept.adapter_key = row.adapter_key();
   row.has_cache = false;
   idle_.push_front(std::move(kept));
   while (static_cast<int>(idle_.size()) > options_.reuse_slots) idle_.pop_back();
@@ -274,6 +279,7 @@ void Scheduler::step() {
     BatchRow br;
     br.ids.assign(h.begin() + r->fed, h.begin() + r->fed + r->planned);
     br.caches = &r->cache;
+    if (const lora::ForwardContext* a = r->adapters(); a && a->table) br.adapter_slot = a->uniform_slot;
     br.want_logits = r->fed + r->planned == r->input_end() && r->seq->options().max_tokens > 0;
     if (br.want_logits) sampled.push_back(r.get());
     in_batch.push_back(r.get());
@@ -284,7 +290,7 @@ void Scheduler::step() {
   ++stats_.steps;
 
   try {
-    const Tensor logits = bundle_.model().forward(batch);
+    const Tensor logits = forward_grouped(batch, in_batch);
     const auto now = Clock::now();
     for (Row* r : in_batch) {
       r->fed += r->planned;
@@ -329,6 +335,54 @@ void Scheduler::step() {
   stats_.kv_bytes_used = used;
   stats_.running = static_cast<int64_t>(running_.size());
   stats_.waiting = static_cast<int64_t>(waiting_.size());
+}
+
+// Rows pin the adapter table their request started with; a mount or unmount publishes a new one. Rows of one
+// table share a forward (their adapter_slot indexes it); rows of another table (or none) run in their own.
+Tensor Scheduler::forward_grouped(const Batch& batch, const std::vector<Row*>& in_batch) {
+  auto table_of = [&](size_t i) -> const lora::SlotTable* {
+    const lora::ForwardContext* a = in_batch[i]->adapters();
+    return a ? a->table.get() : nullptr;
+  };
+  std::vector<const lora::SlotTable*> tables;
+  for (size_t i = 0; i < batch.rows.size(); ++i)
+    if (std::find(tables.begin(), tables.end(), table_of(i)) == tables.end()) tables.push_back(table_of(i));
+  auto run = [&](const Batch& b, const lora::SlotTable* table, const lora::ForwardContext* pin) {
+    lora::ForwardContext ctx;
+    if (table) ctx.table = pin->table;
+    const lora::ScopedContext scope(table ? &ctx : nullptr);
+    return bundle_.model().forward(b);
+  };
+  if (tables.size() == 1) return run(batch, tables[0], in_batch[0]->adapters());
+  // Several tables: one forward each, then the logits rows back in the batch's order.
+  std::vector<Tensor> parts(batch.rows.size());
+  for (const lora::SlotTable* t : tables) {
+    Batch sub;
+    std::vector<size_t> index;
+    const lora::ForwardContext* pin = nullptr;
+    for (size_t i = 0; i < batch.rows.size(); ++i)
+      if (table_of(i) == t) {
+        sub.rows.push_back(batch.rows[i]);
+        index.push_back(i);
+        pin = in_batch[i]->adapters();
+      }
+    if (sub.logit_rows() == 0) {
+      run(sub, t, pin);
+      continue;
+    }
+    const Tensor l = run(sub, t, pin);
+    int64_t k = 0;
+    for (size_t j = 0; j < index.size(); ++j)
+      if (sub.rows[j].want_logits) parts[index[j]] = l.slice(0, k, k + 1), ++k;
+  }
+  Tensor out;
+  int64_t k = 0;
+  for (size_t i = 0; i < batch.rows.size(); ++i) {
+    if (!batch.rows[i].want_logits) continue;
+    if (!out.defined()) out = Tensor::empty({batch.logit_rows(), parts[i].dim(1)}, parts[i].dtype(), parts[i].device());
+    copy_rows(out, k++, parts[i], 0, 1);
+  }
+  return out;
 }
 
 }  // namespace lathe

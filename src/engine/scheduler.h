@@ -78,6 +78,7 @@ class Scheduler {
   struct Idle {
     CacheList cache;
     std::vector<int32_t> tokens;  // what the cache holds
+    std::string adapter_key;      // the adapter set it was computed under ("" = base): reused only under it
   };
 
   void drop_cancelled();
@@ -90,6 +91,8 @@ class Scheduler {
   void finish(std::unique_ptr<Row> row, const std::string& reason);
   void keep_for_reuse(Row& row);
   void sample_rows(const Tensor& logits, const std::vector<Row*>& rows);
+  // One forward per pinned adapter table among the batch's rows (usually one), logits in row order.
+  Tensor forward_grouped(const Batch& batch, const std::vector<Row*>& in_batch);
 
   ModelBundle& bundle_;
   SchedulerOptions options_;

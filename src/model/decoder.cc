@@ -85,6 +85,7 @@ Tensor DecoderModel::forward(const std::vector<int32_t>& ids, CacheList& caches,
 }
 
 Tensor DecoderModel::forward(const Batch& batch) {
+  const lora::BatchScope adapters(batch);  // each row's adapter set, over the table the engine installed
   RowSpans s = layout_rows(batch, layers_.size());
   // One sequence takes its own path (decode graphs on CUDA); its logits are those forward_rows would return.
   if (s.rows() == 1 && batch.rows[0].want_logits) return forward(batch.rows[0].ids, *batch.rows[0].caches, false);

@@ -8,9 +8,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/chat_session.h"
 #include "engine/model_bundle.h"
 #include "engine/scheduler.h"
-#include "engine/chat_session.h"
 #include "lora/adapter_manager.h"
 #include "server/engine_service.h"
 #include "server/generation_settings.h"
