@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cli/device_flags.h"
 #include "cli/verbs.h"
 #include "common/error.h"
 #include "io/safetensors.h"
@@ -30,12 +31,14 @@ struct RunOptions {
   CacheOptions cache;
   std::string device = "cpu";
   std::string dtype = "f32";
+  bool exact = false;
 };
 
 LoadOptions load_options(const RunOptions& o) {
   LoadOptions l;
   l.device = o.device == "cuda" ? Device::CUDA : Device::CPU;
   l.dtype = o.dtype == "bf16" ? DType::BF16 : DType::F32;
+  l.exact = o.exact;
   return l;
 }
 
@@ -175,6 +178,7 @@ Verb add_run(CLI::App& app) {
   cmd->add_option("--kv-group-size", o->cache.kv_group_size, "values per quantization group of the KV cache")
       ->capture_default_str()
       ->check(CLI::IsMember({32, 64}));
+  cmd->add_flag("--exact", o->exact, kExactHelp);
   cmd->add_option("--device", o->device, "cpu or cuda")->capture_default_str()->check(CLI::IsMember({"cpu", "cuda"}));
   cmd->add_option("--dtype", o->dtype, "activation type: f32, or bf16 (cuda only)")
       ->capture_default_str()

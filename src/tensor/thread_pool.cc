@@ -1,27 +1,75 @@
 #include "tensor/thread_pool.h"
 
+#include <sched.h>
+
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdlib>
+#include <exception>
 #include <mutex>
+#include <string_view>
 #include <thread>
 #include <vector>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define LATHE_CPU_RELAX() _mm_pause()
+#else
+#define LATHE_CPU_RELAX() std::this_thread::yield()
+#endif
 
 namespace lathe {
 namespace {
 
 thread_local bool t_in_parallel = false;  // nested parallel_for calls run inline
 
+using Clock = std::chrono::steady_clock;
+
+int64_t spin_us() {
+  static const int64_t us = [] {
+    if (const char* env = std::getenv("LATHE_SPIN_US")) {
+      const long v = std::atol(env);
+      if (v >= 0) return static_cast<int64_t>(v);
+    }
+    return int64_t{2000};
+  }();
+  return us;
+}
+
+// Pins worker i to the i-th CPU of the process's affinity mask when LATHE_PIN=1. Off by default: on a shared
+// or virtual machine pinning two busy processes to the same CPU is worse than letting the scheduler move them.
+void maybe_pin(int index) {
+  const char* env = std::getenv("LATHE_PIN");
+  if (!env || std::string_view(env) != "1") return;
+  cpu_set_t mask;
+  CPU_ZERO(&mask);
+  if (sched_getaffinity(0, sizeof(mask), &mask) != 0) return;
+  int seen = 0;
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (!CPU_ISSET(c, &mask)) continue;
+    if (seen++ == index) {
+      cpu_set_t one;
+      CPU_ZERO(&one);
+      CPU_SET(c, &one);
+      sched_setaffinity(0, sizeof(one), &one);
+      return;
+    }
+  }
+}
+
 class Pool {
  public:
   explicit Pool(int n) : n_(std::max(1, n)) {
+    maybe_pin(0);
     for (int i = 1; i < n_; ++i) workers_.emplace_back([this, i] { loop(i); });
   }
   ~Pool() {
     {
       std::lock_guard lock(mu_);
-      stop_ = true;
+      stop_.store(true);
+      generation_.fetch_add(1);
     }
     cv_.notify_all();
     for (auto& t : workers_) t.join();
@@ -37,69 +85,92 @@ class Pool {
     }
     int64_t per = (n + chunks - 1) / chunks;
     per = (per + grain - 1) / grain * grain;
-    {
+    fn_ = &fn;
+    total_ = n;
+    per_ = per;
+    chunks_ = chunks;
+    pending_.store(static_cast<int>(n_ - 1));  // every worker checks in, with or without a chunk
+    generation_.fetch_add(1);                  // seq_cst: pairs with the sleeper count below
+    if (sleepers_.load() > 0) {
       std::lock_guard lock(mu_);
-      fn_ = &fn;
-      total_ = n;
-      per_ = per;
-      chunks_ = chunks;
-      pending_.store(static_cast<int>(chunks - 1));
-      ++generation_;
+      cv_.notify_all();
     }
-    cv_.notify_all();
-    fn(0, std::min(per, n));  // the caller takes chunk 0
-    std::unique_lock lock(mu_);
-    done_cv_.wait(lock, [&] { return pending_.load() == 0; });
+    std::exception_ptr error;
+    try {
+      fn(0, std::min(per, n));  // the caller takes chunk 0
+    } catch (...) {
+      error = std::current_exception();  // the workers still hold fn: wait for them before unwinding
+    }
+    for (uint32_t spins = 0; pending_.load(std::memory_order_acquire) != 0; ++spins) {
+      LATHE_CPU_RELAX();
+      if (spins > 4096) std::this_thread::yield();  // a preempted worker: give it the CPU
+    }
     fn_ = nullptr;
+    if (error) std::rethrow_exception(error);
   }
 
  private:
   void loop(int index) {
     t_in_parallel = true;
+    maybe_pin(index);
     uint64_t seen = 0;
     for (;;) {
-      std::unique_lock lock(mu_);
-      cv_.wait(lock, [&] { return stop_ || generation_ != seen; });
-      if (stop_) return;
-      seen = generation_;
-      if (index >= chunks_) continue;
-      const auto* fn = fn_;
-      const int64_t b = index * per_, e = std::min(total_, b + per_);
-      lock.unlock();
-      if (b < e) (*fn)(b, e);
-      if (pending_.fetch_sub(1) == 1) {
-        std::lock_guard l2(mu_);
-        done_cv_.notify_one();
+      uint64_t g = generation_.load(std::memory_order_acquire);
+      if (g == seen) {
+        // Spin for the next region of this forward pass; sleep once the pool has been idle for a while.
+        const auto deadline = Clock::now() + std::chrono::microseconds(spin_us());
+        for (uint32_t spins = 1; (g = generation_.load(std::memory_order_acquire)) == seen; ++spins) {
+          LATHE_CPU_RELAX();
+          if ((spins & 1023) == 0 && Clock::now() > deadline) break;
+        }
+        if (g == seen) {
+          std::unique_lock lock(mu_);
+          sleepers_.fetch_add(1);
+          cv_.wait(lock, [&] { return (g = generation_.load()) != seen; });
+          sleepers_.fetch_sub(1);
+        }
       }
+      if (stop_.load()) return;
+      seen = g;
+      if (index < chunks_) {
+        const int64_t b = index * per_, e = std::min(total_, b + per_);
+        if (b < e) (*fn_)(b, e);
+      }
+      pending_.fetch_sub(1, std::memory_order_release);
     }
   }
 
   int n_;
   std::vector<std::thread> workers_;
   std::mutex mu_, run_mu_;
-  std::condition_variable cv_, done_cv_;
-  bool stop_ = false;
-  uint64_t generation_ = 0;
+  std::condition_variable cv_;
+  std::atomic<bool> stop_{false};
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<int> pending_{0}, sleepers_{0};
+  // Written by the caller before generation_ is bumped, read by workers after they see the bump.
   const std::function<void(int64_t, int64_t)>* fn_ = nullptr;
   int64_t total_ = 0, per_ = 0, chunks_ = 0;
-  std::atomic<int> pending_{0};
 };
 
 int g_requested = 0;
 
 Pool& pool() {
-  static Pool p([] {
-    if (g_requested > 0) return g_requested;
-    if (const char* env = std::getenv("LATHE_THREADS")) {
-      int v = std::atoi(env);
-      if (v > 0) return v;
-    }
-    return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  }());
+  static Pool p(g_requested > 0 ? g_requested : default_num_threads());
   return p;
 }
 
 }  // namespace
+
+int default_num_threads() {
+  if (const char* env = std::getenv("LATHE_THREADS")) {
+    const int v = std::atoi(env);
+    if (v > 0) return v;
+  }
+  cpu_set_t mask;
+  CPU_ZERO(&mask);
+  if (sched_getaffinity(0, sizeof(mask), &mask) == 0) return std::max(1, CPU_COUNT(&mask));
+  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
 
 int num_threads() { return pool().size(); }
 void set_num_threads(int n) { g_requested = n; }
