@@ -59,6 +59,10 @@ void maybe_pin(int index) {
   }
 }
 
+// A parallel region is `chunks` pieces of [0, n) claimed one at a time from one atomic word (generation in the
+// high 32 bits, next chunk in the low 32), by the caller and by whichever workers are awake. The caller waits
+// only for chunks already claimed, so a worker the OS has not scheduled yet (a busy or oversubscribed machine)
+// never holds up a region: the caller simply takes its chunks.
 class Pool {
  public:
   explicit Pool(int n) : n_(std::max(1, n)) {
@@ -69,7 +73,7 @@ class Pool {
     {
       std::lock_guard lock(mu_);
       stop_.store(true);
-      generation_.fetch_add(1);
+      state_.fetch_add(uint64_t{1} << 32);
     }
     cv_.notify_all();
     for (auto& t : workers_) t.join();
@@ -78,78 +82,95 @@ class Pool {
 
   void run(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
     std::lock_guard run_lock(run_mu_);  // one parallel region at a time; nested calls run inline
-    const int64_t chunks = std::min<int64_t>(n_, (n + grain - 1) / grain);
+    int64_t chunks = std::min<int64_t>(4 * n_, (n + grain - 1) / grain);
     if (chunks <= 1) {
       fn(0, n);
       return;
     }
     int64_t per = (n + chunks - 1) / chunks;
     per = (per + grain - 1) / grain * grain;
-    fn_ = &fn;
-    total_ = n;
-    per_ = per;
-    chunks_ = chunks;
-    pending_.store(static_cast<int>(n_ - 1));  // every worker checks in, with or without a chunk
-    generation_.fetch_add(1);                  // seq_cst: pairs with the sleeper count below
+    chunks = (n + per - 1) / per;
+    fn_.store(&fn, std::memory_order_relaxed);
+    total_.store(n, std::memory_order_relaxed);
+    per_.store(per, std::memory_order_relaxed);
+    chunks_.store(chunks, std::memory_order_relaxed);
+    done_.store(0, std::memory_order_relaxed);
+    error_ = nullptr;
+    const uint32_t gen = static_cast<uint32_t>(state_.load() >> 32) + 1;
+    state_.store(uint64_t{gen} << 32);  // seq_cst: publishes the fields; pairs with the sleeper count
     if (sleepers_.load() > 0) {
       std::lock_guard lock(mu_);
       cv_.notify_all();
     }
-    std::exception_ptr error;
-    try {
-      fn(0, std::min(per, n));  // the caller takes chunk 0
-    } catch (...) {
-      error = std::current_exception();  // the workers still hold fn: wait for them before unwinding
-    }
-    for (uint32_t spins = 0; pending_.load(std::memory_order_acquire) != 0; ++spins) {
+    work(gen);
+    for (uint32_t spins = 0; done_.load(std::memory_order_acquire) != chunks; ++spins) {
       LATHE_CPU_RELAX();
-      if (spins > 4096) std::this_thread::yield();  // a preempted worker: give it the CPU
+      if (spins > 4096) std::this_thread::yield();  // a worker preempted inside its chunk
     }
-    fn_ = nullptr;
-    if (error) std::rethrow_exception(error);
+    if (error_) std::rethrow_exception(error_);
   }
 
  private:
+  // Claims and runs chunks of region `gen` until none is left (or a newer region replaced it).
+  void work(uint32_t gen) {
+    for (;;) {
+      uint64_t s = state_.load(std::memory_order_acquire);
+      if (static_cast<uint32_t>(s >> 32) != gen) return;
+      const int64_t idx = static_cast<int64_t>(s & 0xFFFFFFFFu);
+      const int64_t chunks = chunks_.load(std::memory_order_relaxed), per = per_.load(std::memory_order_relaxed);
+      const int64_t total = total_.load(std::memory_order_relaxed);
+      const auto* fn = fn_.load(std::memory_order_relaxed);
+      if (idx >= chunks) return;
+      // A successful claim proves region `gen` is still running, so the fields read above are its own.
+      if (!state_.compare_exchange_weak(s, s + 1, std::memory_order_acq_rel)) continue;
+      try {
+        (*fn)(idx * per, std::min(total, (idx + 1) * per));
+      } catch (...) {
+        std::lock_guard lock(error_mu_);
+        if (!error_) error_ = std::current_exception();
+      }
+      done_.fetch_add(1, std::memory_order_release);
+    }
+  }
+
   void loop(int index) {
     t_in_parallel = true;
     maybe_pin(index);
-    uint64_t seen = 0;
+    uint32_t seen = 0;
+    auto current = [&] { return static_cast<uint32_t>(state_.load() >> 32); };
     for (;;) {
-      uint64_t g = generation_.load(std::memory_order_acquire);
+      uint32_t g = current();
       if (g == seen) {
         // Spin for the next region of this forward pass; sleep once the pool has been idle for a while.
         const auto deadline = Clock::now() + std::chrono::microseconds(spin_us());
-        for (uint32_t spins = 1; (g = generation_.load(std::memory_order_acquire)) == seen; ++spins) {
+        for (uint32_t spins = 1; (g = static_cast<uint32_t>(state_.load(std::memory_order_acquire) >> 32)) == seen;
+             ++spins) {
           LATHE_CPU_RELAX();
           if ((spins & 1023) == 0 && Clock::now() > deadline) break;
         }
         if (g == seen) {
           std::unique_lock lock(mu_);
           sleepers_.fetch_add(1);
-          cv_.wait(lock, [&] { return (g = generation_.load()) != seen; });
+          cv_.wait(lock, [&] { return (g = current()) != seen; });
           sleepers_.fetch_sub(1);
         }
       }
       if (stop_.load()) return;
       seen = g;
-      if (index < chunks_) {
-        const int64_t b = index * per_, e = std::min(total_, b + per_);
-        if (b < e) (*fn_)(b, e);
-      }
-      pending_.fetch_sub(1, std::memory_order_release);
+      work(g);
     }
   }
 
   int n_;
   std::vector<std::thread> workers_;
-  std::mutex mu_, run_mu_;
+  std::mutex mu_, run_mu_, error_mu_;
   std::condition_variable cv_;
   std::atomic<bool> stop_{false};
-  std::atomic<uint64_t> generation_{0};
-  std::atomic<int> pending_{0}, sleepers_{0};
-  // Written by the caller before generation_ is bumped, read by workers after they see the bump.
-  const std::function<void(int64_t, int64_t)>* fn_ = nullptr;
-  int64_t total_ = 0, per_ = 0, chunks_ = 0;
+  std::atomic<uint64_t> state_{0};
+  std::atomic<int> sleepers_{0};
+  std::atomic<int64_t> done_{0}, total_{0}, per_{0}, chunks_{0};
+  std::atomic<const std::function<void(int64_t, int64_t)>*> fn_{nullptr};
+  std::exception_ptr error_;
 };
 
 int g_requested = 0;
