@@ -108,7 +108,8 @@ TEST_P(CpuInt8Quality, KlTop1AndGreedyAgainstExact) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, CpuInt8Quality,
                          ::testing::Values("llama-q4g64", "llama-q8g32", "qwen3-q4g64", "qwen3-q8g32", "gemma3-q4g64",
-                                           "gemma3-q8g32", "gemma4-q4g64", "qwen3_5-q4g64", "qwen3-mixed"),
+                                           "gemma3-q8g32", "gemma4-q4g64", "gemma4moe-q4g64", "qwen3_5-q4g64",
+                                           "qwen3-mixed"),
                          [](const auto& info) {
                            std::string n = info.param;
                            for (char& ch : n)

@@ -39,8 +39,10 @@ void pack_row4(const uint32_t* words, int64_t cols, uint8_t* out) {
 }
 
 void pack_row8(const uint32_t* words, int64_t cols, uint8_t* out) {
-  for (int64_t k = 0; k < cols; ++k)
-    out[k] = static_cast<uint8_t>(((words[k / 4] >> (8 * (k % 4))) & 0xFF) ^ 0x80);  // code − 128 as int8
+  // Element j of a word sits at bits 8j: on a little-endian CPU the words' bytes are the codes in order.
+  static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__);
+  std::memcpy(out, words, static_cast<size_t>(cols));
+  for (int64_t k = 0; k < cols; ++k) out[k] ^= 0x80;  // code − 128 as int8
 }
 
 }  // namespace
@@ -59,13 +61,13 @@ std::shared_ptr<const PackedQuant> pack_quantized(const QuantizedMatrix& q) {
   p->cols = cols;
   p->groups = cols / q.group_size;
   p->row_bytes = cols * q.bits / 8;
-  p->codes.resize(static_cast<size_t>(rows * p->row_bytes));
+  p->codes.reset(new uint8_t[static_cast<size_t>(rows * p->row_bytes)]);
   p->scales.resize(static_cast<size_t>(rows * p->groups));
   p->biases.resize(static_cast<size_t>(rows * p->groups));
   parallel_for(rows, 64, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       const uint32_t* words = q.w.data<uint32_t>() + r * q.w.stride(0);
-      uint8_t* out = p->codes.data() + r * p->row_bytes;
+      uint8_t* out = p->codes.get() + r * p->row_bytes;
       if (q.bits == 4)
         pack_row4(words, cols, out);
       else

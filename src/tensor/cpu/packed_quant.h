@@ -30,7 +30,7 @@ namespace lathe::cpu {
 struct PackedQuant {
   int bits = 4, group_size = 64;
   int64_t rows = 0, cols = 0, groups = 0, row_bytes = 0;
-  std::vector<uint8_t> codes;
+  std::unique_ptr<uint8_t[]> codes;  // rows * row_bytes, not zero-filled first (the repack writes every byte)
   std::vector<float> scales, biases;
 };
 

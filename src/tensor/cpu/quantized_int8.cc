@@ -52,7 +52,7 @@ void quantize_row_scalar(const float* x, int64_t K, int gs, int8_t* q, float* d,
 
 // The scalar kernel: exact int32 dots per group, then the same formula.
 float dot_row_scalar(const PackedQuant& p, int64_t n, const XRow& x) {
-  const uint8_t* w = p.codes.data() + n * p.row_bytes;
+  const uint8_t* w = p.codes.get() + n * p.row_bytes;
   const float* s = p.scales.data() + n * p.groups;
   const float* b = p.biases.data() + n * p.groups;
   const int gs = p.group_size;
@@ -132,7 +132,7 @@ LATHE_AVX2_FN void tile_avx2(const PackedQuant& p, int64_t n0, const XRow* x, fl
   const uint8_t* w[NR];
   const float* s[NR];
   for (int r = 0; r < NR; ++r) {
-    w[r] = p.codes.data() + (n0 + r) * p.row_bytes;
+    w[r] = p.codes.get() + (n0 + r) * p.row_bytes;
     s[r] = p.scales.data() + (n0 + r) * G;
   }
   __m256 acc[NR][MR];
