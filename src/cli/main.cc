@@ -13,7 +13,8 @@ int main(int argc, char** argv) {
   std::string log_level = "info";
   int threads = 0;
   app.add_option("--log-level", log_level, "debug|info|warn|error|off")->capture_default_str();
-  app.add_option("--threads", threads, "CPU worker threads (default: all cores)");
+  app.add_option("--threads", threads, "CPU worker threads (default: the CPUs this process may run on)")
+      ->check(CLI::Range(1, 1024));
   const std::vector<lathe::cli::Verb> verbs = {
       lathe::cli::add_run(app),      lathe::cli::add_synth(app),    lathe::cli::add_tokenize(app),
       lathe::cli::add_template(app), lathe::cli::add_generate(app), lathe::cli::add_chat(app),

@@ -12,6 +12,7 @@
 
 #include "cli/adapter_flags.h"
 #include "cli/run_kv.h"
+#include "cli/device_flags.h"
 #include "cli/verbs.h"
 #include "common/error.h"
 #include "io/safetensors.h"
@@ -35,12 +36,14 @@ struct RunOptions {
   std::string save_kv, load_kv;  // KV file round trip (run_kv.h)
   bool kv_verify = false;
   AdapterFlags adapters;
+  bool exact = false;
 };
 
 LoadOptions load_options(const RunOptions& o) {
   LoadOptions l;
   l.device = o.device == "cuda" ? Device::CUDA : Device::CPU;
   l.dtype = o.dtype == "bf16" ? DType::BF16 : DType::F32;
+  l.exact = o.exact;
   return l;
 }
 
@@ -199,6 +202,7 @@ Verb add_run(CLI::App& app) {
   cmd->add_option("--kv-group-size", o->cache.kv_group_size, "values per quantization group of the KV cache")
       ->capture_default_str()
       ->check(CLI::IsMember({32, 64}));
+  cmd->add_flag("--exact", o->exact, kExactHelp);
   cmd->add_option("--device", o->device, "cpu or cuda")->capture_default_str()->check(CLI::IsMember({"cpu", "cuda"}));
   cmd->add_option("--dtype", o->dtype, "activation type: f32, or bf16 (cuda only)")
       ->capture_default_str()

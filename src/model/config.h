@@ -33,6 +33,9 @@ struct QuantSpec {
 struct LoadOptions {
   Device device = Device::CPU;
   DType dtype = DType::F32;
+  // CPU: keep quantized matmuls on the exact f32 kernels (parity suites) instead of the default integer-dot
+  // kernels over weights repacked at load (int8 activations per group; tensor/cpu/packed_quant.h).
+  bool exact = false;
 };
 
 struct ModelConfig {

@@ -4,6 +4,7 @@
 // element type unless an op says otherwise.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <vector>
 
@@ -11,15 +12,27 @@
 
 namespace lathe {
 
+namespace cpu {
+struct PackedQuant;
+}
+
 // MLX affine-quantized matrix [rows, cols]: `w` is U32 [rows, cols*bits/32] (element j of each word at
 // bit offset bits*j), `scales`/`biases` are bf16/f16/f32 [rows, cols/group_size]; value = scale*q + bias.
 struct QuantizedMatrix {
   Tensor w, scales, biases;
   int bits = 4;
   int group_size = 64;
+  // The CPU integer-dot layout of these rows (tensor/cpu/packed_quant.h), set by pack_for_cpu at load; rows
+  // start at cpu_packed_row0 of it (a row slice shares its parent's packing). Null: the exact f32 kernels.
+  std::shared_ptr<const cpu::PackedQuant> cpu_packed = nullptr;
+  int64_t cpu_packed_row0 = 0;
   int64_t rows() const { return w.dim(0); }
   int64_t cols() const { return w.dim(1) * 32 / bits; }
 };
+
+// Repacks a CPU weight once for the integer-dot kernels (activations quantized to int8 per group); leaves
+// cpu_packed null where they do not apply. Weights without it run the exact f32 kernels (--exact).
+void pack_for_cpu(QuantizedMatrix& q);
 
 // A linear layer's weight [out, in]: dense (f32/bf16/f16) or quantized.
 struct Weight {

@@ -1,27 +1,79 @@
 #include "tensor/thread_pool.h"
 
+#include <sched.h>
+
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdlib>
+#include <exception>
 #include <mutex>
+#include <string_view>
 #include <thread>
 #include <vector>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define LATHE_CPU_RELAX() _mm_pause()
+#else
+#define LATHE_CPU_RELAX() std::this_thread::yield()
+#endif
 
 namespace lathe {
 namespace {
 
 thread_local bool t_in_parallel = false;  // nested parallel_for calls run inline
 
+using Clock = std::chrono::steady_clock;
+
+int64_t spin_us() {
+  static const int64_t us = [] {
+    if (const char* env = std::getenv("LATHE_SPIN_US")) {
+      const long v = std::atol(env);
+      if (v >= 0) return static_cast<int64_t>(v);
+    }
+    return int64_t{2000};
+  }();
+  return us;
+}
+
+// Pins worker i to the i-th CPU of the process's affinity mask when LATHE_PIN=1. Off by default: on a shared
+// or virtual machine pinning two busy processes to the same CPU is worse than letting the scheduler move them.
+void maybe_pin(int index) {
+  const char* env = std::getenv("LATHE_PIN");
+  if (!env || std::string_view(env) != "1") return;
+  cpu_set_t mask;
+  CPU_ZERO(&mask);
+  if (sched_getaffinity(0, sizeof(mask), &mask) != 0) return;
+  int seen = 0;
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (!CPU_ISSET(c, &mask)) continue;
+    if (seen++ == index) {
+      cpu_set_t one;
+      CPU_ZERO(&one);
+      CPU_SET(c, &one);
+      sched_setaffinity(0, sizeof(one), &one);
+      return;
+    }
+  }
+}
+
+// A parallel region is `chunks` pieces of [0, n) claimed one at a time from one atomic word (generation in the
+// high 32 bits, next chunk in the low 32), by the caller and by whichever workers are awake. The caller waits
+// only for chunks already claimed, so a worker the OS has not scheduled yet (a busy or oversubscribed machine)
+// never holds up a region: the caller simply takes its chunks.
 class Pool {
  public:
   explicit Pool(int n) : n_(std::max(1, n)) {
+    maybe_pin(0);
     for (int i = 1; i < n_; ++i) workers_.emplace_back([this, i] { loop(i); });
   }
   ~Pool() {
     {
       std::lock_guard lock(mu_);
-      stop_ = true;
+      stop_.store(true);
+      state_.fetch_add(uint64_t{1} << 32);
     }
     cv_.notify_all();
     for (auto& t : workers_) t.join();
@@ -30,76 +82,116 @@ class Pool {
 
   void run(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
     std::lock_guard run_lock(run_mu_);  // one parallel region at a time; nested calls run inline
-    const int64_t chunks = std::min<int64_t>(n_, (n + grain - 1) / grain);
+    int64_t chunks = std::min<int64_t>(4 * n_, (n + grain - 1) / grain);
     if (chunks <= 1) {
       fn(0, n);
       return;
     }
     int64_t per = (n + chunks - 1) / chunks;
     per = (per + grain - 1) / grain * grain;
-    {
+    chunks = (n + per - 1) / per;
+    fn_.store(&fn, std::memory_order_relaxed);
+    total_.store(n, std::memory_order_relaxed);
+    per_.store(per, std::memory_order_relaxed);
+    chunks_.store(chunks, std::memory_order_relaxed);
+    done_.store(0, std::memory_order_relaxed);
+    error_ = nullptr;
+    const uint32_t gen = static_cast<uint32_t>(state_.load() >> 32) + 1;
+    state_.store(uint64_t{gen} << 32);  // seq_cst: publishes the fields; pairs with the sleeper count
+    if (sleepers_.load() > 0) {
       std::lock_guard lock(mu_);
-      fn_ = &fn;
-      total_ = n;
-      per_ = per;
-      chunks_ = chunks;
-      pending_.store(static_cast<int>(chunks - 1));
-      ++generation_;
+      cv_.notify_all();
     }
-    cv_.notify_all();
-    fn(0, std::min(per, n));  // the caller takes chunk 0
-    std::unique_lock lock(mu_);
-    done_cv_.wait(lock, [&] { return pending_.load() == 0; });
-    fn_ = nullptr;
+    work(gen);
+    for (uint32_t spins = 0; done_.load(std::memory_order_acquire) != chunks; ++spins) {
+      LATHE_CPU_RELAX();
+      if (spins > 4096) std::this_thread::yield();  // a worker preempted inside its chunk
+    }
+    if (error_) std::rethrow_exception(error_);
   }
 
  private:
+  // Claims and runs chunks of region `gen` until none is left (or a newer region replaced it).
+  void work(uint32_t gen) {
+    for (;;) {
+      uint64_t s = state_.load(std::memory_order_acquire);
+      if (static_cast<uint32_t>(s >> 32) != gen) return;
+      const int64_t idx = static_cast<int64_t>(s & 0xFFFFFFFFu);
+      const int64_t chunks = chunks_.load(std::memory_order_relaxed), per = per_.load(std::memory_order_relaxed);
+      const int64_t total = total_.load(std::memory_order_relaxed);
+      const auto* fn = fn_.load(std::memory_order_relaxed);
+      if (idx >= chunks) return;
+      // A successful claim proves region `gen` is still running, so the fields read above are its own.
+      if (!state_.compare_exchange_weak(s, s + 1, std::memory_order_acq_rel)) continue;
+      try {
+        (*fn)(idx * per, std::min(total, (idx + 1) * per));
+      } catch (...) {
+        std::lock_guard lock(error_mu_);
+        if (!error_) error_ = std::current_exception();
+      }
+      done_.fetch_add(1, std::memory_order_release);
+    }
+  }
+
   void loop(int index) {
     t_in_parallel = true;
-    uint64_t seen = 0;
+    maybe_pin(index);
+    uint32_t seen = 0;
+    auto current = [&] { return static_cast<uint32_t>(state_.load() >> 32); };
     for (;;) {
-      std::unique_lock lock(mu_);
-      cv_.wait(lock, [&] { return stop_ || generation_ != seen; });
-      if (stop_) return;
-      seen = generation_;
-      if (index >= chunks_) continue;
-      const auto* fn = fn_;
-      const int64_t b = index * per_, e = std::min(total_, b + per_);
-      lock.unlock();
-      if (b < e) (*fn)(b, e);
-      if (pending_.fetch_sub(1) == 1) {
-        std::lock_guard l2(mu_);
-        done_cv_.notify_one();
+      uint32_t g = current();
+      if (g == seen) {
+        // Spin for the next region of this forward pass; sleep once the pool has been idle for a while.
+        const auto deadline = Clock::now() + std::chrono::microseconds(spin_us());
+        for (uint32_t spins = 1; (g = static_cast<uint32_t>(state_.load(std::memory_order_acquire) >> 32)) == seen;
+             ++spins) {
+          LATHE_CPU_RELAX();
+          if ((spins & 1023) == 0 && Clock::now() > deadline) break;
+        }
+        if (g == seen) {
+          std::unique_lock lock(mu_);
+          sleepers_.fetch_add(1);
+          cv_.wait(lock, [&] { return (g = current()) != seen; });
+          sleepers_.fetch_sub(1);
+        }
       }
+      if (stop_.load()) return;
+      seen = g;
+      work(g);
     }
   }
 
   int n_;
   std::vector<std::thread> workers_;
-  std::mutex mu_, run_mu_;
-  std::condition_variable cv_, done_cv_;
-  bool stop_ = false;
-  uint64_t generation_ = 0;
-  const std::function<void(int64_t, int64_t)>* fn_ = nullptr;
-  int64_t total_ = 0, per_ = 0, chunks_ = 0;
-  std::atomic<int> pending_{0};
+  std::mutex mu_, run_mu_, error_mu_;
+  std::condition_variable cv_;
+  std::atomic<bool> stop_{false};
+  std::atomic<uint64_t> state_{0};
+  std::atomic<int> sleepers_{0};
+  std::atomic<int64_t> done_{0}, total_{0}, per_{0}, chunks_{0};
+  std::atomic<const std::function<void(int64_t, int64_t)>*> fn_{nullptr};
+  std::exception_ptr error_;
 };
 
 int g_requested = 0;
 
 Pool& pool() {
-  static Pool p([] {
-    if (g_requested > 0) return g_requested;
-    if (const char* env = std::getenv("LATHE_THREADS")) {
-      int v = std::atoi(env);
-      if (v > 0) return v;
-    }
-    return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  }());
+  static Pool p(g_requested > 0 ? g_requested : default_num_threads());
   return p;
 }
 
 }  // namespace
+
+int default_num_threads() {
+  if (const char* env = std::getenv("LATHE_THREADS")) {
+    const int v = std::atoi(env);
+    if (v > 0) return v;
+  }
+  cpu_set_t mask;
+  CPU_ZERO(&mask);
+  if (sched_getaffinity(0, sizeof(mask), &mask) == 0) return std::max(1, CPU_COUNT(&mask));
+  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
 
 int num_threads() { return pool().size(); }
 void set_num_threads(int n) { g_requested = n; }

@@ -1,5 +1,10 @@
 // A fixed pool of worker threads for data-parallel kernels. parallel_for splits [0, n) into contiguous
 // chunks, runs them on the workers and the caller, and returns when all are done.
+//
+// Threads meet at spinning barriers: a worker that finishes a chunk spins on the job counter for a while
+// (LATHE_SPIN_US, default 2000 µs) before it sleeps, so the many small regions of one forward pass cost about
+// a microsecond each instead of a futex wake-up; between requests the workers sleep. Chunks (up to 4 per
+// thread) are claimed dynamically, so a worker the OS has not scheduled never stalls the caller.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -8,6 +13,8 @@ namespace lathe {
 
 int num_threads();
 void set_num_threads(int n);  // takes effect before the first parallel_for
+// The default thread count: the CPUs this process may run on (sched_getaffinity), or LATHE_THREADS.
+int default_num_threads();
 
 // fn(begin, end) is called on disjoint ranges covering [0, n). Ranges are multiples of `grain` except the last.
 void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);

@@ -18,7 +18,7 @@ using testing::Reference;
 class NewArchParity : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
-    model_ = load_model(testing::fixture_dir(GetParam()));
+    model_ = load_model(testing::fixture_dir(GetParam()), LoadOptions{.exact = true});  // the exact CPU path
     ref_ = Reference::load(GetParam());
   }
   void report(const char* what, const std::string& prompt, const Diff& d) {

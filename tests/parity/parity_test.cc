@@ -19,7 +19,7 @@ class Parity : public ::testing::TestWithParam<std::string> {
   }
   Model& model() {
     auto& m = models()[GetParam()];
-    if (!m) m = load_model(test::model_dir(GetParam()));
+    if (!m) m = load_model(test::model_dir(GetParam()), LoadOptions{.exact = true});  // parity: the exact CPU path
     return *m;
   }
   const test::Reference& ref() {

@@ -49,9 +49,18 @@ void gemm_block_f32(const float* x, int64_t M, int64_t K, const float* w, int64_
         yr[3 * ldy] = hsum(c30);
         yr[3 * ldy + 1] = hsum(c31);
       }
+      // The rows past the last block of 4 run the same arithmetic (one 8-lane accumulator per output, summed
+      // once): a row's result never depends on how many rows share the call (batched = solo, bit for bit).
       for (; m < M; ++m) {
-        y[m * ldy + r] = dot_f32(x + m * K, w0, K);
-        y[m * ldy + r + 1] = dot_f32(x + m * K, w1, K);
+        const float* xm = x + m * K;
+        __m256 c0 = _mm256_setzero_ps(), c1 = _mm256_setzero_ps();
+        for (int64_t k = 0; k < K; k += 8) {
+          const __m256 v = _mm256_loadu_ps(xm + k);
+          c0 = _mm256_fmadd_ps(v, _mm256_loadu_ps(w0 + k), c0);
+          c1 = _mm256_fmadd_ps(v, _mm256_loadu_ps(w1 + k), c1);
+        }
+        y[m * ldy + r] = hsum(c0);
+        y[m * ldy + r + 1] = hsum(c1);
       }
     }
   }

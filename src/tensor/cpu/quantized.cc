@@ -9,6 +9,7 @@
 
 #include "common/error.h"
 #include "tensor/cpu/kernels.h"
+#include "tensor/cpu/packed_quant.h"
 #include "tensor/cpu/simd.h"
 #include "tensor/thread_pool.h"
 
@@ -219,6 +220,10 @@ void linear_quantized(const Tensor& x, const QuantizedMatrix& q, Tensor& y) {
   const int64_t M = x.dim(0), N = q.rows();
   const float* xp = x.data<float>();
   float* yp = y.data<float>();
+  if (q.cpu_packed) {  // the default: integer dots over the load-time packing (packed_quant.h)
+    linear_packed(xp, M, *q.cpu_packed, q.cpu_packed_row0, N, yp);
+    return;
+  }
   if (M == 1) {
     gemv(g, q, xp, yp, N);
     return;

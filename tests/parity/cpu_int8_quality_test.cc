@@ -1,0 +1,121 @@
+// Quality of the default CPU matmul path (int8 activations per group over packed weights) against the exact
+// f32 path on the quantized fixtures: next-token KL divergence and top-1 agreement over the `long` prompt
+// (40 positions; the first 20 by prefill, the rest one decode step at a time), and the greedy continuation of
+// the `chat` prompt. The tiny random fixtures have many near-tied logits, so top-1 is judged on the positions
+// whose exact top-1 leads by kTieMargin, and greedy must agree up to the first near-tie. Prints the figures
+// quoted in docs/benchmarks.md ("CPU: quality of the default path"). qwen3_5 (Gated DeltaNet layers) stays on
+// the exact kernels by default (model/weights.cc), so it must match exactly.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+
+#include <gtest/gtest.h>
+
+#include "common/fixture_reference.h"
+#include "model/model.h"
+
+namespace lathe {
+namespace {
+
+constexpr float kTieMargin = 5e-2f;
+
+std::vector<double> log_softmax(const float* x, int64_t n) {
+  double mx = x[0];
+  for (int64_t i = 1; i < n; ++i) mx = std::max(mx, static_cast<double>(x[i]));
+  double sum = 0;
+  for (int64_t i = 0; i < n; ++i) sum += std::exp(x[i] - mx);
+  std::vector<double> out(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) out[static_cast<size_t>(i)] = x[i] - mx - std::log(sum);
+  return out;
+}
+
+Tensor prefill_then_decode(Model& m, const std::vector<int32_t>& ids) {
+  CacheList caches = m.make_cache();
+  const size_t half = ids.size() / 2;
+  std::vector<Tensor> rows{m.forward({ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(half)}, caches, true)};
+  for (size_t i = half; i < ids.size(); ++i) rows.push_back(m.forward({ids[i]}, caches, false));
+  return testing::stack_rows(rows);
+}
+
+int32_t argmax(const std::vector<float>& v) {
+  return static_cast<int32_t>(std::max_element(v.begin(), v.end()) - v.begin());
+}
+
+// Greedy tokens from the exact model, and how many of them the default model reproduces (fed its own tokens)
+// before the first disagreement; stops counting at a near-tie of the exact logits.
+struct Greedy {
+  int agreed = 0, decided = 0;
+};
+Greedy greedy_agreement(Model& exact, Model& fast, const std::vector<int32_t>& prompt, int steps) {
+  CacheList ce = exact.make_cache(), cf = fast.make_cache();
+  std::vector<float> le = exact.forward(prompt, ce, false).to_floats();
+  std::vector<float> lf = fast.forward(prompt, cf, false).to_floats();
+  Greedy g;
+  for (int s = 0; s < steps; ++s) {
+    std::vector<float> top(le);
+    std::partial_sort(top.begin(), top.begin() + 2, top.end(), std::greater<float>());
+    if (top[0] - top[1] < kTieMargin) break;  // beyond a near-tie the continuations may fairly part
+    ++g.decided;
+    const int32_t te = argmax(le), tf = argmax(lf);
+    if (te != tf) break;
+    ++g.agreed;
+    le = exact.forward({te}, ce, false).to_floats();
+    lf = fast.forward({tf}, cf, false).to_floats();
+  }
+  return g;
+}
+
+class CpuInt8Quality : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CpuInt8Quality, KlTop1AndGreedyAgainstExact) {
+  const std::string name = GetParam();
+  auto exact = load_model(testing::fixture_dir(name), LoadOptions{.exact = true});
+  auto fast = load_model(testing::fixture_dir(name));
+  const auto ref = testing::Reference::load(name);
+  const std::vector<int32_t> ids = ref.prompt("long");
+  const std::vector<float> r = prefill_then_decode(*exact, ids).to_floats(),
+                           g = prefill_then_decode(*fast, ids).to_floats();
+  const int64_t T = static_cast<int64_t>(ids.size()), V = static_cast<int64_t>(r.size()) / T;
+  double mean_kl = 0, max_kl = 0;
+  int decided = 0, agree = 0;
+  for (int64_t t = 0; t < T; ++t) {
+    const auto lr = log_softmax(r.data() + t * V, V), lg = log_softmax(g.data() + t * V, V);
+    double kl = 0;
+    for (int64_t v = 0; v < V; ++v)
+      kl += std::exp(lr[static_cast<size_t>(v)]) * (lr[static_cast<size_t>(v)] - lg[static_cast<size_t>(v)]);
+    mean_kl += kl / static_cast<double>(T);
+    max_kl = std::max(max_kl, kl);
+    const float* rr = r.data() + t * V;
+    const float* gg = g.data() + t * V;
+    std::vector<float> top(rr, rr + V);
+    std::partial_sort(top.begin(), top.begin() + 2, top.end(), std::greater<float>());
+    if (top[0] - top[1] < kTieMargin) continue;
+    ++decided;
+    agree += (std::max_element(rr, rr + V) - rr) == (std::max_element(gg, gg + V) - gg) ? 1 : 0;
+  }
+  const Greedy gr = greedy_agreement(*exact, *fast, ref.prompt("chat"), 20);
+  std::printf("[cpu-int8] %-14s mean KL %.2e max KL %.2e top-1 %d/%d decided, greedy %d/%d decided steps\n",
+              name.c_str(), mean_kl, max_kl, agree, decided, gr.agreed, gr.decided);
+  if (name.rfind("qwen3_5", 0) == 0) {
+    EXPECT_EQ(max_kl, 0.0) << name;
+  }
+  EXPECT_LT(mean_kl, 2e-3) << name;
+  EXPECT_LT(max_kl, 1e-2) << name;
+  EXPECT_EQ(agree, decided) << name;
+  EXPECT_EQ(gr.agreed, gr.decided) << name;
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, CpuInt8Quality,
+                         ::testing::Values("llama-q4g64", "llama-q8g32", "qwen3-q4g64", "qwen3-q8g32", "gemma3-q4g64",
+                                           "gemma3-q8g32", "gemma4-q4g64", "gemma4moe-q4g64", "qwen3_5-q4g64",
+                                           "qwen3-mixed"),
+                         [](const auto& info) {
+                           std::string n = info.param;
+                           for (char& ch : n)
+                             if (ch == '-' || ch == '_') ch = '_';
+                           return n;
+                         });
+
+}  // namespace
+}  // namespace lathe

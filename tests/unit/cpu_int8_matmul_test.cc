@@ -1,0 +1,149 @@
+// The CPU integer-dot matmul (int8 activations over weights packed at load): a row of an M-row call is
+// bitwise the same row computed alone (batched greedy equals solo greedy), it stays close to the exact f32
+// kernel, the scalar and AVX2 kernels agree, row slices share their parent's packing, and layouts the kernels
+// do not cover stay on the exact path.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+
+#include "quant/affine.h"
+#include "tensor/cpu/cpu_features.h"
+#include "tensor/cpu/packed_quant.h"
+#include "tensor/ops.h"
+
+namespace lathe {
+namespace {
+
+std::vector<float> random_floats(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.f, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+struct Case {
+  int bits, group;
+  int64_t K;
+};
+
+class IsaScope {
+ public:
+  explicit IsaScope(cpu::Isa isa) : saved_(cpu::active_isa()) { cpu::set_isa_for_testing(isa); }
+  ~IsaScope() { cpu::set_isa_for_testing(saved_); }
+
+ private:
+  cpu::Isa saved_;
+};
+
+class Int8Matmul : public ::testing::TestWithParam<Case> {
+ protected:
+  void SetUp() override {
+    const auto [bits, group, K] = GetParam();
+    const auto w = random_floats(static_cast<size_t>(kN * K), 1);
+    exact_.quantized = true;
+    exact_.q = quant::quantize(w.data(), kN, K, bits, group);
+    packed_ = exact_;
+    pack_for_cpu(packed_.q);
+    ASSERT_NE(packed_.q.cpu_packed, nullptr);
+  }
+  static constexpr int64_t kN = 37;  // tails of every tile shape
+  Weight exact_, packed_;
+};
+
+std::vector<cpu::Isa> isas() {
+  std::vector<cpu::Isa> v{cpu::Isa::Scalar};
+  if (cpu::detected_isa() == cpu::Isa::Avx2) v.push_back(cpu::Isa::Avx2);
+  return v;
+}
+
+TEST_P(Int8Matmul, EachRowIsBitwiseItsSoloResult) {
+  const int64_t K = GetParam().K;
+  for (cpu::Isa isa : isas()) {
+    IsaScope scope(isa);
+    for (int64_t M : {int64_t{2}, int64_t{5}, int64_t{9}}) {
+      auto x = random_floats(static_cast<size_t>(M * K), 2 + static_cast<uint32_t>(M));
+      x[3] = 40.f;  // an outlier in one row's group must not change any other row
+      const std::vector<float> batched = linear(Tensor::from_floats(x, {M, K}), packed_).to_floats();
+      for (int64_t m = 0; m < M; ++m) {
+        const std::vector<float> row(x.begin() + m * K, x.begin() + (m + 1) * K);
+        const std::vector<float> solo = linear(Tensor::from_floats(row, {1, K}), packed_).to_floats();
+        ASSERT_EQ(std::memcmp(solo.data(), batched.data() + m * kN, sizeof(float) * kN), 0)
+            << cpu::isa_name(isa) << " M " << M << " row " << m;
+      }
+    }
+  }
+}
+
+TEST_P(Int8Matmul, CloseToTheExactKernel) {
+  const int64_t K = GetParam().K, M = 3;
+  const auto x = random_floats(static_cast<size_t>(M * K), 7);
+  const Tensor xt = Tensor::from_floats(x, {M, K});
+  const std::vector<float> ref = linear(xt, exact_).to_floats();
+  for (cpu::Isa isa : isas()) {
+    IsaScope scope(isa);
+    const std::vector<float> y = linear(xt, packed_).to_floats();
+    double err = 0, mag = 0;
+    for (size_t i = 0; i < y.size(); ++i) {
+      err += (y[i] - ref[i]) * static_cast<double>(y[i] - ref[i]);
+      mag += ref[i] * static_cast<double>(ref[i]);
+    }
+    // int8 activations per group on Gaussian inputs: ~0.5% relative rms error; 1% bounds it.
+    EXPECT_LT(std::sqrt(err / mag), 1e-2) << cpu::isa_name(isa);
+  }
+}
+
+TEST_P(Int8Matmul, ScalarAndAvx2Agree) {
+  if (cpu::detected_isa() != cpu::Isa::Avx2) GTEST_SKIP() << "no AVX2 on this CPU";
+  const int64_t K = GetParam().K, M = 4;
+  const Tensor x = Tensor::from_floats(random_floats(static_cast<size_t>(M * K), 9), {M, K});
+  std::vector<float> a, b;
+  {
+    IsaScope s(cpu::Isa::Scalar);
+    a = linear(x, packed_).to_floats();
+  }
+  {
+    IsaScope s(cpu::Isa::Avx2);
+    b = linear(x, packed_).to_floats();
+  }
+  // Same int8 activations and exact integer dots; only the float summation order differs.
+  for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], 1e-4 * (1 + std::abs(a[i]))) << i;
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, Int8Matmul,
+                         ::testing::Values(Case{4, 32, 256}, Case{4, 64, 320}, Case{4, 128, 384}, Case{8, 32, 256},
+                                           Case{8, 64, 320}, Case{8, 128, 384}),
+                         [](const auto& info) {
+                           return std::to_string(info.param.bits) + "bit_g" + std::to_string(info.param.group);
+                         });
+
+TEST(Int8MatmulPacking, RowSliceSharesTheParentPacking) {
+  const int64_t N = 24, K = 128;
+  const auto w = random_floats(static_cast<size_t>(N * K), 3);
+  QuantizedMatrix q = quant::quantize(w.data(), N, K, 4, 64);
+  pack_for_cpu(q);
+  Weight whole{Tensor(), q, true}, part{Tensor(), q, true};
+  part.q.w = q.w.slice(0, 8, 20);
+  part.q.scales = q.scales.slice(0, 8, 20);
+  part.q.biases = q.biases.slice(0, 8, 20);
+  part.q.cpu_packed_row0 = 8;
+  const Tensor x = Tensor::from_floats(random_floats(static_cast<size_t>(2 * K), 4), {2, K});
+  const auto full = linear(x, whole).to_floats(), sliced = linear(x, part).to_floats();
+  for (int64_t m = 0; m < 2; ++m)
+    for (int64_t n = 0; n < 12; ++n)
+      ASSERT_EQ(full[static_cast<size_t>(m * N + 8 + n)], sliced[static_cast<size_t>(m * 12 + n)]);
+}
+
+TEST(Int8MatmulPacking, UncoveredLayoutsStayExact) {
+  const auto w = random_floats(static_cast<size_t>(8 * 96), 5);
+  QuantizedMatrix two_bit = quant::quantize(w.data(), 8, 96, 2, 32), odd_cols = quant::quantize(w.data(), 8, 96, 4, 32);
+  pack_for_cpu(two_bit);
+  pack_for_cpu(odd_cols);  // 96 columns: not whole 64-element units
+  EXPECT_EQ(two_bit.cpu_packed, nullptr);
+  EXPECT_EQ(odd_cols.cpu_packed, nullptr);
+}
+
+}  // namespace
+}  // namespace lathe

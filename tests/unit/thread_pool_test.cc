@@ -1,0 +1,57 @@
+// The spinning, chunk-claiming thread pool: every index of a region runs exactly once whatever the grain,
+// regions back to back and after the workers went to sleep, nested calls run inline, and an exception thrown
+// in any chunk reaches the caller after every claimed chunk finished.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+#include "tensor/thread_pool.h"
+
+namespace lathe {
+namespace {
+
+void expect_each_index_once(int64_t n, int64_t grain) {
+  std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
+  parallel_for(n, grain, [&](int64_t b, int64_t e) {
+    EXPECT_TRUE(b % grain == 0) << b;
+    for (int64_t i = b; i < e; ++i) hits[static_cast<size_t>(i)].fetch_add(1);
+  });
+  for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[static_cast<size_t>(i)].load(), 1) << "n " << n << " i " << i;
+}
+
+TEST(ThreadPool, EveryIndexOnce) {
+  for (int64_t n : {1, 2, 3, 17, 64, 1000, 4099})
+    for (int64_t grain : {1, 4, 16}) expect_each_index_once(n, grain);
+  for (int i = 0; i < 2000; ++i) expect_each_index_once(37, 1);  // back to back, as within a forward
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));    // the workers sleep
+  expect_each_index_once(1000, 1);
+}
+
+TEST(ThreadPool, NestedCallsRunInline) {
+  std::atomic<int64_t> total{0};
+  parallel_for(8, 1, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) parallel_for(10, 1, [&](int64_t b2, int64_t e2) { total += e2 - b2; });
+  });
+  EXPECT_EQ(total.load(), 80);
+}
+
+TEST(ThreadPool, ExceptionsReachTheCaller) {
+  for (int64_t bad : {0, 5, 63}) {
+    std::atomic<int> finished{0};
+    EXPECT_THROW(parallel_for(64, 1,
+                              [&](int64_t b, int64_t e) {
+                                for (int64_t i = b; i < e; ++i)
+                                  if (i == bad) throw std::runtime_error("chunk failed");
+                                finished.fetch_add(1);
+                              }),
+                 std::runtime_error);
+    expect_each_index_once(100, 1);  // the pool still works afterwards
+  }
+}
+
+}  // namespace
+}  // namespace lathe
