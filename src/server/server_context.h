@@ -5,10 +5,12 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "engine/chat_session.h"
+#include "server/cors.h"
 #include "server/engine_service.h"
 #include "server/generation_settings.h"
 #include "server/metrics.h"
@@ -24,6 +26,9 @@ struct ServeOptions {
   ServerDefaults defaults;                    // sampling and max_tokens when a request omits them
   nlohmann::ordered_json chat_template_args;  // extra template variables (request kwargs win)
   std::string model_id;                       // reported in responses and /v1/models
+  CorsPolicy cors;                            // browser origins allowed (loopback by default)
+  std::vector<std::string> model_names;       // names a request's "model" may use (model_id first)
+  bool accept_any_model = false;              // any "model" is served (else 404 model_not_found)
 };
 
 class ServerContext {
