@@ -14,21 +14,14 @@ constexpr int kMaxTopLogprobsMlx = 11;
 constexpr int kMaxTopLogprobsOpenAI = 20;
 constexpr size_t kMaxStops = 4;
 
-// mlx_lm.server's exact checks and messages, run before anything else. In OpenAI's format top_logprobs goes
-// to 20 and `logprobs` may be the legacy completions integer (that many alternatives).
+// mlx_lm.server's exact checks and messages, run before anything else; in OpenAI's format top_logprobs goes
+// to 20. (/v1/completions turns its legacy integer `logprobs` into these fields first.)
 void parse_logprobs(const nlohmann::ordered_json& body, GenerationSettings& s) {
   const bool openai = s.logprobs_format == LogprobsFormat::OpenAI;
   const int kMaxTopLogprobs = openai ? kMaxTopLogprobsOpenAI : kMaxTopLogprobsMlx;
   if (auto it = body.find("logprobs"); it != body.end() && !it->is_null()) {
-    if (openai && it->is_number_integer()) {
-      const int64_t k = it->get<int64_t>();
-      if (k < 0 || k > kMaxTopLogprobs) throw invalid_field("logprobs", "logprobs must be between 0 and 20");
-      s.logprobs = true;
-      s.top_logprobs = static_cast<int>(k);
-    } else {
-      if (!it->is_boolean()) throw invalid_field("logprobs", "logprobs must be of type bool");
-      s.logprobs = it->get<bool>();
-    }
+    if (!it->is_boolean()) throw invalid_field("logprobs", "logprobs must be of type bool");
+    s.logprobs = it->get<bool>();
   }
   if (auto it = body.find("top_logprobs"); it != body.end() && !it->is_null()) {
     if (!it->is_number_integer()) throw invalid_field("top_logprobs", "top_logprobs must be of type int");

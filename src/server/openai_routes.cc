@@ -174,7 +174,15 @@ void chat_completions(ServerContext& ctx, const httplib::Request& req, httplib::
 }
 
 void completions(ServerContext& ctx, const httplib::Request& req, httplib::Response& res) {
-  const json body = parse_json_body(req.body);
+  json body = parse_json_body(req.body);
+  // The legacy integer `logprobs` (that many alternatives per token, 0-20) is OpenAI's completions spelling.
+  if (auto lp = body.find("logprobs");
+      ctx.options().defaults.logprobs_format == LogprobsFormat::OpenAI && lp != body.end() && lp->is_number_integer()) {
+    const int64_t k = lp->get<int64_t>();
+    if (k < 0 || k > 20) throw invalid_field("logprobs", "logprobs must be between 0 and 20");
+    body["logprobs"] = true;
+    if (!body.contains("top_logprobs")) body["top_logprobs"] = k;
+  }
   check_model_name(ctx, body);
   GenerationSettings settings = parse_generation_settings(body, ctx.options().defaults, ApiSurface::OpenAI);
   const bool usage = include_usage(body);

@@ -56,6 +56,23 @@ TEST(Gbnf, ErrorsSayWhatAndWhere) {
   EXPECT_NE(error_of([] { parse_gbnf(std::string(300 * 1024, ' ')); }).find("limit"), std::string::npos);
 }
 
+TEST(Gbnf, HostileInputHitsLimitsNotTheStack) {
+  EXPECT_NE(error_of([] {
+              parse_gbnf("root ::= " + std::string(200, '(') + "\"a\"" + std::string(200, ')'));
+            }).find("nested deeper"),
+            std::string::npos);
+  // A schema that only refers to itself can never produce a character: rejected, not expanded forever.
+  EXPECT_NE(
+      error_of([] { parse_gbnf(json_schema_to_gbnf(ojson::parse(R"({"$ref":"#"})"), "s")); }).find("left-recursive"),
+      std::string::npos);
+  ojson deep = ojson::parse(R"({"type":"string"})");
+  for (int i = 0; i < 100; ++i) deep = {{"type", "array"}, {"items", deep}};
+  EXPECT_NE(error_of([&] { json_schema_to_gbnf(deep, "s"); }).find("deeper than 64"), std::string::npos);
+  // Ambiguity is bounded: a grammar with exponentially many readings still matches in bounded work.
+  const Grammar g = parse_gbnf("root ::= x*\nx ::= \"a\" | \"a\" | \"aa\" | y\ny ::= \"a\"");
+  EXPECT_TRUE(grammar_accepts(g, std::string(200, 'a')));
+}
+
 TEST(JsonSchema, ObjectsWithRequiredAndOptionalProperties) {
   const ojson schema = ojson::parse(R"({"type":"object","properties":{
       "name":{"type":"string"},"age":{"type":"integer","minimum":0},"tags":{"type":"array","items":{"enum":["a","b"]}},

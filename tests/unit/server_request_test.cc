@@ -70,13 +70,10 @@ TEST(ServerRequest, LogprobsChecksUseMlxMessages) {
   EXPECT_EQ(message({{"top_logprobs", 12}}, mlx), "top_logprobs must be at most 11");
   EXPECT_EQ(parse_generation_settings({{"top_logprobs", 11}}, mlx, ApiSurface::OpenAI).top_logprobs, 11);
   EXPECT_EQ(openai({{"top_logprobs", -1}}).top_logprobs, 0);
-  // OpenAI's format: up to 20, and the legacy completions integer.
+  // OpenAI's format: up to 20; chat's logprobs stays a bool.
   EXPECT_EQ(message({{"top_logprobs", 21}}, {}), "top_logprobs must be at most 20");
   EXPECT_EQ(openai({{"top_logprobs", 20}}).top_logprobs, 20);
-  const GenerationSettings legacy = openai({{"logprobs", 3}});
-  EXPECT_TRUE(legacy.logprobs);
-  EXPECT_EQ(legacy.top_logprobs, 3);
-  EXPECT_EQ(message({{"logprobs", 21}}, {}), "logprobs must be between 0 and 20");
+  EXPECT_EQ(message({{"logprobs", 3}}, {}), "logprobs must be of type bool");
 }
 
 TEST(ServerRequest, StructuredOutputFields) {
