@@ -71,6 +71,12 @@ TEST(Gbnf, HostileInputHitsLimitsNotTheStack) {
   // Ambiguity is bounded: a grammar with exponentially many readings still matches in bounded work.
   const Grammar g = parse_gbnf("root ::= x*\nx ::= \"a\" | \"a\" | \"aa\" | y\ny ::= \"a\"");
   EXPECT_TRUE(grammar_accepts(g, std::string(200, 'a')));
+  // Nested nullable repetitions branch 2^n ways per code point before deduplication: the work budget holds.
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_TRUE(grammar_accepts(parse_gbnf("root ::= x{0,200} \"b\"\nx ::= \"a\"?"), "aab"));
+  const Grammar n = parse_gbnf("root ::= x{0,200} \"b\"\nx ::= \"a\"? | \"c\"?");
+  grammar_accepts(n, "acab");  // may be narrowed by the budget; must come back quickly
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 5.0);
 }
 
 TEST(JsonSchema, ObjectsWithRequiredAndOptionalProperties) {

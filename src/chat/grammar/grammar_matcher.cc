@@ -5,6 +5,7 @@
 namespace lathe::grammar {
 
 void StackSet::add(const Grammar& g, Stack s) {
+  if (++work_ > kMaxWork) return;  // readings past the budget are dropped (the output stays valid, only narrower)
   // Frames whose alternative is finished return to their parent.
   while (!s.empty() && g.elems[s.back()].kind == ElemKind::End) s.pop_back();
   if (s.empty()) {

@@ -17,6 +17,8 @@ class StackSet {
  public:
   static constexpr size_t kMaxStacks = 1024;
   static constexpr size_t kMaxDepth = 512;
+  // Expansion steps per code point: nested nullable rules can branch exponentially before deduplication.
+  static constexpr size_t kMaxWork = 1 << 16;
 
   // The stacks before any input.
   static StackSet start(const Grammar& g);
@@ -36,6 +38,7 @@ class StackSet {
   void finish();
   std::vector<Stack> stacks_;
   bool accepting_ = false;
+  size_t work_ = 0;
 };
 
 // Does the whole of `text` (UTF-8) match the grammar? (for tests and for checking a GBNF before use)
