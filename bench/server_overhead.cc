@@ -79,7 +79,8 @@ json chat_body(const std::string& prompt, int max_tokens, bool stream) {
   return {{"messages", json::array({{{"role", "user"}, {"content", prompt}}})},
           {"max_tokens", max_tokens},
           {"temperature", 0},
-          {"stream", stream}};
+          {"stream", stream},
+          {"stream_options", stream ? json{{"include_usage", true}} : json(nullptr)}};
 }
 
 Sample server_stream(int port, const std::string& prompt, int max_tokens) {

@@ -28,7 +28,9 @@ namespace {
 namespace fs = std::filesystem;
 
 struct ServeFlags {
-  std::string model, alias, chat_template, chat_template_args;
+  std::string model, chat_template, chat_template_args;
+  std::vector<std::string> aliases;
+  std::string logprobs_format = "openai";
   server::ServeOptions server;
   std::optional<int> max_tokens;
   SamplingFlags sampling;
@@ -77,6 +79,8 @@ int run_serve(ServeFlags& f) {
   o.scheduler.validate();
   o.defaults.sampling = f.sampling.resolve(session->default_sampling());
   if (f.max_tokens) o.defaults.max_tokens = *f.max_tokens;
+  o.defaults.logprobs_format =
+      f.logprobs_format == "mlx" ? server::LogprobsFormat::Mlx : server::LogprobsFormat::OpenAI;
   if (!f.chat_template_args.empty()) {
     try {
       o.chat_template_args = nlohmann::ordered_json::parse(f.chat_template_args);
@@ -86,8 +90,14 @@ int run_serve(ServeFlags& f) {
     if (!o.chat_template_args.is_object())
       throw Error(ErrorKind::InvalidArgument, "--chat-template-args must be a JSON object");
   }
-  o.model_id = !f.alias.empty() ? f.alias : fs::path(f.model).lexically_normal().filename().string();
-  if (o.model_id.empty()) o.model_id = fs::path(f.model).lexically_normal().parent_path().filename().string();
+  std::string dir_name = fs::path(f.model).lexically_normal().filename().string();
+  if (dir_name.empty()) dir_name = fs::path(f.model).lexically_normal().parent_path().filename().string();
+  // The first --alias is the id reported to clients; the directory name and every alias are accepted.
+  o.model_id = !f.aliases.empty() ? f.aliases.front() : dir_name;
+  o.model_names = {o.model_id};
+  for (const std::string& n : f.aliases)
+    if (n != o.model_id) o.model_names.push_back(n);
+  if (dir_name != o.model_id) o.model_names.push_back(dir_name);
 
   // Signals are taken by one thread with sigwait, so every other thread runs with them blocked.
   sigset_t stop_signals;
@@ -132,12 +142,21 @@ Verb add_serve(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("serve", "serve a model over OpenAI- and Anthropic-compatible HTTP APIs");
   cmd->fallthrough();  // global flags (--log-level, --threads) may follow the verb
   cmd->add_option("--model", f->model, "checkpoint directory (default: the bundled demo model)");
-  cmd->add_option("--alias", f->alias, "model id reported to clients (default: the directory name)");
+  cmd->add_option("--alias", f->aliases,
+                  "a model name clients may send (repeatable; the first is the id reported; the directory name is "
+                  "always accepted)");
+  cmd->add_option("--logprobs-format", f->logprobs_format,
+                  "logprobs shape: openai (default) or mlx (mlx_lm.server's, top_logprobs up to 11)")
+      ->check(CLI::IsMember({"openai", "mlx"}));
+  cmd->add_flag("--accept-any-model", f->server.accept_any_model,
+                "serve requests whatever model name they send (for clients that hard-code one)");
   cmd->add_option("--host", f->server.host, "address to bind")->capture_default_str();
   cmd->add_option("--port", f->server.port, "port (0 = any free port)")
       ->capture_default_str()
       ->check(CLI::Range(0, 65535));
   cmd->add_option("--api-key", f->server.api_key, "require this key (Authorization: Bearer or x-api-key)");
+  cmd->add_option("--cors-origin", f->server.cors.origins,
+                  "browser origin allowed besides loopback ones (repeatable; * = any)");
   f->where.add_to(cmd);
   cmd->add_option("--max-tokens", f->max_tokens, "tokens to generate when a request does not say (default 512)")
       ->check(CLI::PositiveNumber);

@@ -105,18 +105,20 @@ Sampler::Sampler(SamplingParams params, std::vector<int32_t> xtc_exempt)
     : p_(std::move(params)), xtc_exempt_(std::move(xtc_exempt)) {
   p_.validate();
   seed_ = p_.seed ? *p_.seed : std::random_device{}() * 0x100000001ull + std::random_device{}();
+  if (p_.constraint) constraint_ = p_.constraint->start();
 }
 
 SampleResult Sampler::sample(std::span<const float> logits, std::span<const int32_t> history, int top_logprobs) {
   if (logits.empty()) throw Error(ErrorKind::InvalidArgument, "sample: empty logits");
   std::vector<float> lp(logits.begin(), logits.end());
   apply_logits_processors(lp, p_, history);
+  if (constraint_) constraint_->mask(lp);
   log_softmax(lp);
   SampleResult r;
   if (top_logprobs > 0) {
     const auto idx = order_desc(lp);
     for (size_t i = 0; i < std::min(idx.size(), static_cast<size_t>(top_logprobs)); ++i)
-      r.top.push_back({static_cast<int32_t>(idx[i]), lp[idx[i]]});
+      if (lp[idx[i]] != kNegInf) r.top.push_back({static_cast<int32_t>(idx[i]), lp[idx[i]]});
   }
   const uint64_t step_key = splitmix(seed_ ^ splitmix(step_++));
   if (p_.temperature == 0.0f) {
@@ -147,6 +149,7 @@ SampleResult Sampler::sample(std::span<const float> logits, std::span<const int3
     }
   }
   r.logprob = lp[static_cast<size_t>(r.token)];
+  if (constraint_) constraint_->accept(r.token);
   return r;
 }
 

@@ -1,8 +1,10 @@
-// Turns one step's logits into a token: processors, log-softmax (where logprobs are taken), then greedy or
-// top-p → min-p → XTC → top-k → categorical(logprobs / T), as mlx-lm orders them. Randomness is a pure function
-// of (seed, step), with independent streams for XTC and the categorical draw, so a seeded request reproduces.
+// Turns one step's logits into a token: processors, the constraint's mask (structured output), log-softmax (where
+// logprobs are taken), then greedy or top-p → min-p → XTC → top-k → categorical(logprobs / T), as mlx-lm orders them.
+// Randomness is a pure function of (seed, step), with independent streams for XTC and the categorical draw, so a seeded
+// request reproduces.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -34,6 +36,7 @@ class Sampler {
   std::vector<int32_t> xtc_exempt_;
   uint64_t seed_;
   uint64_t step_ = 0;
+  std::unique_ptr<ConstraintState> constraint_;  // from p_.constraint; advanced with each sampled token
 };
 
 // Filters over log-probabilities; removed entries become -inf. Exposed for tests.

@@ -2,8 +2,11 @@
 #pragma once
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <vector>
+
+#include "engine/token_constraint.h"
 
 namespace lathe {
 
@@ -22,6 +25,8 @@ struct SamplingParams {
   int frequency_context_size = 20;
   std::map<int32_t, float> logit_bias;
   std::optional<uint64_t> seed;
+  // Structured output: a grammar whose mask applies after the processors, before log-softmax (null = none).
+  std::shared_ptr<const TokenConstraint> constraint;
 
   // Throws Error(InvalidArgument) naming the field for out-of-range values.
   void validate() const;

@@ -93,9 +93,24 @@ ChatRequest parse_anthropic_messages(const nlohmann::ordered_json& body, const S
   for (size_t i = 0; i < messages->size(); ++i)
     translate_message((*messages)[i], "messages[" + std::to_string(i) + "]", r.messages);
 
+  // A last assistant message is a prefill: the reply continues it (and holds only the continuation).
+  r.continue_final =
+      !r.messages.empty() && r.messages.back()["role"] == "assistant" && !r.messages.back().contains("tool_calls");
   bool tools_off = false;
-  if (const nlohmann::ordered_json* choice = f.object("tool_choice"))
-    tools_off = string_member(*choice, "type", "", "tool_choice.type") == "none";
+  if (const nlohmann::ordered_json* choice = f.object("tool_choice")) {
+    const std::string type = string_member(*choice, "type", "", "tool_choice.type");
+    if (type != "auto" && type != "any" && type != "tool" && type != "none")
+      throw invalid_field("tool_choice.type", "tool_choice.type must be auto, any, tool or none");
+    tools_off = type == "none";
+    if (type == "any" || type == "tool") {
+      std::string name;
+      if (type == "tool") {
+        name = string_member(*choice, "name", "", "tool_choice.name");
+        if (name.empty()) throw invalid_field("tool_choice.name", "tool_choice.name is required for type tool");
+      }
+      r.settings.structured = StructuredOutput{StructuredOutput::Kind::ToolCall, {}, {}, name, "tool_choice"};
+    }
+  }
   if (const nlohmann::ordered_json* tools = f.array("tools"); tools && !tools_off) {
     nlohmann::ordered_json fns = nlohmann::ordered_json::array();
     for (const auto& t : *tools) {

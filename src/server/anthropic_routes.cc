@@ -5,8 +5,10 @@
 #include "server/anthropic_request.h"
 #include "server/http_server.h"
 #include "server/json_fields.h"
+#include "server/model_names.h"
 #include "server/sse.h"
 #include "server/streaming.h"
+#include "server/structured_output.h"
 
 namespace lathe::server {
 namespace {
@@ -126,8 +128,11 @@ class MessagesFramer : public StreamFramer {
 
 void messages(ServerContext& ctx, const httplib::Request& req, httplib::Response& res) {
   const json body = parse_json_body(req.body);
+  check_model_name(ctx, body);
   const ChatRequest request = parse_anthropic_messages(body, ctx.options().defaults);
-  Generation g = start_generation(ctx, prepare_chat(ctx, request), "msg_");
+  PreparedGeneration prepared = prepare_chat(ctx, request);
+  attach_structured_output(ctx, prepared);
+  Generation g = start_generation(ctx, std::move(prepared), "msg_");
   const std::string model = ctx.model_id();
   if (g.prepared->settings.stream) return stream_generation(ctx, req, res, g, std::make_shared<MessagesFramer>(model));
   const GenerationOutcome o = run_blocking(ctx, req, g);

@@ -3,11 +3,13 @@
 #include <algorithm>
 #include <chrono>
 #include <random>
+#include <utility>
 
 #include "chat/reasoning_splitter.h"
 #include "chat/tool_calls.h"
 #include "server/api_error.h"
 #include "server/http_server.h"
+#include "server/logprobs_format.h"
 
 namespace lathe::server {
 namespace {
@@ -29,6 +31,17 @@ nlohmann::ordered_json token_entry(const Tokenizer& tok, int32_t id, float logpr
   return {{"id", id}, {"token", tok.id_to_token(id).value_or("")}, {"logprob", logprob}};
 }
 
+// Prefill: the rendered conversation ends right after the last message's text (the template's end-of-turn
+// markup after it is dropped), so the model continues that text.
+void cut_after_final_message(std::string& text, const nlohmann::ordered_json& last) {
+  const std::string content =
+      last.contains("content") && last["content"].is_string() ? last["content"].get<std::string>() : "";
+  const size_t at = content.empty() ? std::string::npos : text.rfind(content);
+  if (at == std::string::npos)
+    throw ApiError(400, "the final assistant message cannot be continued with this chat template", "messages");
+  text.resize(at + content.size());
+}
+
 }  // namespace
 
 PreparedGeneration prepare_chat(ServerContext& ctx, const ChatRequest& request) {
@@ -36,7 +49,7 @@ PreparedGeneration prepare_chat(ServerContext& ctx, const ChatRequest& request) 
   if (!tmpl) throw ApiError(400, "the served model has no chat template; use /v1/completions");
   ChatTemplateInput in;
   in.messages = request.messages;
-  in.add_generation_prompt = true;
+  in.add_generation_prompt = !request.continue_final;
   in.kwargs = ctx.options().chat_template_args.is_object() ? ctx.options().chat_template_args
                                                            : nlohmann::ordered_json::object();
   for (const auto& [k, v] : request.template_kwargs.items()) in.kwargs[k] = v;
@@ -48,6 +61,7 @@ PreparedGeneration prepare_chat(ServerContext& ctx, const ChatRequest& request) 
     // The template rejected the conversation (raise_exception, wrong roles): the client's to fix.
     throw ApiError(400, std::string("prompt build failed: ") + e.what(), "messages");
   }
+  if (request.continue_final) cut_after_final_message(text, request.messages.back());
   PreparedGeneration p;
   p.prompt = ctx.session().encode_chat_text(text);
   p.settings = request.settings;
@@ -97,8 +111,10 @@ GenerationOutcome drive(ServerContext& ctx, GenerationJob& job, const PreparedGe
   OutputRouter router(p.think_tags, p.start_in_reasoning, p.tools);
   const auto& eos = ctx.session().eos_ids();
   const Tokenizer& tok = ctx.session().tokenizer();
-  const bool want_logprobs = !p.settings.stream && (p.settings.logprobs || p.settings.top_logprobs > 0);
+  const bool openai_lp = p.settings.logprobs_format == LogprobsFormat::OpenAI;
+  const bool want_logprobs = (openai_lp || !p.settings.stream) && (p.settings.logprobs || p.settings.top_logprobs > 0);
   nlohmann::ordered_json lp_content = nlohmann::ordered_json::array();
+  nlohmann::ordered_json lp_pending = nlohmann::ordered_json::array();  // streamed with the next content delta
   std::vector<TokenEvent> events;
   bool finished = false;
   while (!finished) {
@@ -106,7 +122,10 @@ GenerationOutcome drive(ServerContext& ctx, GenerationJob& job, const PreparedGe
     finished = job.wait(events, job.started() ? GenerationJob::kCoalesce : std::chrono::milliseconds(50));
     for (const TokenEvent& e : events) {
       const bool is_eos = e.id >= 0 && std::find(eos.begin(), eos.end(), e.id) != eos.end();
-      if (want_logprobs && e.id >= 0 && !is_eos) {
+      if (want_logprobs && openai_lp && e.id >= 0 && !is_eos) {
+        (p.settings.stream ? lp_pending : lp_content)
+            .push_back(openai_logprob_entry(tok, e.id, e.sample, p.settings.top_logprobs));
+      } else if (want_logprobs && e.id >= 0 && !is_eos) {
         if (p.settings.top_logprobs > 0 && !e.sample.top.empty()) {
           nlohmann::ordered_json entry = token_entry(tok, e.sample.top[0].id, e.sample.top[0].logprob);
           nlohmann::ordered_json top = nlohmann::ordered_json::array();
@@ -119,6 +138,8 @@ GenerationOutcome drive(ServerContext& ctx, GenerationJob& job, const PreparedGe
       }
       if (e.text.empty()) continue;
       OutputDelta d = router.push(e.text);
+      if (!d.content.empty() && !lp_pending.empty())
+        d.logprobs = std::exchange(lp_pending, nlohmann::ordered_json::array());
       if (!d.empty() && !on_delta(d)) job.cancel();
     }
     if (!finished && !job.cancelled() && client_gone()) job.cancel();

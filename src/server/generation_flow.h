@@ -22,6 +22,7 @@ struct ChatRequest {
   nlohmann::ordered_json tools;  // null when none, or when tool_choice is "none"
   nlohmann::ordered_json template_kwargs = nlohmann::ordered_json::object();
   GenerationSettings settings;
+  bool continue_final = false;  // prefill: the last (assistant) message is continued, not answered
 };
 
 struct PreparedGeneration {

@@ -10,11 +10,15 @@ namespace lathe::server {
 namespace {
 
 constexpr int64_t kMaxTokensLimit = 1 << 20;
-constexpr int kMaxTopLogprobs = 11;
+constexpr int kMaxTopLogprobsMlx = 11;
+constexpr int kMaxTopLogprobsOpenAI = 20;
 constexpr size_t kMaxStops = 4;
 
-// mlx_lm.server's exact checks and messages, run before anything else.
+// mlx_lm.server's exact checks and messages, run before anything else; in OpenAI's format top_logprobs goes
+// to 20. (/v1/completions turns its legacy integer `logprobs` into these fields first.)
 void parse_logprobs(const nlohmann::ordered_json& body, GenerationSettings& s) {
+  const bool openai = s.logprobs_format == LogprobsFormat::OpenAI;
+  const int kMaxTopLogprobs = openai ? kMaxTopLogprobsOpenAI : kMaxTopLogprobsMlx;
   if (auto it = body.find("logprobs"); it != body.end() && !it->is_null()) {
     if (!it->is_boolean()) throw invalid_field("logprobs", "logprobs must be of type bool");
     s.logprobs = it->get<bool>();
@@ -24,7 +28,8 @@ void parse_logprobs(const nlohmann::ordered_json& body, GenerationSettings& s) {
     const int64_t k = it->get<int64_t>();
     if (k == -1) return;  // mlx_lm.server's "unset"
     if (k < 0) throw invalid_field("top_logprobs", "top_logprobs must be at least 0");
-    if (k > kMaxTopLogprobs) throw invalid_field("top_logprobs", "top_logprobs must be at most 11");
+    if (k > kMaxTopLogprobs)
+      throw invalid_field("top_logprobs", "top_logprobs must be at most " + std::to_string(kMaxTopLogprobs));
     s.top_logprobs = static_cast<int>(k);
   }
 }
@@ -65,11 +70,58 @@ std::vector<std::string> parse_stop(const nlohmann::ordered_json& body, const ch
   return out;
 }
 
+// OpenAI's response_format, then llama-server's json_schema and grammar fields.
+StructuredOutput parse_structured(const nlohmann::ordered_json& body) {
+  StructuredOutput out;
+  if (auto it = body.find("response_format"); it != body.end() && !it->is_null()) {
+    if (!it->is_object() || !it->contains("type") || !(*it)["type"].is_string())
+      throw invalid_field("response_format", "response_format must be an object with a type");
+    const std::string type = (*it)["type"].get<std::string>();
+    if (type == "json_object") {
+      out.kind = StructuredOutput::Kind::JsonObject;
+      out.field = "response_format";
+    } else if (type == "json_schema") {
+      auto js = it->find("json_schema");
+      if (js == it->end() || !js->is_object())
+        throw invalid_field("response_format.json_schema", "response_format.json_schema must be an object");
+      auto schema = js->find("schema");
+      if (schema == js->end() || schema->is_null()) {
+        out.schema = nlohmann::ordered_json::object();  // OpenAI: no schema means any JSON
+      } else {
+        if (!schema->is_object() && !schema->is_boolean())
+          throw invalid_field("response_format.json_schema.schema",
+                              "response_format.json_schema.schema must be an object");
+        out.schema = *schema;
+      }
+      out.kind = StructuredOutput::Kind::JsonSchema;
+      out.field = "response_format.json_schema.schema";
+    } else if (type != "text") {
+      throw invalid_field("response_format.type", "response_format.type must be text, json_object or json_schema");
+    }
+  }
+  if (auto it = body.find("json_schema"); it != body.end() && !it->is_null()) {
+    if (!it->is_object() && !it->is_boolean()) throw invalid_field("json_schema", "json_schema must be an object");
+    out.kind = StructuredOutput::Kind::JsonSchema;
+    out.schema = *it;
+    out.field = "json_schema";
+  }
+  if (auto it = body.find("grammar"); it != body.end() && !it->is_null()) {
+    if (!it->is_string()) throw invalid_field("grammar", "grammar must be a string (GBNF)");
+    if (!it->get<std::string>().empty()) {
+      out.kind = StructuredOutput::Kind::Gbnf;
+      out.gbnf = it->get<std::string>();
+      out.field = "grammar";
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 GenerationSettings parse_generation_settings(const nlohmann::ordered_json& body, const ServerDefaults& defaults,
                                              ApiSurface surface) {
   GenerationSettings s;
+  s.logprobs_format = defaults.logprobs_format;
   if (surface == ApiSurface::OpenAI) parse_logprobs(body, s);
   const JsonFields f(body);
   s.stream = f.boolean("stream").value_or(false);
@@ -102,7 +154,10 @@ GenerationSettings parse_generation_settings(const nlohmann::ordered_json& body,
   if (auto v = f.number("frequency_penalty", -2, 2)) p.frequency_penalty = static_cast<float>(*v);
   if (auto v = f.integer("frequency_context_size", 0, 1 << 24)) p.frequency_context_size = static_cast<int>(*v);
   if (auto v = f.integer("seed", INT64_MIN, INT64_MAX)) p.seed = static_cast<uint64_t>(*v);
-  if (surface == ApiSurface::OpenAI) parse_logit_bias(body, p);
+  if (surface == ApiSurface::OpenAI) {
+    parse_logit_bias(body, p);
+    s.structured = parse_structured(body);
+  }
   s.stop = parse_stop(body, surface == ApiSurface::Anthropic ? "stop_sequences" : "stop");
   try {
     p.validate();

@@ -11,9 +11,23 @@
 
 namespace lathe::server {
 
+// OpenAI's logprobs shapes, or mlx_lm.server's (--logprobs-format mlx).
+enum class LogprobsFormat { OpenAI, Mlx };
+
 struct ServerDefaults {
   SamplingParams sampling;  // serve flags over generation_config.json
   int max_tokens = 512;
+  LogprobsFormat logprobs_format = LogprobsFormat::OpenAI;
+};
+
+// What the output must parse as (enforced by a grammar mask each step; server/structured_output.h).
+struct StructuredOutput {
+  enum class Kind { None, Gbnf, JsonSchema, JsonObject, ToolCall };
+  Kind kind = Kind::None;
+  std::string gbnf;               // Gbnf
+  nlohmann::ordered_json schema;  // JsonSchema
+  std::string tool_name;          // ToolCall: the named function, or "" for any of the request's tools
+  std::string field;              // the request field it came from (errors name it)
 };
 
 struct GenerationSettings {
@@ -21,9 +35,11 @@ struct GenerationSettings {
   SamplingParams sampling;
   std::vector<std::string> stop;
   bool logprobs = false;  // the sampled token's logprob per token
-  int top_logprobs = 0;   // > 0: the k most likely tokens per position (mlx_lm.server's shape)
+  int top_logprobs = 0;   // > 0: the k most likely tokens per position
+  LogprobsFormat logprobs_format = LogprobsFormat::OpenAI;
   bool stream = false;
   std::string adapter, model;  // [lora] the request's `adapter` spec and `model` (an adapter id selects it)
+  StructuredOutput structured;
 };
 
 enum class ApiSurface { OpenAI, Anthropic };

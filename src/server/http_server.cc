@@ -13,6 +13,7 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "server/connection.h"
+#include "server/cors.h"
 
 namespace lathe::server {
 namespace {
@@ -89,7 +90,10 @@ void HttpServer::install_routes() {
 
   const std::string key = ctx_.options().api_key;
   const size_t max_body = ctx_.options().max_body_bytes;
-  http_->set_pre_routing_handler([key, max_body](const httplib::Request& req, httplib::Response& res) {
+  const CorsPolicy cors = ctx_.options().cors;
+  http_->set_pre_routing_handler([key, max_body, cors](const httplib::Request& req, httplib::Response& res) {
+    // CORS first: a preflight carries no API key, and a browser can only read errors that carry the headers.
+    if (apply_cors(cors, req, res)) return httplib::Server::HandlerResponse::Handled;
     // Size checks run before httplib reads the body: it would otherwise buffer a chunked body whole, and
     // drain an oversized declared one (waiting out the read timeout when the client never sends it).
     if (req.get_header_value("Transfer-Encoding").find("chunked") != std::string::npos) {

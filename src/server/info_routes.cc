@@ -2,19 +2,29 @@
 #include <httplib.h>
 
 #include "server/http_server.h"
+#include "server/model_names.h"
+#include "server/responses_routes.h"
+#include "server/tokenize_routes.h"
 
 namespace lathe::server {
 namespace {
 
 using json = nlohmann::ordered_json;
 
-json model_entry(ServerContext& ctx) {
-  return {{"id", ctx.model_id()},
+json model_entry(ServerContext& ctx, const std::string& id) {
+  return {{"id", id},
           {"object", "model"},
           {"created", ctx.started_at()},
           {"owned_by", "lathe"},
           {"context_window", ctx.context_length()},
           {"reasoning", ctx.think_tags()}};
+}
+
+// The served id first, then the other names it answers to.
+std::vector<std::string> served_names(ServerContext& ctx) {
+  std::vector<std::string> names = ctx.options().model_names;
+  if (names.empty()) names.push_back(ctx.model_id());
+  return names;
 }
 
 }  // namespace
@@ -26,7 +36,8 @@ std::vector<Route> info_routes(ServerContext& ctx) {
                  res.set_content("{\"status\": \"ok\"}", "application/json");
                }});
   r.push_back({"GET", "/v1/models", [&ctx](const httplib::Request&, httplib::Response& res) {
-                 json data = json::array({model_entry(ctx)});
+                 json data = json::array();
+                 for (const std::string& name : served_names(ctx)) data.push_back(model_entry(ctx, name));
                  for (const auto& a : ctx.adapters().list())  // [lora] mounted adapters, with their parent
                    data.push_back({{"id", a.id},
                                    {"object", "model"},
@@ -34,19 +45,18 @@ std::vector<Route> info_routes(ServerContext& ctx) {
                                    {"owned_by", "lathe"},
                                    {"parent", ctx.model_id()},
                                    {"root", a.dir}});
-                 write_json(res, {{"object", "list"}, {"data", data}});
+                 write_json(res, {{"object", "list"}, {"data", std::move(data)}});
                }});
   r.push_back({"GET", "/v1/models/",
                [&ctx](const httplib::Request& req, httplib::Response& res) {
                  const std::string id = req.path.substr(std::string("/v1/models/").size());
-                 if (id != ctx.model_id()) {
-                   write_error(res,
-                               ApiError(404, "model '" + id + "' is not served here (serving " + ctx.model_id() + ")",
-                                        "model", "model_not_found"),
-                               Surface::OpenAI);
+                 try {
+                   check_model_name(ctx, json{{"model", id}});
+                 } catch (const ApiError& e) {
+                   write_error(res, e, Surface::OpenAI);
                    return;
                  }
-                 write_json(res, model_entry(ctx));
+                 write_json(res, model_entry(ctx, id));
                },
                /*prefix=*/true});
   r.push_back({"GET", "/metrics", [&ctx](const httplib::Request&, httplib::Response& res) {
@@ -57,8 +67,12 @@ std::vector<Route> info_routes(ServerContext& ctx) {
                                   {"model", ctx.model_id()},
                                   {"endpoints",
                                    {"POST /v1/chat/completions", "POST /v1/completions", "POST /v1/messages",
-                                    "GET /v1/models", "GET /health", "GET /metrics"}}});
+                                    "POST /v1/messages/count_tokens", "POST /v1/responses", "POST /tokenize",
+                                    "POST /detokenize", "GET /v1/models", "GET /health", "GET /metrics"}}});
                }});
+  // Registered with these (http_server.cc lists route families): tokenizer utilities, count_tokens, Responses.
+  for (Route& t : tokenize_routes(ctx)) r.push_back(std::move(t));
+  for (Route& t : responses_routes(ctx)) r.push_back(std::move(t));
   return r;
 }
 

@@ -110,18 +110,32 @@ ChatRequest parse_openai_chat(const nlohmann::ordered_json& body, const ServerDe
   r.messages = parse_messages(body);
   const JsonFields f(body);
   bool tools_off = false;
+  bool forced = false;
+  std::string forced_name;
   if (auto it = body.find("tool_choice"); it != body.end() && !it->is_null()) {
+    const char* msg =
+        "tool_choice must be none, auto, required or {\"type\": \"function\", \"function\": {\"name\": …}}";
     if (it->is_string()) {
       const std::string c = it->get<std::string>();
-      if (c != "none" && c != "auto" && c != "required")
-        throw invalid_field("tool_choice", "tool_choice must be none, auto, required or a function");
+      if (c != "none" && c != "auto" && c != "required") throw invalid_field("tool_choice", msg);
       tools_off = c == "none";
-    } else if (!it->is_object()) {
-      throw invalid_field("tool_choice", "tool_choice must be none, auto, required or a function");
+      forced = c == "required";
+    } else if (it->is_object()) {
+      auto fn = it->find("function");
+      if (fn == it->end() || !fn->is_object() || !fn->contains("name") || !(*fn)["name"].is_string())
+        throw invalid_field("tool_choice", msg);
+      forced = true;
+      forced_name = (*fn)["name"].get<std::string>();
+    } else {
+      throw invalid_field("tool_choice", msg);
     }
   }
   if (const nlohmann::ordered_json* tools = f.array("tools"); tools && !tools_off)
     r.tools = validate_tools(*tools, "tools");
+  if (forced) {
+    // The call is enforced by a grammar over the template's tool-call markup (structured_output.h).
+    r.settings.structured = StructuredOutput{StructuredOutput::Kind::ToolCall, {}, {}, forced_name, "tool_choice"};
+  }
 
   if (const nlohmann::ordered_json* kw = f.object("chat_template_kwargs"))
     for (const auto& [k, v] : kw->items()) r.template_kwargs[k] = v;

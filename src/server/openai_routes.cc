@@ -4,9 +4,12 @@
 
 #include "server/http_server.h"
 #include "server/json_fields.h"
+#include "server/logprobs_format.h"
+#include "server/model_names.h"
 #include "server/openai_request.h"
 #include "server/sse.h"
 #include "server/streaming.h"
+#include "server/structured_output.h"
 
 namespace lathe::server {
 namespace {
@@ -62,33 +65,62 @@ json envelope(const Generation& g, const char* object, const std::string& model,
           {"usage", usage_json(o)}};
 }
 
-// Streams of both OpenAI endpoints end with usage in the last chunk, then "data: [DONE]".
+// Streams of both OpenAI endpoints end with the finish chunk, then (when stream_options.include_usage) a chunk
+// with `choices: []` and usage, then "data: [DONE]", as OpenAI sends them.
 class OpenAiFramer : public StreamFramer {
  public:
+  explicit OpenAiFramer(bool include_usage) : include_usage_(include_usage) {}
   std::string error(const ApiError& e) override { return sse_frame(openai_error_body(e)); }
   std::string trailer() override { return "data: [DONE]\n\n"; }
+
+ protected:
+  void usage_chunk(json last, const GenerationOutcome& o, std::vector<std::string>& frames) const {
+    if (!include_usage_) return;
+    last["choices"] = json::array();
+    last["usage"] = usage_json(o);
+    frames.push_back(sse_frame(last));
+  }
+
+ private:
+  bool include_usage_;
 };
+
+bool include_usage(const json& body) {
+  auto so = body.find("stream_options");
+  if (so == body.end() || so->is_null()) return false;
+  if (!so->is_object()) throw invalid_field("stream_options", "stream_options must be an object");
+  auto iu = so->find("include_usage");
+  if (iu == so->end() || iu->is_null()) return false;
+  if (!iu->is_boolean())
+    throw invalid_field("stream_options.include_usage", "stream_options.include_usage must be a bool");
+  return iu->get<bool>();
+}
 
 // chat.completion.chunk: the role chunk, reasoning/content deltas, one tool_calls chunk, the finish chunk.
 class ChatFramer : public OpenAiFramer {
  public:
-  explicit ChatFramer(std::string model) : model_(std::move(model)) {}
+  ChatFramer(std::string model, bool include_usage) : OpenAiFramer(include_usage), model_(std::move(model)) {}
   std::vector<std::string> opening(const Generation& g) override {
     return {sse_frame(chunk(g, model_, {{"role", "assistant"}, {"content", ""}}))};
   }
   std::vector<std::string> delta(const Generation& g, const OutputDelta& d) override {
     std::vector<std::string> frames;
-    if (!d.reasoning.empty()) frames.push_back(sse_frame(chunk(g, model_, {{"reasoning", d.reasoning}})));
-    if (!d.content.empty()) frames.push_back(sse_frame(chunk(g, model_, {{"content", d.content}})));
+    // reasoning_content is what vLLM/DeepSeek clients and LangChain read; reasoning is mlx_lm.server's name.
+    if (!d.reasoning.empty())
+      frames.push_back(sse_frame(chunk(g, model_, {{"reasoning", d.reasoning}, {"reasoning_content", d.reasoning}})));
+    if (!d.content.empty()) {
+      json c = chunk(g, model_, {{"content", d.content}});
+      if (!d.logprobs.is_null()) c["choices"][0]["logprobs"] = {{"content", d.logprobs}, {"refusal", nullptr}};
+      frames.push_back(sse_frame(c));
+    }
     return frames;
   }
   std::vector<std::string> finish(const Generation& g, const GenerationOutcome& o) override {
     std::vector<std::string> frames;
     if (!o.output.tool_calls.empty())
       frames.push_back(sse_frame(chunk(g, model_, {{"tool_calls", tool_calls_json(o.output.tool_calls, true)}})));
-    json last = chunk(g, model_, json::object(), o.finish_reason);
-    last["usage"] = usage_json(o);
-    frames.push_back(sse_frame(last));
+    frames.push_back(sse_frame(chunk(g, model_, json::object(), o.finish_reason)));
+    usage_chunk(chunk(g, model_, json::object()), o, frames);
     return frames;
   }
 
@@ -99,47 +131,74 @@ class ChatFramer : public OpenAiFramer {
 // text_completion chunks: one per delta, then the finish chunk.
 class CompletionFramer : public OpenAiFramer {
  public:
-  explicit CompletionFramer(std::string model) : model_(std::move(model)) {}
+  CompletionFramer(std::string model, bool include_usage) : OpenAiFramer(include_usage), model_(std::move(model)) {}
   std::vector<std::string> opening(const Generation&) override { return {}; }
   std::vector<std::string> delta(const Generation& g, const OutputDelta& d) override {
-    return {sse_frame(text_chunk(g, model_, d.content, nullptr))};
+    json c = text_chunk(g, model_, d.content, nullptr);
+    if (!d.logprobs.is_null()) c["choices"][0]["logprobs"] = legacy_completion_logprobs(d.logprobs, offset_);
+    return {sse_frame(c)};
   }
   std::vector<std::string> finish(const Generation& g, const GenerationOutcome& o) override {
-    json last = text_chunk(g, model_, "", o.finish_reason);
-    last["usage"] = usage_json(o);
-    return {sse_frame(last)};
+    std::vector<std::string> frames = {sse_frame(text_chunk(g, model_, "", o.finish_reason))};
+    usage_chunk(text_chunk(g, model_, "", nullptr), o, frames);
+    return frames;
   }
 
  private:
   std::string model_;
+  size_t offset_ = 0;  // text_offset of the next streamed token
 };
 
 void chat_completions(ServerContext& ctx, const httplib::Request& req, httplib::Response& res) {
   const json body = parse_json_body(req.body);
+  check_model_name(ctx, body);
   const ChatRequest request = parse_openai_chat(body, ctx.options().defaults);
-  Generation g = start_generation(ctx, prepare_chat(ctx, request), "chatcmpl-");
+  const bool usage = include_usage(body);
+  PreparedGeneration prepared = prepare_chat(ctx, request);
+  attach_structured_output(ctx, prepared);
+  Generation g = start_generation(ctx, std::move(prepared), "chatcmpl-");
   const std::string model = ctx.model_id();
-  if (g.prepared->settings.stream) return stream_generation(ctx, req, res, g, std::make_shared<ChatFramer>(model));
+  if (g.prepared->settings.stream)
+    return stream_generation(ctx, req, res, g, std::make_shared<ChatFramer>(model, usage));
   const GenerationOutcome o = run_blocking(ctx, req, g);
   json message = {{"role", "assistant"}};
   const bool calls = !o.output.tool_calls.empty();
   message["content"] = calls && o.output.content.empty() ? json(nullptr) : json(o.output.content);
-  if (!o.output.reasoning.empty()) message["reasoning"] = o.output.reasoning;
+  if (!o.output.reasoning.empty()) {
+    message["reasoning"] = o.output.reasoning;
+    message["reasoning_content"] = o.output.reasoning;
+  }
   if (calls) message["tool_calls"] = tool_calls_json(o.output.tool_calls, false);
   write_json(res, envelope(g, "chat.completion", model,
                            {{"index", 0}, {"message", message}, {"finish_reason", o.finish_reason}}, o));
 }
 
 void completions(ServerContext& ctx, const httplib::Request& req, httplib::Response& res) {
-  const json body = parse_json_body(req.body);
+  json body = parse_json_body(req.body);
+  // The legacy integer `logprobs` (that many alternatives per token, 0-20) is OpenAI's completions spelling.
+  if (auto lp = body.find("logprobs");
+      ctx.options().defaults.logprobs_format == LogprobsFormat::OpenAI && lp != body.end() && lp->is_number_integer()) {
+    const int64_t k = lp->get<int64_t>();
+    if (k < 0 || k > 20) throw invalid_field("logprobs", "logprobs must be between 0 and 20");
+    body["logprobs"] = true;
+    if (!body.contains("top_logprobs")) body["top_logprobs"] = k;
+  }
+  check_model_name(ctx, body);
   GenerationSettings settings = parse_generation_settings(body, ctx.options().defaults, ApiSurface::OpenAI);
+  const bool usage = include_usage(body);
   auto p = body.find("prompt");
   if (p == body.end()) throw invalid_field("prompt", "prompt is required");
-  Generation g = start_generation(ctx, prepare_completion(ctx, *p, std::move(settings)), "cmpl-");
+  PreparedGeneration prepared = prepare_completion(ctx, *p, std::move(settings));
+  attach_structured_output(ctx, prepared);
+  Generation g = start_generation(ctx, std::move(prepared), "cmpl-");
   const std::string model = ctx.model_id();
   if (g.prepared->settings.stream)
-    return stream_generation(ctx, req, res, g, std::make_shared<CompletionFramer>(model));
-  const GenerationOutcome o = run_blocking(ctx, req, g);
+    return stream_generation(ctx, req, res, g, std::make_shared<CompletionFramer>(model, usage));
+  GenerationOutcome o = run_blocking(ctx, req, g);
+  if (g.prepared->settings.logprobs_format == LogprobsFormat::OpenAI && !o.logprobs.is_null()) {
+    size_t offset = 0;
+    o.logprobs = legacy_completion_logprobs(o.logprobs["content"], offset);
+  }
   write_json(res, envelope(g, "text_completion", model,
                            {{"index", 0}, {"text", o.output.content}, {"finish_reason", o.finish_reason}}, o));
 }

@@ -16,6 +16,7 @@ namespace lathe::server {
 struct OutputDelta {
   std::string reasoning;
   std::string content;
+  nlohmann::ordered_json logprobs;  // streamed OpenAI logprobs entries of the tokens behind this content (or null)
   bool empty() const { return reasoning.empty() && content.empty(); }
 };
 

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -12,6 +13,7 @@
 #include "engine/model_bundle.h"
 #include "engine/scheduler.h"
 #include "lora/adapter_manager.h"
+#include "server/cors.h"
 #include "server/engine_service.h"
 #include "server/generation_settings.h"
 #include "server/metrics.h"
@@ -31,6 +33,9 @@ struct ServeOptions {
   std::string data_dir;                       // jobs database and logs (empty: $XDG_DATA_HOME/lathe)
   std::vector<std::string> adapter_stores;    // --adapter-dir: where mounts by path may read ([lora])
   std::vector<std::string> adapter_paths;     // --adapter: mounted at start (the stack is the default)
+  CorsPolicy cors;                            // browser origins allowed (loopback by default)
+  std::vector<std::string> model_names;       // names a request's "model" may use (model_id first)
+  bool accept_any_model = false;              // any "model" is served (else 404 model_not_found)
 };
 
 class ServerContext {
@@ -41,6 +46,7 @@ class ServerContext {
   EngineService& engine() { return *engine_; }
   Metrics& metrics() { return metrics_; }
   lora::AdapterManager& adapters() { return *adapters_; }
+  const lora::AdapterManager& adapters() const { return *adapters_; }
   const ServeOptions& options() const { return options_; }
   const std::string& model_id() const { return options_.model_id; }
   int64_t started_at() const { return started_at_; }

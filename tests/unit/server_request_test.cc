@@ -54,20 +54,44 @@ TEST(ServerRequest, WrongTypesAndRangesNameTheField) {
 }
 
 TEST(ServerRequest, LogprobsChecksUseMlxMessages) {
-  auto message = [](const json& body) {
+  ServerDefaults mlx;
+  mlx.logprobs_format = LogprobsFormat::Mlx;
+  auto message = [](const json& body, const ServerDefaults& d) {
     try {
-      openai(body);
+      parse_generation_settings(body, d, ApiSurface::OpenAI);
     } catch (const ApiError& e) {
       return std::string(e.what());
     }
     return std::string();
   };
-  EXPECT_EQ(message({{"logprobs", 1}}), "logprobs must be of type bool");
-  EXPECT_EQ(message({{"top_logprobs", "3"}}), "top_logprobs must be of type int");
-  EXPECT_EQ(message({{"top_logprobs", -2}}), "top_logprobs must be at least 0");
-  EXPECT_EQ(message({{"top_logprobs", 12}}), "top_logprobs must be at most 11");
-  EXPECT_EQ(openai({{"top_logprobs", 11}}).top_logprobs, 11);
+  EXPECT_EQ(message({{"logprobs", 1}}, mlx), "logprobs must be of type bool");
+  EXPECT_EQ(message({{"top_logprobs", "3"}}, mlx), "top_logprobs must be of type int");
+  EXPECT_EQ(message({{"top_logprobs", -2}}, mlx), "top_logprobs must be at least 0");
+  EXPECT_EQ(message({{"top_logprobs", 12}}, mlx), "top_logprobs must be at most 11");
+  EXPECT_EQ(parse_generation_settings({{"top_logprobs", 11}}, mlx, ApiSurface::OpenAI).top_logprobs, 11);
   EXPECT_EQ(openai({{"top_logprobs", -1}}).top_logprobs, 0);
+  // OpenAI's format: up to 20; chat's logprobs stays a bool.
+  EXPECT_EQ(message({{"top_logprobs", 21}}, {}), "top_logprobs must be at most 20");
+  EXPECT_EQ(openai({{"top_logprobs", 20}}).top_logprobs, 20);
+  EXPECT_EQ(message({{"logprobs", 3}}, {}), "logprobs must be of type bool");
+}
+
+TEST(ServerRequest, StructuredOutputFields) {
+  using Kind = StructuredOutput::Kind;
+  EXPECT_EQ(openai({{"response_format", {{"type", "json_object"}}}}).structured.kind, Kind::JsonObject);
+  EXPECT_EQ(openai({{"response_format", {{"type", "text"}}}}).structured.kind, Kind::None);
+  const auto js =
+      openai({{"response_format",
+               {{"type", "json_schema"}, {"json_schema", {{"name", "x"}, {"schema", {{"type", "object"}}}}}}}});
+  EXPECT_EQ(js.structured.kind, Kind::JsonSchema);
+  EXPECT_EQ(js.structured.schema["type"], "object");
+  EXPECT_EQ(openai({{"grammar", "root ::= \"a\""}}).structured.kind, Kind::Gbnf);
+  EXPECT_EQ(openai({{"json_schema", {{"type", "string"}}}}).structured.field, "json_schema");
+  EXPECT_EQ(error_of([] {
+              openai({{"response_format", {{"type", "xml"}}}});
+            }),
+            std::make_pair(400, std::string("response_format.type")));
+  EXPECT_EQ(error_of([] { openai({{"grammar", 5}}); }), std::make_pair(400, std::string("grammar")));
 }
 
 TEST(ServerRequest, StopAndLogitBiasParse) {

@@ -72,8 +72,22 @@ describe('chat completions (openai SDK)', () => {
     assert.equal(r.choices[0].message.content, 'GOOD MORNING');
   });
 
-  test('stream: role chunk, content deltas, final chunk with finish_reason and usage', async () => {
+  test('stream: no usage unless asked for (as OpenAI)', async () => {
     const stream = await oai().chat.completions.create({ model: 'demo', messages: hello, max_tokens: 32, stream: true });
+    const chunks = [];
+    for await (const c of stream) chunks.push(c);
+    for (const c of chunks) assert.equal(c.usage ?? null, null);
+    assert.equal(chunks.at(-1).choices[0].finish_reason, 'stop');
+  });
+
+  test('stream: role chunk, content deltas, finish chunk, then usage in a chunk with choices []', async () => {
+    const stream = await oai().chat.completions.create({
+      model: 'demo',
+      messages: hello,
+      max_tokens: 32,
+      stream: true,
+      stream_options: { include_usage: true },
+    });
     const chunks = [];
     for await (const c of stream) chunks.push(c);
     assert.ok(chunks.length >= 3, `got ${chunks.length} chunks`);
@@ -85,9 +99,11 @@ describe('chat completions (openai SDK)', () => {
     const text = chunks.map((c) => c.choices[0]?.delta?.content ?? '').join('');
     assert.equal(text, 'HELLO WORLD');
     const last = chunks.at(-1);
-    assert.equal(last.choices[0].finish_reason, 'stop');
+    assert.deepEqual(last.choices, []);
     assertUsage(last.usage);
-    for (const c of chunks.slice(0, -1)) assert.equal(c.choices[0].finish_reason ?? null, null);
+    assert.equal(chunks.at(-2).choices[0].finish_reason, 'stop');
+    for (const c of chunks.slice(0, -2)) assert.equal(c.choices[0].finish_reason ?? null, null);
+    for (const c of chunks.slice(0, -1)) assert.equal(c.usage ?? null, null);
   });
 
   test('stream: SSE framing and a bare data: [DONE] at the end', async () => {
@@ -145,12 +161,19 @@ describe('text completions (openai SDK)', () => {
   });
 
   test('stream', async () => {
-    const stream = await oai().completions.create({ model: 'demo', prompt, max_tokens: 32, stream: true });
+    const stream = await oai().completions.create({
+      model: 'demo',
+      prompt,
+      max_tokens: 32,
+      stream: true,
+      stream_options: { include_usage: true },
+    });
     const chunks = [];
     for await (const c of stream) chunks.push(c);
     assert.equal(chunks.map((c) => c.choices[0]?.text ?? '').join(''), 'HELLO WORLD');
     for (const c of chunks) assert.equal(c.object, 'text_completion');
-    assert.equal(chunks.at(-1).choices[0].finish_reason, 'stop');
+    assert.equal(chunks.at(-2).choices[0].finish_reason, 'stop');
+    assert.deepEqual(chunks.at(-1).choices, []);
     assertUsage(chunks.at(-1).usage);
   });
 
@@ -236,11 +259,45 @@ describe('messages (anthropic SDK)', () => {
   });
 });
 
+describe('model names', () => {
+  test('an unknown name is 404 model_not_found listing what is served', async () => {
+    const r = await request(ctx.server, 'POST', '/v1/chat/completions', { body: { model: 'gpt-4o', messages: hello } });
+    assert.equal(r.status, 404);
+    assert.equal(r.json.error.code, 'model_not_found');
+    assert.match(r.json.error.message, /serves: demo/);
+    const a = await request(ctx.server, 'POST', '/v1/messages', { body: { model: 'claude-x', max_tokens: 4, messages: hello } });
+    assert.equal(a.status, 404);
+  });
+
+  test('--alias names are served and listed; --accept-any-model takes any', async () => {
+    const server = await startServer({ args: ['--alias', 'gpt-4o-mini', '--alias', 'small'] });
+    try {
+      const ids = (await openaiClient(server).models.list()).data.map((m) => m.id);
+      assert.deepEqual(ids, ['gpt-4o-mini', 'small', 'demo']);
+      for (const model of ids) {
+        const r = await openaiClient(server).chat.completions.create({ model, messages: hello, max_tokens: 32 });
+        assert.equal(r.choices[0].message.content, 'HELLO WORLD');
+        assert.equal(r.model, 'gpt-4o-mini');
+      }
+    } finally {
+      await server.stop();
+    }
+    const any = await startServer({ args: ['--accept-any-model'] });
+    try {
+      const r = await openaiClient(any).chat.completions.create({ model: 'whatever', messages: hello, max_tokens: 32 });
+      assert.equal(r.choices[0].message.content, 'HELLO WORLD');
+    } finally {
+      await any.stop();
+    }
+  });
+});
+
 describe('no --model', () => {
   test('serves the bundled demo model', async () => {
     const server = await startServer({ model: null });
     try {
-      const r = await openaiClient(server).chat.completions.create({ model: 'x', messages: hello, max_tokens: 32 });
+      const id = (await openaiClient(server).models.list()).data[0].id;
+      const r = await openaiClient(server).chat.completions.create({ model: id, messages: hello, max_tokens: 32 });
       assert.equal(r.choices[0].message.content, 'HELLO WORLD');
     } finally {
       await server.stop();

@@ -81,7 +81,7 @@ describe('server with --max-body-bytes and --max-queue', () => {
       ['seed a string', { messages: hello, seed: 'abc' }, 'seed'],
       ['logprobs a string', { messages: hello, logprobs: 'yes' }, 'logprobs'],
       ['top_logprobs a string', { messages: hello, logprobs: true, top_logprobs: 'two' }, 'top_logprobs'],
-      ['top_logprobs 12', { messages: hello, logprobs: true, top_logprobs: 12 }, 'top_logprobs'],
+      ['top_logprobs 21', { messages: hello, logprobs: true, top_logprobs: 21 }, 'top_logprobs'],
       ['top_logprobs -2', { messages: hello, logprobs: true, top_logprobs: -2 }, 'top_logprobs'],
       ['tools not an array', { messages: hello, tools: 'get_weather' }, 'tools'],
     ];

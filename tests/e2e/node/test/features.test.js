@@ -2,7 +2,7 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 
-import { anthropicClient, demoChatText, openaiClient, request, useServer } from './harness.js';
+import { anthropicClient, demoChatText, openaiClient, request, startServer, useServer } from './harness.js';
 
 const ctx = useServer();
 const oai = () => openaiClient(ctx.server);
@@ -76,28 +76,34 @@ describe('stop sequences', () => {
   });
 });
 
+// OpenAI's shape: the entry is the sampled token, as decoded text with its UTF-8 bytes.
+function assertEntry(e) {
+  assert.equal(typeof e.token, 'string', JSON.stringify(e));
+  assert.equal(typeof e.logprob, 'number');
+  assert.ok(e.logprob <= 1e-6, `logprob ${e.logprob} ≤ 0`);
+  assert.deepEqual(e.bytes, [...Buffer.from(e.token, 'utf8')]);
+  assert.ok(!/^Ġ/.test(e.token), `decoded text, not a BPE piece: ${e.token}`);
+}
+
 function assertTopLogprobs(entry, k) {
-  assert.equal(typeof entry.logprob, 'number');
-  assert.ok(entry.logprob <= 1e-6, `logprob ${entry.logprob} ≤ 0`);
+  assertEntry(entry);
   assert.ok(Array.isArray(entry.top_logprobs), JSON.stringify(entry));
   assert.equal(entry.top_logprobs.length, k);
   let mass = 0;
   for (let i = 0; i < k; i++) {
     const t = entry.top_logprobs[i];
-    assert.ok(Number.isInteger(t.id), JSON.stringify(t));
-    assert.equal(typeof t.token, 'string');
-    assert.ok(t.logprob <= 1e-6);
+    assertEntry(t);
     if (i > 0) assert.ok(entry.top_logprobs[i - 1].logprob >= t.logprob, 'sorted by logprob, descending');
     mass += Math.exp(t.logprob);
   }
   assert.ok(mass <= 1.0001, `probability mass of the top ${k}: ${mass}`);
-  // mlx_lm.server's shape: the entry itself is the top-1 candidate.
-  assert.equal(entry.id, entry.top_logprobs[0].id);
+  // Greedy: the sampled token is the most likely one.
+  assert.equal(entry.token, entry.top_logprobs[0].token);
   assert.ok(Math.abs(entry.logprob - entry.top_logprobs[0].logprob) < 1e-5);
 }
 
 describe('logprobs', () => {
-  for (const k of [1, 3, 11]) {
+  for (const k of [1, 3, 20]) {
     test(`chat top_logprobs=${k}: k candidates per token, sorted, descending`, async () => {
       const r = await oai().chat.completions.create({
         model: 'demo',
@@ -112,17 +118,33 @@ describe('logprobs', () => {
       // Every generated token, the EOS possibly excepted.
       assert.ok(content.length === n || content.length === n - 1, `${content.length} entries for ${n} tokens`);
       for (const e of content) assertTopLogprobs(e, k);
+      assert.equal(content.map((e) => e.token).join(''), r.choices[0].message.content);
     });
   }
 
-  test('chat logprobs=true alone: the sampled token id and logprob', async () => {
+  test('chat logprobs=true alone: the sampled tokens, top_logprobs empty', async () => {
     const r = await oai().chat.completions.create({ model: 'demo', messages: hello, max_tokens: 32, logprobs: true });
     const content = r.choices[0].logprobs?.content;
     assert.ok(Array.isArray(content) && content.length > 0, JSON.stringify(r.choices[0]));
     for (const e of content) {
-      assert.ok(Number.isInteger(e.id));
-      assert.ok(e.logprob <= 1e-6);
+      assertEntry(e);
+      assert.deepEqual(e.top_logprobs, []);
     }
+  });
+
+  test('streamed: each content chunk carries the entries of its tokens', async () => {
+    const chunks = await streamChat({ messages: hello, max_tokens: 32, logprobs: true, top_logprobs: 2 });
+    let text = '';
+    let tokens = '';
+    for (const c of chunks) {
+      const d = c.choices[0]?.delta?.content ?? '';
+      text += d;
+      const lp = c.choices[0]?.logprobs?.content ?? [];
+      for (const e of lp) assertTopLogprobs(e, 2);
+      tokens += lp.map((e) => e.token).join('');
+    }
+    assert.equal(text, 'HELLO WORLD');
+    assert.equal(tokens, text);
   });
 
   test('no logprobs requested: none returned', async () => {
@@ -130,26 +152,46 @@ describe('logprobs', () => {
     assert.ok(r.choices[0].logprobs == null, JSON.stringify(r.choices[0].logprobs));
   });
 
-  test('top_logprobs above 11 is a 400 naming the field', async () => {
+  test('top_logprobs above 20 is a 400 naming the field', async () => {
     const r = await request(ctx.server, 'POST', '/v1/chat/completions', {
-      body: { messages: hello, max_tokens: 4, logprobs: true, top_logprobs: 12 },
+      body: { messages: hello, max_tokens: 4, logprobs: true, top_logprobs: 21 },
     });
     assert.equal(r.status, 400);
     assert.match(`${r.json.error.param} ${r.json.error.message}`, /top_logprobs/);
     await assert.rejects(
-      oai().chat.completions.create({ model: 'demo', messages: hello, max_tokens: 4, logprobs: true, top_logprobs: 12 }),
+      oai().chat.completions.create({ model: 'demo', messages: hello, max_tokens: 4, logprobs: true, top_logprobs: 21 }),
       (e) => e.status === 400,
     );
   });
 
-  test('completions: top_logprobs gives the same shape', async () => {
-    const r = await request(ctx.server, 'POST', '/v1/completions', {
-      body: { prompt: demoChatText('hello world'), max_tokens: 32, logprobs: true, top_logprobs: 2 },
-    });
-    assert.equal(r.status, 200, r.text);
-    const content = r.json.choices[0].logprobs?.content;
-    assert.ok(Array.isArray(content) && content.length > 0, r.text);
-    for (const e of content) assertTopLogprobs(e, 2);
+  test("completions: the legacy shape (tokens, token_logprobs, top_logprobs, text_offset)", async () => {
+    const r = await oai().completions.create({ model: 'demo', prompt: demoChatText('hello world'), max_tokens: 32, logprobs: 2 });
+    const lp = r.choices[0].logprobs;
+    assert.ok(lp && Array.isArray(lp.tokens) && lp.tokens.length > 0, JSON.stringify(r.choices[0]));
+    assert.equal(lp.tokens.join(''), r.choices[0].text);
+    assert.equal(lp.token_logprobs.length, lp.tokens.length);
+    let offset = 0;
+    for (let i = 0; i < lp.tokens.length; i++) {
+      assert.equal(lp.text_offset[i], offset);
+      offset += Buffer.byteLength(lp.tokens[i]);
+      assert.equal(Object.keys(lp.top_logprobs[i]).length, 2);
+      assert.ok(Math.abs(lp.top_logprobs[i][lp.tokens[i]] - lp.token_logprobs[i]) < 1e-5);
+    }
+  });
+
+  test('--logprobs-format mlx keeps mlx_lm.server\'s shape', async () => {
+    const server = await startServer({ args: ['--logprobs-format', 'mlx'] });
+    try {
+      const r = await openaiClient(server).chat.completions.create({
+        model: 'demo', messages: hello, max_tokens: 32, logprobs: true, top_logprobs: 3,
+      });
+      for (const e of r.choices[0].logprobs.content) {
+        assert.ok(Number.isInteger(e.id));
+        assert.equal(e.id, e.top_logprobs[0].id);
+      }
+    } finally {
+      await server.stop();
+    }
   });
 });
 

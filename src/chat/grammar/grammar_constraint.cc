@@ -1,0 +1,190 @@
+#include "chat/grammar/grammar_constraint.h"
+
+#include <algorithm>
+#include <limits>
+#include <mutex>
+#include <unordered_map>
+
+#include "chat/grammar/grammar_matcher.h"
+
+namespace lathe::grammar {
+namespace {
+
+constexpr size_t kMaxCachedStates = 1024;  // bitsets of vocab/8 bytes (19 KiB for 151k tokens)
+constexpr size_t kMaxGraphStates = 1 << 16;
+
+bool accepts_text(const Grammar& g, StackSet s, const std::vector<uint32_t>& text) {
+  for (uint32_t cp : text) {
+    s = s.advance(g, cp);
+    if (s.dead()) return false;
+  }
+  return true;
+}
+
+// Grammar states met while walking the vocabulary, interned, with their transitions memoised by which of the
+// state's stack tops a code point matches (inside a JSON string nearly every character behaves the same, so
+// a 151k-token walk costs a few lookups per trie node instead of an advance each).
+class StateGraph {
+ public:
+  explicit StateGraph(const Grammar& g) : g_(g) {}
+
+  uint32_t intern(StackSet s) {
+    std::string key = s.key();
+    auto it = ids_.find(key);
+    if (it != ids_.end()) return it->second;
+    const uint32_t id = static_cast<uint32_t>(states_.size());
+    states_.push_back(std::move(s));
+    ids_.emplace(std::move(key), id);
+    return id;
+  }
+  const StackSet& state(uint32_t id) const { return states_[id]; }
+
+  // The state after cp, or -1 when the grammar rejects it.
+  int64_t next(uint32_t id, uint32_t cp) {
+    const StackSet& s = states_[id];
+    const auto& stacks = s.stacks();
+    uint64_t sig;
+    if (stacks.size() <= 31) {
+      uint32_t mask = 0;
+      for (size_t i = 0; i < stacks.size(); ++i)
+        if (g_.matches(g_.elems[stacks[i].back()], cp)) mask |= 1u << i;
+      if (mask == 0) return -1;
+      sig = mask;
+    } else {
+      sig = 0x80000000u | cp;
+    }
+    const uint64_t key = (static_cast<uint64_t>(id) << 32) | sig;
+    auto it = trans_.find(key);
+    if (it != trans_.end()) return it->second;
+    StackSet n = s.advance(g_, cp);
+    const int64_t to = n.dead() ? -1 : static_cast<int64_t>(intern(std::move(n)));
+    trans_.emplace(key, to);
+    return to;
+  }
+
+  // Between walks (ids held by a walk stay valid during it): forget everything past the size bound.
+  void trim() {
+    if (states_.size() <= kMaxGraphStates) return;
+    states_.clear();
+    ids_.clear();
+    trans_.clear();
+  }
+
+ private:
+  const Grammar& g_;
+  std::vector<StackSet> states_;
+  std::unordered_map<std::string, uint32_t> ids_;
+  std::unordered_map<uint64_t, int64_t> trans_;
+};
+
+void walk(StateGraph& graph, const TokenTrie& trie, uint32_t node, uint32_t state, std::vector<char>& allowed) {
+  for (const auto& [cp, child] : trie.nodes()[node].children) {
+    const int64_t next = graph.next(state, cp);
+    if (next < 0) continue;
+    for (int32_t id : trie.nodes()[child].tokens) allowed[static_cast<size_t>(id)] = 1;
+    if (!trie.nodes()[child].children.empty() && graph.state(static_cast<uint32_t>(next)).can_continue())
+      walk(graph, trie, child, static_cast<uint32_t>(next), allowed);
+  }
+}
+
+std::vector<char> mask_of(StateGraph& graph, const Grammar& g, const TokenTrie& trie, const StackSet& s,
+                          const ConstraintOptions& o) {
+  std::vector<char> allowed(trie.vocab_size(), 0);
+  if (s.can_continue()) {
+    graph.trim();
+    walk(graph, trie, 0, graph.intern(s), allowed);
+    for (int32_t id : o.allowed_special)
+      if (id >= 0 && static_cast<size_t>(id) < allowed.size() && accepts_text(g, s, trie.text(id)))
+        allowed[static_cast<size_t>(id)] = 1;
+  }
+  const bool any = std::find(allowed.begin(), allowed.end(), 1) != allowed.end();
+  // EOS where the output is complete, and as the only way out of a dead end.
+  if (s.accepting() || !any)
+    for (int32_t id : o.eos_ids)
+      if (id >= 0 && static_cast<size_t>(id) < allowed.size()) allowed[static_cast<size_t>(id)] = 1;
+  return allowed;
+}
+
+}  // namespace
+
+// Allowed-token bitsets by grammar state, shared by every request of one compiled grammar (a schema sent again
+// and again finds its masks computed), with the state graph their walks built.
+struct GrammarConstraint::Shared {
+  explicit Shared(const Grammar& g) : graph(g) {}
+  std::mutex mu;
+  StateGraph graph;
+  std::unordered_map<std::string, std::vector<uint64_t>> masks;
+};
+
+namespace {
+
+class GrammarState : public ConstraintState {
+ public:
+  explicit GrammarState(const GrammarConstraint& c, GrammarConstraint::Shared& shared)
+      : c_(c), shared_(shared), state_(StackSet::start(c.grammar())), active_(c.options().start_after < 0) {}
+
+  void mask(std::span<float> logits) override {
+    if (!active_) return;
+    load_bits();
+    const size_t n = std::min(logits.size(), c_.trie().vocab_size());
+    for (size_t i = 0; i < n; ++i)
+      if (!((bits_[i >> 6] >> (i & 63)) & 1)) logits[i] = -std::numeric_limits<float>::infinity();
+    for (size_t i = n; i < logits.size(); ++i) logits[i] = -std::numeric_limits<float>::infinity();
+  }
+
+  void accept(int32_t id) override {
+    if (!active_) {
+      active_ = id == c_.options().start_after;
+      return;
+    }
+    const auto& eos = c_.options().eos_ids;
+    if (std::find(eos.begin(), eos.end(), id) != eos.end()) return;
+    if (id < 0 || static_cast<size_t>(id) >= c_.trie().vocab_size()) return;
+    StackSet s = state_;
+    for (uint32_t cp : c_.trie().text(id)) s = s.advance(c_.grammar(), cp);
+    state_ = std::move(s);  // a dead state (a token the mask did not allow) leaves only EOS
+  }
+
+ private:
+  void load_bits() {
+    std::string key = state_.key();
+    std::lock_guard<std::mutex> lock(shared_.mu);
+    auto it = shared_.masks.find(key);
+    if (it == shared_.masks.end()) {
+      const std::vector<char> allowed = mask_of(shared_.graph, c_.grammar(), c_.trie(), state_, c_.options());
+      std::vector<uint64_t> bits((allowed.size() + 63) / 64, 0);
+      for (size_t i = 0; i < allowed.size(); ++i)
+        if (allowed[i]) bits[i >> 6] |= uint64_t{1} << (i & 63);
+      if (shared_.masks.size() >= kMaxCachedStates) shared_.masks.clear();
+      it = shared_.masks.emplace(std::move(key), std::move(bits)).first;
+    }
+    bits_ = it->second;
+  }
+
+  const GrammarConstraint& c_;
+  GrammarConstraint::Shared& shared_;
+  StackSet state_;
+  bool active_;
+  std::vector<uint64_t> bits_;
+};
+
+}  // namespace
+
+std::vector<char> allowed_tokens(const Grammar& g, const TokenTrie& trie, const StackSet& s,
+                                 const ConstraintOptions& o) {
+  StateGraph graph(g);
+  return mask_of(graph, g, trie, s, o);
+}
+
+GrammarConstraint::GrammarConstraint(std::shared_ptr<const Grammar> g, std::shared_ptr<const TokenTrie> trie,
+                                     ConstraintOptions o)
+    : grammar_(std::move(g)),
+      trie_(std::move(trie)),
+      opt_(std::move(o)),
+      shared_(std::make_shared<Shared>(*grammar_)) {}
+
+std::unique_ptr<ConstraintState> GrammarConstraint::start() const {
+  return std::make_unique<GrammarState>(*this, *shared_);
+}
+
+}  // namespace lathe::grammar

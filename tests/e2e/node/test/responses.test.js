@@ -1,0 +1,87 @@
+// POST /v1/responses through the official openai client and @ai-sdk/openai's default model (the Responses API):
+// output items, streamed events in order, previous_response_id chaining, 404 for an unknown id.
+import assert from 'node:assert/strict';
+import { describe, test } from 'node:test';
+
+import { createOpenAI } from '@ai-sdk/openai';
+import { generateText, streamText } from 'ai';
+
+import { openaiClient, request, useServer } from './harness.js';
+
+const ctx = useServer();
+const oai = () => openaiClient(ctx.server);
+
+describe('/v1/responses', () => {
+  test('openai client: a message item with output_text, usage, status completed', async () => {
+    const r = await oai().responses.create({ model: 'demo', input: 'hello world', max_output_tokens: 32 });
+    assert.match(r.id, /^resp_/);
+    assert.equal(r.status, 'completed');
+    assert.equal(r.output_text, 'HELLO WORLD');
+    assert.ok(r.usage.input_tokens > 0 && r.usage.output_tokens > 0);
+  });
+
+  test('streamed events come in order and add up to the text', async () => {
+    const stream = await oai().responses.create({ model: 'demo', input: 'hello world', max_output_tokens: 32, stream: true });
+    const types = [];
+    let text = '';
+    let last;
+    for await (const e of stream) {
+      types.push(e.type);
+      if (e.type === 'response.output_text.delta') text += e.delta;
+      last = e;
+    }
+    assert.equal(text, 'HELLO WORLD');
+    assert.deepEqual(types.slice(0, 4), [
+      'response.created',
+      'response.in_progress',
+      'response.output_item.added',
+      'response.content_part.added',
+    ]);
+    assert.deepEqual(types.slice(-4), [
+      'response.output_text.done',
+      'response.content_part.done',
+      'response.output_item.done',
+      'response.completed',
+    ]);
+    assert.equal(last.response.output[0].content[0].text, 'HELLO WORLD');
+  });
+
+  test('previous_response_id continues the stored conversation; an unknown id is 404', async () => {
+    const first = await oai().responses.create({ model: 'demo', input: 'hello world', max_output_tokens: 32 });
+    const alone = await oai().responses.create({ model: 'demo', input: 'good morning', max_output_tokens: 32 });
+    const second = await oai().responses.create({
+      model: 'demo',
+      input: 'good morning',
+      previous_response_id: first.id,
+      max_output_tokens: 32,
+    });
+    assert.equal(second.previous_response_id, first.id);
+    assert.ok(second.usage.input_tokens > alone.usage.input_tokens + first.usage.output_tokens);
+    // The same conversation sent whole gives the same (greedy) reply and prompt.
+    const whole = await oai().responses.create({
+      model: 'demo',
+      input: [
+        { type: 'message', role: 'user', content: 'hello world' },
+        { type: 'message', role: 'assistant', content: first.output_text },
+        { type: 'message', role: 'user', content: 'good morning' },
+      ],
+      max_output_tokens: 32,
+    });
+    assert.equal(second.output_text, whole.output_text);
+    assert.equal(second.usage.input_tokens, whole.usage.input_tokens);
+    const missing = await request(ctx.server, 'POST', '/v1/responses', {
+      body: { model: 'demo', input: 'hi', previous_response_id: 'resp_nope' },
+    });
+    assert.equal(missing.status, 404);
+  });
+
+  test("@ai-sdk/openai's default model (Responses) generates and streams", async () => {
+    const provider = createOpenAI({ baseURL: `${ctx.server.base}/v1`, apiKey: 'sk-lathe-test' });
+    const { text } = await generateText({ model: provider('demo'), prompt: 'hello world', maxOutputTokens: 32 });
+    assert.equal(text, 'HELLO WORLD');
+    const s = streamText({ model: provider('demo'), prompt: 'hello world', maxOutputTokens: 32 });
+    let streamed = '';
+    for await (const part of s.textStream) streamed += part;
+    assert.equal(streamed, 'HELLO WORLD');
+  });
+});

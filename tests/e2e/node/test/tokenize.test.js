@@ -1,0 +1,64 @@
+// /tokenize and /detokenize (llama-server and vLLM shapes), Anthropic count_tokens and assistant prefill.
+import assert from 'node:assert/strict';
+import { describe, test } from 'node:test';
+
+import { anthropicClient, request, useServer } from './harness.js';
+
+const ctx = useServer();
+const hello = [{ role: 'user', content: 'hello world' }];
+
+describe('tokenize / detokenize', () => {
+  test("llama-server's shape round-trips", async () => {
+    const t = await request(ctx.server, 'POST', '/tokenize', { body: { content: 'hello world' } });
+    assert.equal(t.status, 200, t.text);
+    assert.ok(t.json.tokens.length >= 2 && t.json.tokens.every(Number.isInteger));
+    const d = await request(ctx.server, 'POST', '/detokenize', { body: { tokens: t.json.tokens } });
+    assert.equal(d.json.content, 'hello world');
+    const p = await request(ctx.server, 'POST', '/tokenize', { body: { content: 'hello world', with_pieces: true } });
+    assert.equal(p.json.tokens.map((x) => x.piece).join(''), 'hello world');
+  });
+
+  test("vLLM's shape: prompt or messages, count and max_model_len", async () => {
+    const t = await request(ctx.server, 'POST', '/tokenize', { body: { model: 'demo', prompt: 'hello world' } });
+    assert.equal(t.json.count, t.json.tokens.length);
+    assert.ok(t.json.max_model_len > 0);
+    const m = await request(ctx.server, 'POST', '/tokenize', { body: { model: 'demo', messages: hello } });
+    assert.ok(m.json.count > t.json.count, 'the chat template adds its markup');
+    const d = await request(ctx.server, 'POST', '/detokenize', { body: { model: 'demo', tokens: t.json.tokens } });
+    assert.equal(d.json.prompt, 'hello world');
+  });
+
+  test('bad ids are a 400', async () => {
+    const d = await request(ctx.server, 'POST', '/detokenize', { body: { tokens: [1, 999999] } });
+    assert.equal(d.status, 400);
+    assert.match(d.json.error.message, /tokens\[1\]/);
+  });
+});
+
+describe('Anthropic', () => {
+  test('count_tokens equals the input_tokens of the same request', async () => {
+    const ant = anthropicClient(ctx.server);
+    const counted = await ant.messages.countTokens({ model: 'demo', messages: hello });
+    const m = await ant.messages.create({ model: 'demo', max_tokens: 16, messages: hello });
+    assert.equal(counted.input_tokens, m.usage.input_tokens + (m.usage.cache_read_input_tokens ?? 0));
+  });
+
+  test('assistant prefill is continued, and only the continuation comes back', async () => {
+    const m = await anthropicClient(ctx.server).messages.create({
+      model: 'demo',
+      max_tokens: 16,
+      messages: [...hello, { role: 'assistant', content: 'HELLO' }],
+    });
+    assert.equal(m.content[0].text, ' WORLD');
+  });
+
+  test('cache_control on blocks and tools is accepted', async () => {
+    const m = await anthropicClient(ctx.server).messages.create({
+      model: 'demo',
+      max_tokens: 16,
+      system: [{ type: 'text', text: 'be brief', cache_control: { type: 'ephemeral' } }],
+      messages: [{ role: 'user', content: [{ type: 'text', text: 'hello world', cache_control: { type: 'ephemeral' } }] }],
+    });
+    assert.equal(m.content[0].text, 'HELLO WORLD');
+  });
+});
