@@ -9,7 +9,7 @@ namespace {
 bool plain_greedy(const DeviceSampleRow& r) {
   const SamplingParams* p = r.params;
   return p && p->temperature == 0.0f && p->repetition_penalty == 1.0f && p->presence_penalty == 0.0f &&
-         p->frequency_penalty == 0.0f && p->logit_bias.empty() && r.top_logprobs == 0 && !r.logprob;
+         p->frequency_penalty == 0.0f && p->logit_bias.empty() && !p->constraint && r.top_logprobs == 0 && !r.logprob;
 }
 
 }  // namespace
