@@ -1,5 +1,7 @@
 #include "model/layers/attention.h"
 
+#include <algorithm>
+
 #include "common/error.h"
 #include "tensor/ops_extra.h"
 
@@ -94,36 +96,36 @@ void Attention::project_kv(const Tensor& k_lin, const Tensor& v_lin, int64_t pos
   if (spec_.v_norm) v = v_norm_(v);
 }
 
+Tensor Attention::decode_heads(const Tensor& y, LayerCache& cache, KVView* kv_out) const {
+  const int64_t pos0 = cache.offset();
+  const int64_t qo = q_.w.out_features(), ko = k_.w.out_features();
+  // On a device, one kernel norms and ropes q and k and writes k and v straight into the cache's row.
+  const bool direct_ok = direct_ && y.device() != Device::CPU;
+  if (auto slot = direct_ok ? cache.direct_row(y.slice(1, qo, qo + ko).reshape({1, spec_.kv_heads, spec_.head_dim}))
+                            : std::nullopt) {
+    const Tensor q = qkv_rope_append(y, direct_step_, spec_.rope, pos0, *slot->keys, *slot->values, slot->row);
+    const KVView kv = cache.commit_direct();
+    if (kv_out) *kv_out = kv;
+    return attend_heads(q, Tensor(), kv, pos0);
+  }
+  Tensor gate, k, v;
+  const Tensor q = project_q(y.slice(1, 0, qo), pos0, &gate);
+  project_kv(y.slice(1, qo, qo + ko), spec_.k_eq_v ? Tensor() : y.slice(1, qo + ko, qo + 2 * ko), pos0, k, v);
+  const KVView kv = cache.update(k, v);
+  if (kv_out) *kv_out = kv;
+  return attend_heads(q, gate, kv, pos0);
+}
+
 Tensor Attention::forward(const Tensor& x, LayerCache& cache, KVView* kv_out) const {
   LATHE_CHECK(!spec_.kv_shared, "a KV-shared attention layer has no cache of its own");
-  const int64_t pos0 = cache.offset();
-  Tensor gate, q_lin, k_lin, v_lin;
   // Decode: one GEMV over the stacked rows (its column slices of one token are contiguous). Prefill: a GEMM per
   // row view, so each output is contiguous (slicing one [T, q+k+v] output would need three copies).
   // A LoRA on q, k or v takes the per-module route (row views of the same weight), whose Linears add it.
-  if (fused_qkv_ && x.dim(0) == 1 && !qkv_lora_active()) {
-    const Tensor y = linear(x, qkv_);
-    const int64_t qo = q_.w.out_features(), ko = k_.w.out_features();
-    // On a device, one kernel norms and ropes q and k and writes k and v straight into the cache's row.
-    const bool direct_ok = direct_ && y.device() != Device::CPU;
-    if (auto slot = direct_ok ? cache.direct_row(y.slice(1, qo, qo + ko).reshape({1, spec_.kv_heads, spec_.head_dim}))
-                              : std::nullopt) {
-      const Tensor q = qkv_rope_append(y, direct_step_, spec_.rope, pos0, *slot->keys, *slot->values, slot->row);
-      const KVView kv = cache.commit_direct();
-      if (kv_out) *kv_out = kv;
-      return finish(q, Tensor(), kv, pos0);
-    }
-    q_lin = y.slice(1, 0, qo);
-    k_lin = y.slice(1, qo, qo + ko);
-    if (!spec_.k_eq_v) v_lin = y.slice(1, qo + ko, qo + 2 * ko);
-  } else {
-    q_lin = q_(x);
-    k_lin = k_(x);
-    if (!spec_.k_eq_v) v_lin = v_(x);
-  }
-  const Tensor q = project_q(q_lin, pos0, &gate);
-  Tensor k, v;
-  project_kv(k_lin, v_lin, pos0, k, v);
+  if (fused_qkv_ && x.dim(0) == 1 && !qkv_lora_active()) return out_proj(decode_heads(linear(x, qkv_), cache, kv_out));
+  const int64_t pos0 = cache.offset();
+  Tensor gate, k, v;
+  const Tensor q = project_q(q_(x), pos0, &gate);
+  project_kv(k_(x), spec_.k_eq_v ? Tensor() : v_(x), pos0, k, v);
   const KVView kv = cache.update(k, v);
   if (kv_out) *kv_out = kv;
   return finish(q, gate, kv, pos0);
@@ -141,9 +143,18 @@ Tensor Attention::forward_rows(const Tensor& x, const RowSpans& s, const std::ve
   LATHE_CHECK(caches.size() == s.rows(), "forward_rows: one cache per row");
   if (kv_out) kv_out->assign(s.rows(), KVView());
   if (s.rows() == 1) return forward(x, *caches[0], kv_out ? &(*kv_out)[0] : nullptr);
-  const Tensor q_lin = q_(x), k_lin = k_(x), v_lin = spec_.k_eq_v ? Tensor() : v_(x);
   std::vector<Tensor> heads;
   heads.reserve(s.rows());
+  // A step of decode rows only: the stacked q|k|v projection over all rows at once, then each row exactly as
+  // its solo decode step runs it (the fused append on a device), so a row's result does not depend on the batch.
+  if (fused_qkv_ && !qkv_lora_active() && std::all_of(s.len.begin(), s.len.end(), [](int64_t n) { return n == 1; })) {
+    const Tensor y = linear(x, qkv_);
+    for (size_t r = 0; r < s.rows(); ++r)
+      heads.push_back(decode_heads(y.slice(0, static_cast<int64_t>(r), static_cast<int64_t>(r) + 1), *caches[r],
+                                   kv_out ? &(*kv_out)[r] : nullptr));
+    return out_proj(concat_rows(heads));
+  }
+  const Tensor q_lin = q_(x), k_lin = k_(x), v_lin = spec_.k_eq_v ? Tensor() : v_(x);
   for (size_t r = 0; r < s.rows(); ++r) {
     const int64_t pos0 = caches[r]->offset();
     Tensor gate, k, v;

@@ -60,6 +60,9 @@ class Attention {
   void project_kv(const Tensor& k_lin, const Tensor& v_lin, int64_t pos0, Tensor& k, Tensor& v) const;
   Tensor out_proj(const Tensor& heads) const;
   bool qkv_lora_active() const { return q_.lora_active() || k_.lora_active() || v_.lora_active(); }
+  // One decode token from its stacked q|k|v projection y [1, q+k+v]: on a device the fused norm + RoPE + KV
+  // append (qkv_rope_append), else the column slices through update(). Returns the attended heads (pre-o_proj).
+  Tensor decode_heads(const Tensor& y, LayerCache& cache, KVView* kv_out) const;
   AttentionSpec spec_;
   Linear q_, k_, v_, o_;
   Weight qkv_;  // on a device: q, k (and v) stacked (one GEMV); q_/k_/v_ are then row views of it
