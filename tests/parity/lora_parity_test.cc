@@ -39,7 +39,7 @@ TEST_P(LoraParity, RunWithAdaptersMatchesReference) {
                            ("lathe_lora_parity_" + std::to_string(::getpid()) + "_" + c.reference + ".safetensors"))
                               .string();
   std::string cmd = std::string(LATHE_BINARY) + " run --model " + test::model_dir(base) + " --ids " + ids +
-                    " --max-tokens 1 --logits-out " + out;
+                    " --max-tokens 1 --exact --logits-out " + out;  // the f32 kernels: the reference's arithmetic
   for (const auto& a : c.adapters) cmd += " --adapter " + adapters_dir(c.arch + "-" + a);
   cmd += " > /dev/null 2>&1";
   ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
@@ -69,7 +69,9 @@ TEST(LoraParity, UnmountRestoresBaseLogitsExactly) {
   for (const std::string arch : {"qwen3", "gemma3"}) {
     const auto ref = nlohmann::json::parse(read_text_file(adapters_dir(arch + "-reference") + "/reference.json"));
     const auto prompt = ref["prompt"].get<std::vector<int32_t>>();
-    auto model = load_model(test::model_dir(ref["base"].get<std::string>()));
+    LoadOptions exact;
+    exact.exact = true;  // the f32 kernels, as the parity suites use
+    auto model = load_model(test::model_dir(ref["base"].get<std::string>()), exact);
     lora::AdapterManager m(*model);
     auto logits = [&](const std::string& spec) {
       const auto sel = m.resolve(spec);
