@@ -85,6 +85,7 @@ std::shared_ptr<GenerationJob> EngineService::submit(std::vector<int32_t> prompt
         ++it;
       }
     }
+    if (refusing_) throw ApiError(503, "the server is shutting down", std::string(), "shutting_down");
     waiting = queue_.size();
     full = waiting >= max_queue_;
     if (!full) queue_.push_back(job);
@@ -98,6 +99,13 @@ std::shared_ptr<GenerationJob> EngineService::submit(std::vector<int32_t> prompt
   metrics_.add_in_flight(1);
   cv_.notify_one();
   return job;
+}
+
+void EngineService::cancel_all() {
+  std::lock_guard lock(mu_);
+  refusing_ = true;
+  for (auto& job : queue_) job->cancel_for_shutdown();
+  if (running_) running_->cancel_for_shutdown();
 }
 
 size_t EngineService::queued() const {
@@ -121,6 +129,7 @@ void EngineService::loop() {
       if (queue_.empty()) return;  // stopping, nothing left
       job = std::move(queue_.front());
       queue_.pop_front();
+      running_ = job;
       metrics_.set_queue_depth(static_cast<int64_t>(queue_.size()));
     }
     if (job->cancelled())
@@ -128,6 +137,8 @@ void EngineService::loop() {
     else
       run(*job);
     metrics_.add_in_flight(-1);
+    std::lock_guard lock(mu_);
+    running_.reset();
   }
 }
 
@@ -159,7 +170,11 @@ void EngineService::run(GenerationJob& job) {
                     r.generation_tps());
       log::debug(line);
     }
-    if (r.finish_reason == "cancelled") {
+    if (r.finish_reason == "cancelled" && job.shut_down()) {
+      metrics_.cancelled();
+      log::info("request " + job.request_id_ + ": cancelled by shutdown after " + std::to_string(r.tokens.size()) +
+                " tokens");
+    } else if (r.finish_reason == "cancelled") {
       metrics_.cancelled();
       log::info("request " + job.request_id_ + ": client went away, generation stopped after " +
                 std::to_string(r.tokens.size()) + " tokens");

@@ -33,6 +33,12 @@ class GenerationJob {
   // every event has been handed out.
   bool wait(std::vector<TokenEvent>& out, std::chrono::milliseconds timeout);
   void cancel() { cancel_.store(true); }
+  // Cancelled because the server is shutting down (the client is still there and gets a proper end).
+  void cancel_for_shutdown() {
+    shutdown_.store(true);
+    cancel_.store(true);
+  }
+  bool shut_down() const { return shutdown_.load(); }
   // Tokens are flowing: the reader should poll every kCoalesce rather than rely on wake-ups alone.
   bool started() const;
   static constexpr std::chrono::milliseconds kCoalesce{3};
@@ -53,6 +59,7 @@ class GenerationJob {
   std::string request_id_;
   Clock::time_point received_;
   std::atomic<bool> cancel_{false};
+  std::atomic<bool> shutdown_{false};
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<TokenEvent> events_;
@@ -73,6 +80,8 @@ class EngineService {
   // Queues a generation. Throws ApiError(429) when max_queue requests are already waiting.
   std::shared_ptr<GenerationJob> submit(std::vector<int32_t> prompt, GenerateOptions options, std::string request_id);
   size_t queued() const;
+  // Shutdown: every queued and the running generation stop (at the next token) and later submits get 503.
+  void cancel_all();
 
  private:
   void loop();
@@ -85,7 +94,9 @@ class EngineService {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::shared_ptr<GenerationJob>> queue_;
+  std::shared_ptr<GenerationJob> running_;
   bool stopping_ = false;
+  bool refusing_ = false;  // after cancel_all()
   std::thread thread_;
 };
 

@@ -36,6 +36,7 @@ PreparedGeneration prepare_chat(ServerContext& ctx, const ChatRequest& request) 
   ChatTemplateInput in;
   in.messages = request.messages;
   in.add_generation_prompt = true;
+  in.cancel = &ctx.stopping();
   in.kwargs = ctx.options().chat_template_args.is_object() ? ctx.options().chat_template_args
                                                            : nlohmann::ordered_json::object();
   for (const auto& [k, v] : request.template_kwargs.items()) in.kwargs[k] = v;
@@ -44,6 +45,7 @@ PreparedGeneration prepare_chat(ServerContext& ctx, const ChatRequest& request) 
   try {
     text = tmpl->render(in);
   } catch (const std::exception& e) {
+    if (ctx.stopping().load()) throw ApiError(503, "the server is shutting down", std::string(), "shutting_down");
     // The template rejected the conversation (raise_exception, wrong roles): the client's to fix.
     throw ApiError(400, std::string("prompt build failed: ") + e.what(), "messages");
   }

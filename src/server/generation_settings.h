@@ -2,6 +2,7 @@
 // sampling, stop strings, logprobs, stream. Precedence: the request, then serve's flags, then
 // generation_config.json (already folded into ServerDefaults).
 #pragma once
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,7 @@ namespace lathe::server {
 struct ServerDefaults {
   SamplingParams sampling;  // serve flags over generation_config.json
   int max_tokens = 512;
+  int64_t vocab_size = 0;  // logit_bias ids must be below it (0: not checked)
 };
 
 struct GenerationSettings {
