@@ -38,6 +38,7 @@ class LimitCounter {
   }
 
   const std::optional<std::string>& error() const { return error_; }
+  bool limit_hit() const { return limit_hit_; }
 
  private:
   bool value() {
@@ -58,6 +59,7 @@ class LimitCounter {
   }
   bool fail(std::string message) {
     error_ = std::move(message);
+    limit_hit_ = true;
     return false;
   }
 
@@ -65,6 +67,7 @@ class LimitCounter {
   std::vector<size_t> keys_;  // keys seen per open container (arrays count none)
   size_t values_ = 0;
   std::optional<std::string> error_;
+  bool limit_hit_ = false;
 };
 
 template <typename J>
@@ -92,6 +95,13 @@ std::optional<std::string> check_json(std::string_view text, const JsonLimits& l
   const bool ok = nlohmann::json::sax_parse(text, &counter, nlohmann::json::input_format_t::json, true);
   if (counter.error()) return counter.error();
   if (!ok) return std::string("not valid JSON");
+  return std::nullopt;
+}
+
+std::optional<std::string> check_json_limits(std::string_view text, const JsonLimits& limits) {
+  LimitCounter counter(limits);
+  nlohmann::json::sax_parse(text, &counter, nlohmann::json::input_format_t::json, true);
+  if (counter.limit_hit()) return counter.error();
   return std::nullopt;
 }
 

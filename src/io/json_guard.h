@@ -26,6 +26,10 @@ JsonLimits file_json_limits();
 // Empty when `text` is valid JSON within the limits; otherwise what is wrong (position included).
 std::optional<std::string> check_json(std::string_view text, const JsonLimits& limits);
 
+// Only the limits: empty for valid JSON within them and for invalid JSON (left to the caller's own parser,
+// which reports syntax errors its way).
+std::optional<std::string> check_json_limits(std::string_view text, const JsonLimits& limits);
+
 // check_json, then parse; any failure throws Error(kind, what + ": " + reason).
 nlohmann::json parse_json_checked(std::string_view text, const JsonLimits& limits, ErrorKind kind,
                                   const std::string& what);

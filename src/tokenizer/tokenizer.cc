@@ -21,7 +21,7 @@ std::string read_file(const std::filesystem::path& path) {
 }
 
 nlohmann::json parse(std::string_view text, const char* file) {
-  if (auto err = io::check_json(text, io::file_json_limits()))
+  if (auto err = io::check_json_limits(text, io::file_json_limits()))
     throw Error(ErrorKind::Corrupt, std::string(file) + ": " + *err);
   try {
     return nlohmann::json::parse(text);

@@ -199,7 +199,7 @@ class Reader {
 
 TokenizerJson parse_tokenizer_json(std::string_view text) {
   TokenizerJson out;
-  if (auto err = io::check_json(text, io::file_json_limits()))
+  if (auto err = io::check_json_limits(text, io::file_json_limits()))
     throw Error(ErrorKind::Corrupt, "tokenizer.json: " + *err);
   Reader reader(out);
   try {

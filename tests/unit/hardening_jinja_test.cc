@@ -44,7 +44,7 @@ TEST(HardeningJinja, HugeStringsAndListsAreRefusedBeforeTheyAreBuilt) {
   EXPECT_LT(s, 1.0);
   EXPECT_NE(render_error("{{ ([1] * 10**9) | length }}", &s).find("render budget"), std::string::npos);
   EXPECT_LT(s, 1.0);
-  EXPECT_NE(render_error("{{ 'abc'.replace('', 'x' * 1000000) }}").find("render budget"), std::string::npos);
+  EXPECT_NE(render_error("{{ ('a' * 1000).replace('', 'x' * 100000) }}").find("render budget"), std::string::npos);
   // Doubling a string past the limit stops at the limit.
   EXPECT_NE(render_error("{% set ns = namespace(s='ab') %}{% for i in range(64) %}{% set ns.s = ns.s + ns.s %}"
                          "{% endfor %}{{ ns.s | length }}")
