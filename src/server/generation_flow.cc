@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <random>
 
 #include "chat/reasoning_splitter.h"
 #include "chat/tool_calls.h"
@@ -141,18 +140,6 @@ GenerationOutcome drive(ServerContext& ctx, GenerationJob& job, const PreparedGe
     out.finish_reason = r.finish_reason;
   if (want_logprobs && !lp_content.empty()) out.logprobs = {{"content", std::move(lp_content)}};
   return out;
-}
-
-std::string random_hex(size_t n) {
-  thread_local std::mt19937_64 rng{std::random_device{}()};
-  static const char* digits = "0123456789abcdef";
-  std::string s(n, '0');
-  for (char& c : s) c = digits[rng() & 15];
-  return s;
-}
-
-int64_t unix_now() {
-  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
 }  // namespace lathe::server
