@@ -3,7 +3,8 @@
 set -euo pipefail
 PKGS=(build-essential cmake pkg-config git nlohmann-json3-dev libcli11-dev libpcre2-dev libicu-dev zlib1g-dev
       libgtest-dev libgmock-dev libbenchmark-dev clang-format xz-utils
-      libcpp-httplib-dev libssl-dev libbrotli-dev)
+      libcpp-httplib-dev libssl-dev libbrotli-dev
+      clang libclang-rt-14-dev)  # clang + libFuzzer for tests/fuzz (scripts/fuzz.sh)
 missing=()
 # node + npm: the server's end-to-end tests drive it with the official SDKs (tests/e2e/node). Judged by the
 # commands, not the packages: a NodeSource nodejs bundles npm and conflicts with Debian's npm package.
