@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Runs every test CI runs: formatting, the warning-clean build with all test labels but cuda, then the
-# ASan/UBSan build over the unit and parity suites.
+# Runs every test CI runs: formatting, the warning-clean build with all test labels but cuda, the ASan/UBSan
+# build over the unit and parity suites, the fuzz targets for a bounded time, and the engine + server tests
+# under ThreadSanitizer.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh
@@ -20,4 +21,17 @@ echo "=== build (ASan + UBSan) ==="
 scripts/build.sh build-asan -DLATHE_SANITIZE=ON -DLATHE_WERROR=ON -DLATHE_BENCH=OFF -DLATHE_CUDA=OFF \
   -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE=-O1
 (cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest -LE cuda -j"$jobs" --output-on-failure --timeout 900)
+echo "=== fuzz (libFuzzer + ASan/UBSan, clang; ${LATHE_FUZZ_SECONDS:-20} s per target) ==="
+# A subset of lathe_core (the parsers) keeps this build short; each target first replays its corpus.
+scripts/fuzz.sh "${LATHE_FUZZ_SECONDS:-20}"
+(cd build-fuzz && ctest -L fuzz --output-on-failure --timeout 300)
+
+echo "=== build (ThreadSanitizer): engine + server tests ==="
+# Only the targets whose tests run threads: the engine queue and chat session tests, and the server driven by
+# the SDK tests that cancel, abort and shut down concurrent generations.
+cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE="-O1 -g1" -DLATHE_TSAN=ON \
+  -DLATHE_WERROR=ON -DLATHE_CUDA=OFF -DLATHE_BENCH=OFF >/dev/null
+cmake --build build-tsan -j"$jobs" --target lathe lathe_e2e_tests
+(cd build-tsan && TSAN_OPTIONS="halt_on_error=1 exitcode=66" ctest -L e2e --output-on-failure --timeout 900 \
+  -R '^(EngineQueue|ChatSession)\.|^e2e_node_(deps|abort|hardening)$')
 echo "all tests passed"

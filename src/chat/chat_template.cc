@@ -1,23 +1,17 @@
 #include "chat/chat_template.h"
 
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "common/error.h"
+#include "io/json_guard.h"
+#include "io/mapped_file.h"
 
 namespace lathe {
 namespace {
 
 using json = nlohmann::ordered_json;
 
-std::string read_file(const std::filesystem::path& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw Error(ErrorKind::Io, "cannot read " + path.string());
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
+std::string read_file(const std::filesystem::path& path) { return read_text_file(path.string()); }
 
 std::string token_text(const json& v) {
   if (v.is_string()) return v.get<std::string>();
@@ -79,11 +73,8 @@ ChatTemplate ChatTemplate::from_dir(const std::string& dir) {
   json config = json::object();
   const auto config_path = root / "tokenizer_config.json";
   if (std::filesystem::exists(config_path)) {
-    try {
-      config = json::parse(read_file(config_path));
-    } catch (const json::exception& e) {
-      throw Error(ErrorKind::Corrupt, config_path.string() + ": " + e.what());
-    }
+    config = io::parse_ordered_json_checked(read_file(config_path), io::file_json_limits(), ErrorKind::Corrupt,
+                                            config_path.string());
   }
   json tokens = special_tokens_from_config(config);
   const auto jinja_path = root / "chat_template.jinja";
@@ -135,7 +126,9 @@ std::string ChatTemplate::render(const ChatTemplateInput& input) const {
              const jinja::Value* fmt = args.get(0, "format");
              return Value(format_time(fmt ? fmt->str() : "", now));
            }));
-  return pick(!input.tools.is_null()).render(vars);
+  jinja::RenderLimits limits = jinja::default_render_limits();
+  limits.cancel = input.cancel;
+  return pick(!input.tools.is_null()).render(vars, limits);
 }
 
 }  // namespace lathe

@@ -1,6 +1,7 @@
 // Turns a conversation into the prompt text a model was trained on, by rendering the checkpoint's chat template
 // the way transformers' apply_chat_template does (same variables, same Jinja settings).
 #pragma once
+#include <atomic>
 #include <ctime>
 #include <optional>
 #include <string>
@@ -18,7 +19,8 @@ struct ChatTemplateInput {
   nlohmann::ordered_json tools;                                       // null, or a list of tool schemas
   bool add_generation_prompt = false;
   nlohmann::ordered_json kwargs = nlohmann::ordered_json::object();  // extra variables: enable_thinking, ...
-  std::optional<std::time_t> now;  // the clock strftime_now() reads; unset means the current time
+  std::optional<std::time_t> now;             // the clock strftime_now() reads; unset means the current time
+  const std::atomic<bool>* cancel = nullptr;  // set: the render stops with an error (server shutdown)
 };
 
 class ChatTemplate {

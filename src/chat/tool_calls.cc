@@ -5,6 +5,7 @@
 #include <random>
 
 #include "chat/text_markers.h"
+#include "io/json_guard.h"
 
 namespace lathe {
 namespace {
@@ -12,6 +13,13 @@ namespace {
 using json = nlohmann::json;
 // Arguments keep the key order the model wrote, as Python's json.dumps does in mlx_lm.server.
 using ojson = nlohmann::ordered_json;
+
+// Model output parsed as JSON (discarded when invalid): the limits pass first, as for request bodies, since a
+// prompt can steer a model into writing thousands of nested brackets.
+ojson parse_limited(std::string_view text) {
+  if (io::check_json(text, io::request_json_limits())) return ojson(ojson::value_t::discarded);
+  return ojson::parse(text, nullptr, /*allow_exceptions=*/false);
+}
 
 constexpr std::string_view kCallOpen = "<tool_call>";
 constexpr std::string_view kCallClose = "</tool_call>";
@@ -47,7 +55,7 @@ struct RawCall {
 
 // {name, arguments} or {function:{name, arguments}}; arguments may be an object or a JSON string of one.
 std::optional<RawCall> parse_json_call(std::string_view body) {
-  const ojson j = ojson::parse(body, nullptr, /*allow_exceptions=*/false);
+  const ojson j = parse_limited(body);
   if (!j.is_object()) return std::nullopt;  // also covers a parse error (discarded)
   const ojson& fn = j.contains("function") && j["function"].is_object() ? j["function"] : j;
   if (!fn.contains("name") || !fn["name"].is_string()) return std::nullopt;
@@ -58,7 +66,7 @@ std::optional<RawCall> parse_json_call(std::string_view body) {
   if (args.is_string()) {
     const std::string text = args.get<std::string>();
     if (trim_space(text).empty()) return call;
-    args = ojson::parse(text, nullptr, false);
+    args = parse_limited(text);
   }
   if (!args.is_object()) return std::nullopt;
   call.arguments = std::move(args);
@@ -107,7 +115,7 @@ ojson parameter_value(std::string_view raw, const json* schema) {
   if (!raw.empty() && raw.front() == '\n') raw.remove_prefix(1);
   if (!raw.empty() && raw.back() == '\n') raw.remove_suffix(1);
   if (string_only(schema)) return std::string(raw);
-  ojson value = ojson::parse(raw, nullptr, false);
+  ojson value = parse_limited(raw);
   if (value.is_discarded()) return std::string(raw);
   return value;
 }

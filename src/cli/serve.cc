@@ -1,11 +1,15 @@
 // lathe serve: the OpenAI- and Anthropic-compatible HTTP server over one loaded model.
 #include <pthread.h>
 
+#include <chrono>
+#include <condition_variable>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -17,6 +21,7 @@
 #include "cli/sampling_flags.h"
 #include "cli/verbs.h"
 #include "common/error.h"
+#include "common/limits.h"
 #include "common/log.h"
 #include "engine/model_bundle.h"
 #include "server/http_server.h"
@@ -28,9 +33,10 @@ namespace {
 namespace fs = std::filesystem;
 
 struct ServeFlags {
-  std::string model, chat_template, chat_template_args;
+  std::string model, chat_template, chat_template_args, api_key_file;
   std::vector<std::string> aliases;
   std::string logprobs_format = "openai";
+  bool api_key_given = false;
   server::ServeOptions server;
   std::optional<int> max_tokens;
   SamplingFlags sampling;
@@ -64,9 +70,32 @@ std::string read_file(const std::string& path) {
   return ss.str();
 }
 
+// The key from --api-key, --api-key-file or LATHE_API_KEY (in that order); a given but empty key is an error,
+// never a silent "no authentication".
+void resolve_api_key(ServeFlags& f) {
+  std::string& key = f.server.api_key;
+  const char* source = "--api-key";
+  if (!f.api_key_given && !f.api_key_file.empty()) {
+    key = read_file(f.api_key_file);
+    while (!key.empty() && (key.back() == '\n' || key.back() == '\r' || key.back() == ' ')) key.pop_back();
+    source = "--api-key-file";
+    f.api_key_given = true;
+  } else if (!f.api_key_given) {
+    if (const char* env = std::getenv("LATHE_API_KEY")) {
+      key = env;
+      source = "LATHE_API_KEY";
+      f.api_key_given = true;
+    }
+  }
+  if (f.api_key_given && key.empty())
+    throw Error(ErrorKind::InvalidArgument,
+                std::string(source) + " is empty: give a key, or leave it out to serve without authentication");
+}
+
 bool is_loopback(const std::string& host) { return host == "127.0.0.1" || host == "localhost" || host == "::1"; }
 
 int run_serve(ServeFlags& f) {
+  resolve_api_key(f);
   const bool demo = f.model.empty();
   if (demo) f.model = find_demo_model();
   auto session = std::make_unique<ModelBundle>(f.model, f.where.load(), f.where.cache());
@@ -81,6 +110,7 @@ int run_serve(ServeFlags& f) {
   if (f.max_tokens) o.defaults.max_tokens = *f.max_tokens;
   o.defaults.logprobs_format =
       f.logprobs_format == "mlx" ? server::LogprobsFormat::Mlx : server::LogprobsFormat::OpenAI;
+  o.defaults.vocab_size = session->model().config().vocab_size;
   if (!f.chat_template_args.empty()) {
     try {
       o.chat_template_args = nlohmann::ordered_json::parse(f.chat_template_args);
@@ -120,18 +150,57 @@ int run_serve(ServeFlags& f) {
   if (demo) log::info("no --model given: serving the bundled demo model " + f.model + " (it answers in upper case)");
   if (!is_loopback(o.host) && o.api_key.empty())
     log::warn("listening on " + o.host + " without --api-key: anyone who can reach this address can use the model");
+  // First signal: stop accepting, let running generations finish for --shutdown-timeout, then cancel them
+  // (their clients get an end frame saying why). A second signal exits at once.
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  std::thread deadline;
   std::thread stopper([&] {
     int sig = 0;
     sigwait(&stop_signals, &sig);
-    log::info("stopping (signal " + std::to_string(sig) + ")");
+    {
+      std::lock_guard lock(mu);
+      if (done) return;
+    }
+    char grace[32];
+    std::snprintf(grace, sizeof grace, "%g", o.shutdown_timeout_s);
+    log::info("stopping (signal " + std::to_string(sig) + "): running generations have " + grace +
+              " s to finish; a second signal exits at once");
     http.stop();
+    deadline = std::thread([&] {
+      std::unique_lock lock(mu);
+      const auto timeout = std::chrono::duration<double>(o.shutdown_timeout_s);
+      if (cv.wait_for(lock, timeout, [&] { return done; })) return;
+      log::warn("shutdown timeout: cancelling the generations still running or queued");
+      ctx.cancel_all();
+      // Cancelled generations stop at their next token and idle keep-alive connections close within
+      // kKeepAliveIdleSec; a handler stuck elsewhere does not hold the exit.
+      const auto grace = std::chrono::seconds(limits::kKeepAliveIdleSec + 5);
+      if (cv.wait_for(lock, grace, [&] { return done; })) return;
+      log::error("requests still open after the shutdown timeout: exiting");
+      std::_Exit(1);
+    });
+    sigwait(&stop_signals, &sig);
+    {
+      std::lock_guard lock(mu);
+      if (done) return;
+    }
+    log::warn("second signal " + std::to_string(sig) + ": exiting now");
+    std::_Exit(128 + sig);
   });
   std::fprintf(stderr, "lathe: serving %s (%s) — listening on http://%s:%d\n", o.model_id.c_str(), f.model.c_str(),
                o.host.c_str(), port);
   std::fflush(stderr);
   http.run();
-  pthread_kill(stopper.native_handle(), SIGTERM);  // wakes sigwait when the server stopped on its own
+  {
+    std::lock_guard lock(mu);
+    done = true;
+  }
+  cv.notify_all();
+  pthread_kill(stopper.native_handle(), SIGTERM);  // wakes sigwait (first or second) so the thread can return
   stopper.join();
+  if (deadline.joinable()) deadline.join();
   return 0;
 }
 
@@ -154,9 +223,24 @@ Verb add_serve(CLI::App& app) {
   cmd->add_option("--port", f->server.port, "port (0 = any free port)")
       ->capture_default_str()
       ->check(CLI::Range(0, 65535));
-  cmd->add_option("--api-key", f->server.api_key, "require this key (Authorization: Bearer or x-api-key)");
+  cmd->add_option_function<std::string>(
+      "--api-key",
+      [f](const std::string& k) {
+        f->server.api_key = k;
+        f->api_key_given = true;
+      },
+      "require this key (Authorization: Bearer or x-api-key); visible in ps: prefer --api-key-file or LATHE_API_KEY");
   cmd->add_option("--cors-origin", f->server.cors.origins,
                   "browser origin allowed besides loopback ones (repeatable; * = any)");
+  cmd->add_option("--api-key-file", f->api_key_file, "read the API key from this file (trailing newline ignored)");
+  cmd->add_option("--http-threads", f->server.http_threads,
+                  "connection threads: every open connection (idle keep-alive too) holds one")
+      ->capture_default_str()
+      ->check(CLI::Range(16, 8192));
+  cmd->add_option("--shutdown-timeout", f->server.shutdown_timeout_s,
+                  "seconds running generations may finish after SIGTERM/SIGINT before they are cancelled")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   f->where.add_to(cmd);
   cmd->add_option("--max-tokens", f->max_tokens, "tokens to generate when a request does not say (default 512)")
       ->check(CLI::PositiveNumber);

@@ -5,6 +5,7 @@
 
 #include "common/error.h"
 #include "common/log.h"
+#include "io/json_guard.h"
 #include "io/mapped_file.h"
 
 namespace lathe {
@@ -26,15 +27,15 @@ ModelBundle::ModelBundle(const std::string& dir, const LoadOptions& load, const 
   tokenizer_ = Tokenizer::load(dir);
   namespace fs = std::filesystem;
   if (fs::exists(fs::path(dir) / "generation_config.json")) {
-    try {
-      generation_config_ = nlohmann::json::parse(read_text_file(dir + "/generation_config.json"));
-    } catch (const nlohmann::json::exception& e) {
-      throw Error(ErrorKind::Corrupt, dir + "/generation_config.json: not valid JSON: " + e.what());
-    }
+    generation_config_ = io::parse_json_checked(read_text_file(dir + "/generation_config.json"), io::file_json_limits(),
+                                                ErrorKind::Corrupt, dir + "/generation_config.json: not valid JSON");
   }
   try {
     template_.emplace(ChatTemplate::from_dir(dir));
   } catch (const Error& e) {
+    // A missing template is fine (completions still work); a broken one is a load error, not a silent
+    // "no chat template" that every chat request would discover later.
+    if (e.kind() != ErrorKind::NotFound) throw;
     log::debug(std::string("no chat template: ") + e.what());
   }
   eos_ = model_->config().eos_token_ids;

@@ -6,6 +6,7 @@
 #include <set>
 
 #include "common/error.h"
+#include "io/json_guard.h"
 
 namespace lathe {
 namespace fs = std::filesystem;
@@ -24,12 +25,8 @@ Checkpoint Checkpoint::open(const std::string& dir) {
   std::vector<std::string> shard_names;
   nlohmann::json weight_map;
   if (fs::exists(index)) {
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(read_text_file(index.string()));
-    } catch (const nlohmann::json::exception& e) {
-      throw Error(ErrorKind::Corrupt, index.string() + ": not valid JSON: " + e.what());
-    }
+    const nlohmann::json j = io::parse_json_checked(read_text_file(index.string()), io::file_json_limits(),
+                                                    ErrorKind::Corrupt, index.string() + ": not valid JSON");
     if (!j.contains("weight_map") || !j["weight_map"].is_object())
       throw Error(ErrorKind::Corrupt, index.string() + ": missing the weight_map object");
     weight_map = j["weight_map"];

@@ -11,18 +11,34 @@
 #include <sstream>
 
 #include "common/error.h"
+#include "common/limits.h"
 
 namespace lathe {
 
-std::shared_ptr<MappedFile> MappedFile::open(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+namespace {
+
+// Opens a regular file for reading, or throws naming it. O_NONBLOCK: opening a FIFO (or a device) must not
+// wait for a writer; such a path is refused right after, by its type. Returns the descriptor and its stat.
+int open_regular(const std::string& path, struct stat& st) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) throw Error(errno == ENOENT ? ErrorKind::NotFound : ErrorKind::Io, path + ": " + std::strerror(errno));
-  struct stat st {};
   if (::fstat(fd, &st) != 0) {
     int e = errno;
     ::close(fd);
     throw Error(ErrorKind::Io, path + ": " + std::strerror(e));
   }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    throw Error(ErrorKind::Io, path + ": not a regular file (lathe reads model files only from regular files)");
+  }
+  return fd;
+}
+
+}  // namespace
+
+std::shared_ptr<MappedFile> MappedFile::open(const std::string& path) {
+  struct stat st {};
+  int fd = open_regular(path, st);
   std::shared_ptr<MappedFile> f(new MappedFile());
   f->path_ = path;
   f->size_ = static_cast<size_t>(st.st_size);
@@ -44,14 +60,29 @@ MappedFile::~MappedFile() {
 }
 
 std::string read_text_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    struct stat st {};
-    throw Error(::stat(path.c_str(), &st) == 0 ? ErrorKind::Io : ErrorKind::NotFound, path + ": cannot open");
+  struct stat st {};
+  int fd = open_regular(path, st);
+  if (static_cast<uint64_t>(st.st_size) > limits::kJsonFileMaxBytes) {
+    ::close(fd);
+    throw Error(ErrorKind::Corrupt, path + ": " + std::to_string(st.st_size) + " bytes is larger than the " +
+                                        std::to_string(limits::kJsonFileMaxBytes) + " bytes a text file may have");
   }
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+  std::string out(static_cast<size_t>(st.st_size), '\0');
+  size_t got = 0;
+  while (got < out.size()) {
+    const ssize_t n = ::read(fd, out.data() + got, out.size() - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n == 0) break;  // shrank while being read: what is there
+    if (n < 0) {
+      const int e = errno;
+      ::close(fd);
+      throw Error(ErrorKind::Io, path + ": " + std::strerror(e));
+    }
+    got += static_cast<size_t>(n);
+  }
+  ::close(fd);
+  out.resize(got);
+  return out;
 }
 
 void write_file_atomic(const std::string& path, const void* data, size_t size) {

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
+#include "io/json_guard.h"
 
 namespace lathe {
 namespace {
@@ -36,12 +37,9 @@ std::shared_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) 
                       std::to_string(size - 8) + " bytes after it");
   f->data_start_ = 8 + hlen;
   const uint64_t data_size = size - f->data_start_;
-  nlohmann::json header;
-  try {
-    header = nlohmann::json::parse(f->file_->data() + 8, f->file_->data() + 8 + hlen);
-  } catch (const nlohmann::json::exception& e) {
-    corrupt(path, std::string("header is not valid JSON: ") + e.what());
-  }
+  const nlohmann::json header =
+      io::parse_json_checked(std::string_view(reinterpret_cast<const char*>(f->file_->data()) + 8, hlen),
+                             io::file_json_limits(), ErrorKind::Corrupt, path + ": header is not valid JSON");
   if (!header.is_object()) corrupt(path, "header is not a JSON object");
 
   for (auto it = header.begin(); it != header.end(); ++it) {
@@ -63,10 +61,20 @@ std::shared_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) 
     if (!dtype_from_name(dt, &info.dtype))
       throw Error(ErrorKind::Unsupported, path + ": " + where + " has unsupported dtype " + dt);
     if (!v["shape"].is_array()) corrupt(path, where + " has a non-array shape");
+    if (v["shape"].size() > 8) corrupt(path, where + " has more than 8 dimensions");
+    // The element count must fit the data section; checked per factor so that a product cannot wrap around.
+    uint64_t elements = 1;
     for (const auto& d : v["shape"]) {
       if (!d.is_number_integer() || d.get<int64_t>() < 0) corrupt(path, where + " has an invalid dimension");
+      const uint64_t dim = static_cast<uint64_t>(d.get<int64_t>());
+      if (dim != 0 && elements > data_size / dim)
+        elements = data_size + 1;  // too many, whatever the rest
+      else
+        elements *= dim;
       info.shape.push_back(d.get<int64_t>());
     }
+    if (elements > data_size && elements != 0)
+      corrupt(path, where + " has shape " + shape_str(info.shape) + ", more elements than the file holds bytes");
     const auto& off = v["data_offsets"];
     if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() || !off[1].is_number_unsigned())
       corrupt(path, where + " has invalid data_offsets");

@@ -1,6 +1,10 @@
 #include "model/config.h"
 
+#include <cmath>
+
 #include "common/error.h"
+#include "common/limits.h"
+#include "io/json_guard.h"
 #include "io/mapped_file.h"
 
 namespace lathe {
@@ -54,6 +58,29 @@ std::optional<QuantSpec> parse_quant(const ModelConfig& c, const json& q, const 
     throw Error(ErrorKind::Unsupported, c.dir + "/config.json: quantization mode '" + q["mode"].get<std::string>() +
                                             "' in " + where + " (lathe reads MLX affine quantization)");
   return s;
+}
+
+// Sizes become allocations and loop bounds: out-of-range values are refused here, with the key named, rather
+// than failing later as a crash or a huge allocation.
+void check_ranges(const ModelConfig& c) {
+  auto within = [&](const char* key, int64_t v, int64_t lo, int64_t hi) {
+    if (v < lo || v > hi)
+      bad(c, std::string("'") + key + "' is " + std::to_string(v) + "; it must be between " + std::to_string(lo) +
+                 " and " + std::to_string(hi));
+  };
+  within("hidden_size", c.hidden_size, 1, limits::kConfigMaxDim);
+  within("num_hidden_layers", c.num_layers, 1, 4096);
+  within("num_attention_heads", c.num_heads, 1, 4096);
+  within("num_key_value_heads", c.num_kv_heads, 1, c.num_heads);
+  within("vocab_size", c.vocab_size, 1, limits::kTokenizerMaxId);
+  within("head_dim", c.head_dim, 1, 4096);
+  within("intermediate_size", c.intermediate_size, 0, limits::kConfigMaxDim);
+  within("sliding_window", c.sliding_window, 0, limits::kConfigMaxPositions);
+  // Absent means unknown (0); given, a context must hold at least one token.
+  if (c.has("max_position_embeddings"))
+    within("max_position_embeddings", c.max_position_embeddings, 1, limits::kConfigMaxPositions);
+  if (!(c.rms_norm_eps > 0) || !std::isfinite(c.rms_norm_eps) || c.rms_norm_eps >= 1)
+    bad(c, "'rms_norm_eps' must be a small positive number, got " + std::to_string(c.rms_norm_eps));
 }
 
 }  // namespace
@@ -124,6 +151,7 @@ ModelConfig parse_model_config(const json& root, const std::string& dir) {
   c.sliding_window = c.has("sliding_window") ? c.get_int("sliding_window", 0) : 0;
   if (c.num_kv_heads <= 0 || c.num_heads % c.num_kv_heads != 0)
     bad(c, "num_attention_heads must be a multiple of num_key_value_heads");
+  check_ranges(c);
 
   // Layer types: explicit list, else a sliding pattern (Gemma legacy), else an interval (Qwen3.5), else all full.
   if (c.has("layer_types")) {
@@ -173,6 +201,9 @@ ModelConfig parse_model_config(const json& root, const std::string& dir) {
     }
   }
   if (!c.rope.count("full_attention")) c.rope["full_attention"] = c.rope.begin()->second;
+  for (const auto& [type, r] : c.rope)
+    if (!(r.theta > 0) || !std::isfinite(r.theta) || !(r.factor > 0) || !std::isfinite(r.factor))
+      bad(c, "RoPE parameters for " + type + " need rope_theta > 0 and factor > 0");
 
   // Special token ids.
   auto ids_of = [](const json& v, std::vector<int>& out) {
@@ -204,12 +235,8 @@ ModelConfig parse_model_config(const json& root, const std::string& dir) {
 
 ModelConfig load_model_config(const std::string& dir) {
   const std::string path = dir + "/config.json";
-  json root;
-  try {
-    root = json::parse(read_text_file(path));
-  } catch (const json::exception& e) {
-    throw Error(ErrorKind::Corrupt, path + ": not valid JSON: " + e.what());
-  }
+  const json root = io::parse_json_checked(read_text_file(path), io::file_json_limits(), ErrorKind::Corrupt,
+                                           path + ": not valid JSON");
   return parse_model_config(root, dir);
 }
 

@@ -10,6 +10,32 @@ Tensor place(const Tensor& t, const LoadOptions& o, DType dtype) {
   if (o.device == Device::CPU) return t;
   return t.to(dtype).to(o.device);
 }
+// The index of the first NaN or infinity in a host tensor (its exponent bits all ones), or -1. Weights that
+// hold one make every output NaN; they are refused at load with the tensor's name instead.
+template <typename Bits>
+int64_t first_non_finite(const Tensor& t, Bits exponent_mask) {
+  const Bits* p = static_cast<const Bits*>(t.raw());
+  const int64_t n = t.numel();
+  for (int64_t i = 0; i < n; ++i)
+    if ((p[i] & exponent_mask) == exponent_mask) return i;
+  return -1;
+}
+
+void check_finite(const Tensor& t, const std::string& where) {
+  if (t.device() != Device::CPU || !t.is_contiguous()) return;
+  int64_t bad = -1;
+  switch (t.dtype()) {
+    case DType::F32: bad = first_non_finite<uint32_t>(t, 0x7F800000u); break;
+    case DType::F16: bad = first_non_finite<uint16_t>(t, uint16_t{0x7C00}); break;
+    case DType::BF16: bad = first_non_finite<uint16_t>(t, uint16_t{0x7F80}); break;
+    case DType::F64: bad = first_non_finite<uint64_t>(t, 0x7FF0000000000000ull); break;
+    default: return;
+  }
+  if (bad >= 0)
+    throw Error(ErrorKind::Corrupt, where + " holds a NaN or infinite value (element " + std::to_string(bad) +
+                                        "): the checkpoint is damaged");
+}
+
 // The CPU's integer-dot matmuls (int8 activations) by default; the exact f32 kernels with --exact, and for
 // models with linear-attention (Gated DeltaNet) layers, whose recurrence amplifies activation rounding
 // (next-token KL 7e-2 on the qwen3_5 fixture against ~1e-3 for attention-only models).
@@ -48,6 +74,7 @@ Tensor WeightBinder::checked(const std::string& name, const Shape& shape) {
   if (t.shape() != shape)
     throw Error(ErrorKind::Corrupt,
                 where(name) + " has shape " + shape_str(t.shape()) + ", but config.json implies " + shape_str(shape));
+  check_finite(t, where(name));
   used_.insert(name);
   return t;
 }
@@ -84,6 +111,8 @@ Weight WeightBinder::linear_on(const std::string& module, int64_t out, int64_t i
       throw Error(ErrorKind::Corrupt, where(name) + " has shape " + shape_str(t.shape()) + ", but group size " +
                                           std::to_string(spec->group_size) + " needs " + shape_str(sshape));
   }
+  check_finite(s, where(sname));
+  check_finite(b, where(bname));
   used_.insert(wname);
   used_.insert(sname);
   used_.insert(bname);

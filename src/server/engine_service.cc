@@ -132,8 +132,9 @@ EngineService::~EngineService() {
 void EngineService::cancel_all() {
   {
     std::lock_guard lock(mu_);
-    for (auto& job : queue_) job->stop_by_server();
-    for (GenerationJob* job : live_) job->stop_by_server();
+    refusing_ = true;
+    for (auto& job : queue_) job->cancel_for_shutdown();
+    for (GenerationJob* job : live_) job->cancel_for_shutdown();
   }
   cv_.notify_all();
 }
@@ -172,6 +173,7 @@ std::shared_ptr<GenerationJob> EngineService::submit(std::vector<int32_t> prompt
         ++it;
       }
     }
+    if (refusing_) throw ApiError(503, "the server is shutting down", std::string(), "shutting_down");
     waiting = queue_.size();
     full = waiting >= max_queue_;
     if (!full) queue_.push_back(job);

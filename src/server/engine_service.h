@@ -35,13 +35,14 @@ class GenerationJob {
   // every event has been handed out.
   bool wait(std::vector<TokenEvent>& out, std::chrono::milliseconds timeout);
   void cancel() { cancel_.store(true); }
-  // The server ends the generation (shutdown): it stops at the next step and the client still gets a
-  // complete response (finish_reason "stop") rather than a dropped stream.
-  void stop_by_server() {
-    by_server_.store(true);
+  // Cancelled because the server is shutting down (the client is still there and gets a proper end: an error
+  // event that says why on a stream, 503 shutting_down on a blocking request).
+  void cancel_for_shutdown() {
+    shutdown_.store(true);
     cancel_.store(true);
   }
-  bool stopped_by_server() const { return by_server_.load(); }
+  bool shut_down() const { return shutdown_.load(); }
+  bool stopped_by_server() const { return shut_down(); }
   // Tokens are flowing: the reader should poll every kCoalesce rather than rely on wake-ups alone.
   bool started() const;
   static constexpr std::chrono::milliseconds kCoalesce{3};
@@ -61,7 +62,8 @@ class GenerationJob {
   GenerateOptions options_;
   std::string request_id_;
   Clock::time_point received_;
-  std::atomic<bool> cancel_{false}, by_server_{false};
+  std::atomic<bool> cancel_{false};
+  std::atomic<bool> shutdown_{false};
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<TokenEvent> events_;
@@ -82,8 +84,8 @@ class EngineService {
   // Queues a generation. Throws ApiError(429) when max_queue requests are already waiting.
   std::shared_ptr<GenerationJob> submit(std::vector<int32_t> prompt, GenerateOptions options, std::string request_id);
   size_t queued() const;
-  // Ends every queued and running generation (stop_by_server): each finishes at the engine's next step and its
-  // client gets a proper end frame. Requests submitted afterwards run normally.
+  // Shutdown: every queued and running generation stops at the engine's next step (cancel_for_shutdown) and
+  // later submits get 503.
   void cancel_all();
   const SchedulerOptions& scheduler_options() const { return scheduler_.options(); }
 
@@ -101,6 +103,7 @@ class EngineService {
   std::deque<std::shared_ptr<GenerationJob>> queue_;
   std::vector<GenerationJob*> live_;  // handed to the scheduler, not finished
   bool stopping_ = false;
+  bool refusing_ = false;  // after cancel_all()
   std::thread thread_;
 };
 

@@ -50,6 +50,7 @@ PreparedGeneration prepare_chat(ServerContext& ctx, const ChatRequest& request) 
   ChatTemplateInput in;
   in.messages = request.messages;
   in.add_generation_prompt = !request.continue_final;
+  in.cancel = &ctx.stopping();
   in.kwargs = ctx.options().chat_template_args.is_object() ? ctx.options().chat_template_args
                                                            : nlohmann::ordered_json::object();
   for (const auto& [k, v] : request.template_kwargs.items()) in.kwargs[k] = v;
@@ -58,6 +59,7 @@ PreparedGeneration prepare_chat(ServerContext& ctx, const ChatRequest& request) 
   try {
     text = tmpl->render(in);
   } catch (const std::exception& e) {
+    if (ctx.stopping().load()) throw ApiError(503, "the server is shutting down", std::string(), "shutting_down");
     // The template rejected the conversation (raise_exception, wrong roles): the client's to fix.
     throw ApiError(400, std::string("prompt build failed: ") + e.what(), "messages");
   }
@@ -164,18 +166,6 @@ GenerationOutcome drive(ServerContext& ctx, GenerationJob& job, const PreparedGe
     out.finish_reason = r.finish_reason;
   if (want_logprobs && !lp_content.empty()) out.logprobs = {{"content", std::move(lp_content)}};
   return out;
-}
-
-std::string random_hex(size_t n) {
-  thread_local std::mt19937_64 rng{std::random_device{}()};
-  static const char* digits = "0123456789abcdef";
-  std::string s(n, '0');
-  for (char& c : s) c = digits[rng() & 15];
-  return s;
-}
-
-int64_t unix_now() {
-  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
 }  // namespace lathe::server

@@ -3,6 +3,7 @@
 #include <cerrno>
 #include <cstdlib>
 
+#include "common/limits.h"
 #include "server/api_error.h"
 #include "server/json_fields.h"
 
@@ -34,11 +35,14 @@ void parse_logprobs(const nlohmann::ordered_json& body, GenerationSettings& s) {
   }
 }
 
-void parse_logit_bias(const nlohmann::ordered_json& body, SamplingParams& p) {
+void parse_logit_bias(const nlohmann::ordered_json& body, int64_t vocab_size, SamplingParams& p) {
   auto it = body.find("logit_bias");
   if (it == body.end() || it->is_null()) return;
   const char* msg = "logit_bias must be a dict of int to float";
   if (!it->is_object()) throw invalid_field("logit_bias", msg);
+  if (it->size() > limits::kLogitBiasMaxEntries)
+    throw invalid_field("logit_bias", "logit_bias has " + std::to_string(it->size()) + " entries; at most " +
+                                          std::to_string(limits::kLogitBiasMaxEntries) + " are accepted");
   for (const auto& [key, value] : it->items()) {
     errno = 0;
     char* end = nullptr;
@@ -47,6 +51,9 @@ void parse_logit_bias(const nlohmann::ordered_json& body, SamplingParams& p) {
       throw invalid_field("logit_bias", msg);
     if (!(value.get<double>() >= -100 && value.get<double>() <= 100))
       throw invalid_field("logit_bias", "logit_bias values must be between -100 and 100");
+    if (vocab_size > 0 && id >= vocab_size)
+      throw invalid_field("logit_bias", "logit_bias token id " + key + " is not in the vocabulary (ids are 0 to " +
+                                            std::to_string(vocab_size - 1) + ")");
     p.logit_bias[static_cast<int32_t>(id)] = value.get<float>();
   }
 }
@@ -67,6 +74,8 @@ std::vector<std::string> parse_stop(const nlohmann::ordered_json& body, const ch
   }
   if (it->size() > kMaxStops && name == std::string("stop"))
     throw invalid_field(field, "stop accepts at most 4 sequences");
+  if (it->size() > limits::kStopSequencesMax)
+    throw invalid_field(field, field + " accepts at most " + std::to_string(limits::kStopSequencesMax) + " sequences");
   return out;
 }
 
@@ -155,7 +164,7 @@ GenerationSettings parse_generation_settings(const nlohmann::ordered_json& body,
   if (auto v = f.integer("frequency_context_size", 0, 1 << 24)) p.frequency_context_size = static_cast<int>(*v);
   if (auto v = f.integer("seed", INT64_MIN, INT64_MAX)) p.seed = static_cast<uint64_t>(*v);
   if (surface == ApiSurface::OpenAI) {
-    parse_logit_bias(body, p);
+    parse_logit_bias(body, defaults.vocab_size, p);
     s.structured = parse_structured(body);
   }
   s.stop = parse_stop(body, surface == ApiSurface::Anthropic ? "stop_sequences" : "stop");

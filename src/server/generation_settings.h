@@ -2,6 +2,7 @@
 // sampling, stop strings, logprobs, stream. Precedence: the request, then serve's flags, then
 // generation_config.json (already folded into ServerDefaults).
 #pragma once
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,7 @@ struct StructuredOutput {
   nlohmann::ordered_json schema;  // JsonSchema
   std::string tool_name;          // ToolCall: the named function, or "" for any of the request's tools
   std::string field;              // the request field it came from (errors name it)
+  int64_t vocab_size = 0;         // logit_bias ids must be below it (0: not checked)
 };
 
 struct GenerationSettings {

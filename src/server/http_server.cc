@@ -5,12 +5,14 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdlib>
 #include <set>
 
 #include <httplib.h>
 
 #include "common/error.h"
+#include "common/limits.h"
 #include "common/log.h"
 #include "server/connection.h"
 #include "server/cors.h"
@@ -42,6 +44,11 @@ bool authorized(const httplib::Request& req, const std::string& key) {
 
 thread_local std::string t_request_id;
 
+std::string lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
 // A refused upload is drained (not read) before the answer, like a lingering close: at most this much, and
 // only while the client keeps sending.
 constexpr size_t kDrainLimit = size_t{256} << 20;
@@ -66,7 +73,9 @@ void write_error(httplib::Response& res, const ApiError& e, Surface surface) {
 }
 
 HttpServer::HttpServer(ServerContext& ctx) : ctx_(ctx), http_(std::make_unique<httplib::Server>()) {
-  const size_t workers = std::clamp<size_t>(ctx_.options().max_queue + 8, 16, 1024);
+  // cpp-httplib gives every open connection a thread until it closes (idle keep-alive and slow clients
+  // included): the pool is sized for many of them, so that /health and new requests still find one.
+  const size_t workers = std::clamp<size_t>(ctx_.options().http_threads, ctx_.options().max_queue + 8, 8192);
   http_->new_task_queue = [workers] { return new httplib::ThreadPool(workers); };
   http_->set_payload_max_length(ctx_.options().max_body_bytes);
   // No SO_REUSEPORT (two servers must not share a port silently); no Nagle delay on streamed tokens.
@@ -75,8 +84,10 @@ HttpServer::HttpServer(ServerContext& ctx) : ctx_(ctx), http_(std::make_unique<h
     setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
   });
   http_->set_tcp_nodelay(true);
-  http_->set_keep_alive_max_count(1000);
-  http_->set_read_timeout(30, 0);
+  http_->set_keep_alive_max_count(limits::kKeepAliveMaxRequests);
+  http_->set_keep_alive_timeout(limits::kKeepAliveIdleSec);
+  // Silence while reading a request line, headers or body ends the connection.
+  http_->set_read_timeout(limits::kHeaderReadTimeoutSec, 0);
   http_->set_write_timeout(30, 0);
   install_routes();
 }
@@ -96,10 +107,21 @@ void HttpServer::install_routes() {
     if (apply_cors(cors, req, res)) return httplib::Server::HandlerResponse::Handled;
     // Size checks run before httplib reads the body: it would otherwise buffer a chunked body whole, and
     // drain an oversized declared one (waiting out the read timeout when the client never sends it).
-    if (req.get_header_value("Transfer-Encoding").find("chunked") != std::string::npos) {
+    // Header values compare case-insensitively ("Chunked" is chunked too), and any transfer coding is refused.
+    if (!lower(req.get_header_value("Transfer-Encoding")).empty()) {
       res.set_header("Connection", "close");
       ConnectionWatch(req.remote_addr, req.remote_port).drain(kDrainLimit, kDrainIdleMs);
       write_error(res, ApiError(411, "send the request body with a Content-Length (chunked bodies are not accepted)"),
+                  surface_of(req.path));
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    // A compressed body would be inflated by httplib without a bound on the inflated size: refuse it.
+    if (const std::string enc = lower(req.get_header_value("Content-Encoding")); !enc.empty() && enc != "identity") {
+      res.set_header("Connection", "close");
+      ConnectionWatch(req.remote_addr, req.remote_port).drain(kDrainLimit, kDrainIdleMs);
+      write_error(res,
+                  ApiError(415, "Content-Encoding '" + req.get_header_value("Content-Encoding") +
+                                    "' is not accepted: send the request body uncompressed"),
                   surface_of(req.path));
       return httplib::Server::HandlerResponse::Handled;
     }
@@ -165,12 +187,37 @@ void HttpServer::install_routes() {
       write_error(res, ApiError(404, "not found: " + method + " " + req.path), surface_of(req.path));
     };
   };
+  // Methods with a body read it through a content reader: httplib's own body read applies an 8 KB limit to
+  // form-encoded bodies (what `curl -d` sends), which would answer a valid JSON request with a misleading 413.
+  auto with_body = [max_body](std::function<void(const httplib::Request&, httplib::Response&)> next) {
+    return [max_body, next](const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& read) {
+      std::string body;
+      bool too_large = false;
+      read([&](const char* data, size_t n) {
+        if (body.size() + n > max_body) {
+          too_large = true;
+          return false;
+        }
+        body.append(data, n);
+        return true;
+      });
+      if (too_large) {
+        res.set_header("Connection", "close");
+        write_error(res, ApiError(413, "request body is too large"), surface_of(req.path));
+        return;
+      }
+      // Handlers see the body in req.body as before. The request outlives the response (httplib keeps it
+      // until the streamed content is sent), so the body is set on it rather than on a copy.
+      const_cast<httplib::Request&>(req).body = std::move(body);
+      next(req, res);
+    };
+  };
   const std::string any = ".*";
   http_->Get(any, dispatch("GET"));
-  http_->Post(any, dispatch("POST"));
-  http_->Put(any, dispatch("PUT"));
+  http_->Post(any, with_body(dispatch("POST")));
+  http_->Put(any, with_body(dispatch("PUT")));
   http_->Delete(any, dispatch("DELETE"));
-  http_->Patch(any, dispatch("PATCH"));
+  http_->Patch(any, with_body(dispatch("PATCH")));
   http_->Options(any, dispatch("OPTIONS"));
 
   // Errors httplib produces itself (413 body too large, 400 bad request line) still get a JSON body.

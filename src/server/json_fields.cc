@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "io/json_guard.h"
 #include "server/api_error.h"
 
 namespace lathe::server {
@@ -92,10 +93,13 @@ std::string string_member(const nlohmann::ordered_json& obj, const char* key, co
 }
 
 nlohmann::ordered_json parse_json_body(const std::string& body) {
+  // The limits pass first: a DOM parse of hostile nesting or key counts would exhaust the stack or the CPU.
+  if (auto err = io::check_json(body, io::request_json_limits()))
+    throw ApiError(400, "request body is not valid JSON: " + *err);
   nlohmann::ordered_json j;
   try {
     j = nlohmann::ordered_json::parse(body);
-  } catch (const nlohmann::ordered_json::parse_error& e) {
+  } catch (const nlohmann::ordered_json::exception& e) {
     std::string what = e.what();
     // nlohmann prefixes "[json.exception.parse_error.101] "; clients only need the rest.
     if (auto p = what.find("] "); p != std::string::npos) what = what.substr(p + 2);

@@ -23,10 +23,12 @@ namespace lathe::server {
 struct ServeOptions {
   std::string host = "127.0.0.1";
   int port = 8080;
-  std::string api_key;                        // empty: no authentication
+  std::string api_key;                        // empty: no authentication (serve refuses an empty given key)
   size_t max_queue = 64;                      // waiting generations before 429
   SchedulerOptions scheduler;                 // batch rows/tokens, prefill chunk, KV budget
   size_t max_body_bytes = 16u << 20;          // larger request bodies get 413
+  size_t http_threads = 2048;                 // connection threads (each open connection holds one)
+  double shutdown_timeout_s = 10;             // on SIGTERM/SIGINT: how long running generations may finish
   ServerDefaults defaults;                    // sampling and max_tokens when a request omits them
   nlohmann::ordered_json chat_template_args;  // extra template variables (request kwargs win)
   std::string model_id;                       // reported in responses and /v1/models
@@ -54,6 +56,12 @@ class ServerContext {
   bool think_tags() const { return think_tags_; }
   int64_t context_length() const;
   std::string next_request_id();
+  // Shutdown's deadline passed: queued and running generations are cancelled, template renders stop.
+  void cancel_all() {
+    stopping_.store(true);
+    engine_->cancel_all();
+  }
+  const std::atomic<bool>& stopping() const { return stopping_; }
 
  private:
   ServeOptions options_;
@@ -64,6 +72,7 @@ class ServerContext {
   int64_t started_at_;
   bool think_tags_ = false;
   std::atomic<uint64_t> request_counter_{0};
+  std::atomic<bool> stopping_{false};
 };
 
 }  // namespace lathe::server

@@ -7,6 +7,15 @@
 #include "server/sse.h"
 
 namespace lathe::server {
+namespace {
+
+ApiError shutdown_error(const GenerationOutcome& o) {
+  return ApiError(
+      503, "the server is shutting down: generation stopped after " + std::to_string(o.completion_tokens) + " tokens",
+      std::string(), "shutting_down");
+}
+
+}  // namespace
 
 Generation start_generation(ServerContext& ctx, PreparedGeneration prepared, const std::string& id_prefix) {
   Generation g;
@@ -39,6 +48,12 @@ void stream_generation(ServerContext& ctx, const httplib::Request& req, httplib:
                 return alive;
               },
               [&] { return watch.closed(); });
+          if (g.job->shut_down() && alive) {
+            // The client is still reading: it gets an error event that says why, then a clean end of stream.
+            sse_send(sink, framer->error(shutdown_error(o)));
+            sink.done();
+            return true;
+          }
           if (o.finish_reason == "cancelled" || !alive) return false;
           for (const std::string& f : framer->finish(g, o))
             if (!sse_send(sink, f)) return false;
@@ -55,8 +70,10 @@ void stream_generation(ServerContext& ctx, const httplib::Request& req, httplib:
 
 GenerationOutcome run_blocking(ServerContext& ctx, const httplib::Request& req, Generation& g) {
   ConnectionWatch watch(req.remote_addr, req.remote_port);
-  return drive(
+  GenerationOutcome o = drive(
       ctx, *g.job, *g.prepared, [](const OutputDelta&) { return true; }, [&] { return watch.closed(); });
+  if (g.job->shut_down()) throw shutdown_error(o);
+  return o;
 }
 
 }  // namespace lathe::server

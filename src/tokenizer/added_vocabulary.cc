@@ -1,5 +1,7 @@
 #include "tokenizer/added_vocabulary.h"
 
+#include "common/limits.h"
+
 #include "tokenizer/unicode.h"
 #include "tokenizer/utf8.h"
 
@@ -12,7 +14,8 @@ AddedVocabulary::AddedVocabulary(const JsonAt& list, const Normalizer* normalize
     const JsonAt t = list.at(i);
     AddedToken tok;
     const int64_t id = t.at("id").integer();
-    if (id < 0 || id > INT32_MAX) t.at("id").fail("a token id must be a non-negative 32-bit integer");
+    if (id < 0 || id > limits::kTokenizerMaxId)
+      t.at("id").fail("a token id must be an integer from 0 to " + std::to_string(limits::kTokenizerMaxId));
     tok.id = static_cast<int32_t>(id);
     tok.content = t.str("content");
     if (tok.content.empty()) t.at("content").fail("an added token cannot be empty");

@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "common/error.h"
+#include "io/json_guard.h"
 #include "io/mapped_file.h"
 #include "tokenizer/tokenizer_cache.h"
 #include "tokenizer/utf8.h"
@@ -20,6 +21,8 @@ std::string read_file(const std::filesystem::path& path) {
 }
 
 nlohmann::json parse(std::string_view text, const char* file) {
+  if (auto err = io::check_json_limits(text, io::file_json_limits()))
+    throw Error(ErrorKind::Corrupt, std::string(file) + ": " + *err);
   try {
     return nlohmann::json::parse(text);
   } catch (const nlohmann::json::parse_error& e) {

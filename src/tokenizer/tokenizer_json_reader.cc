@@ -1,6 +1,8 @@
 #include "tokenizer/tokenizer_json_reader.h"
 
 #include "common/error.h"
+#include "common/limits.h"
+#include "io/json_guard.h"
 
 namespace lathe {
 namespace {
@@ -135,8 +137,10 @@ class Reader {
   }
 
   bool vocab_id(int64_t v) {
-    if (v < 0 || v > INT32_MAX)
-      fail("model.vocab[\"" + pending_key_ + "\"]", "a token id must be a non-negative integer");
+    // Ids index dense tables, so a huge one would be a huge allocation: bounded well above real vocabularies.
+    if (v < 0 || v > limits::kTokenizerMaxId)
+      fail("model.vocab[\"" + pending_key_ + "\"]",
+           "a token id must be an integer from 0 to " + std::to_string(limits::kTokenizerMaxId));
     else
       out_.tables.vocab.emplace_back(std::move(pending_key_), v);
     return true;
@@ -195,6 +199,8 @@ class Reader {
 
 TokenizerJson parse_tokenizer_json(std::string_view text) {
   TokenizerJson out;
+  if (auto err = io::check_json_limits(text, io::file_json_limits()))
+    throw Error(ErrorKind::Corrupt, "tokenizer.json: " + *err);
   Reader reader(out);
   try {
     json::sax_parse(text.begin(), text.end(), &reader);

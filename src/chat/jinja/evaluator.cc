@@ -1,9 +1,11 @@
 #include "chat/jinja/evaluator.h"
 
+#include "chat/jinja/budget.h"
 #include "chat/jinja/builtins.h"
 #include "chat/jinja/ops.h"
 #include "chat/jinja/template.h"
 #include "common/error.h"
+#include "common/limits.h"
 
 namespace lathe::jinja {
 namespace {
@@ -14,7 +16,35 @@ class PositionedError : public Error {
   using Error::Error;
 };
 
-constexpr int kMaxCallDepth = 128;
+constexpr int kMaxCallDepth = limits::kJinjaMaxCallDepth;
+// Statements and expressions nested across macro calls: keeps the evaluator's recursion far from the end of
+// the stack (a parse is limited in depth, but macros multiply it).
+constexpr int kMaxEvalDepth = 1024;
+
+// Counts one level of evaluation nesting for the guard's lifetime.
+class DepthGuard {
+ public:
+  explicit DepthGuard(int& depth) : depth_(depth) {
+    if (++depth_ > kMaxEvalDepth) {
+      --depth_;
+      throw Error(ErrorKind::InvalidArgument, "template exceeds its render budget: nested deeper than " +
+                                                  std::to_string(kMaxEvalDepth) + " levels");
+    }
+  }
+  ~DepthGuard() { --depth_; }
+  DepthGuard(const DepthGuard&) = delete;
+  DepthGuard& operator=(const DepthGuard&) = delete;
+
+ private:
+  int& depth_;
+};
+
+// A computed value within the size limits (its parts were, so it is at most a few times over when it fails).
+Value sized(Value v) {
+  if (v.is_string()) RenderBudget::check_string(v.as_string().size(), "a string");
+  if (v.is_list()) RenderBudget::check_list(v.list().size(), "a list");
+  return v;
+}
 
 [[noreturn]] void runtime_error(const std::string& message) { throw Error(ErrorKind::InvalidArgument, message); }
 
@@ -54,9 +84,19 @@ Evaluator::Flow Evaluator::exec_body(const Body& body, const ScopePtr& scope, st
 
 Evaluator::Flow Evaluator::exec(const Stmt& s, const ScopePtr& scope, std::string& out) {
   try {
+    RenderBudget::step();
+    const DepthGuard depth(depth_);
     switch (s.kind) {
-      case Stmt::Kind::Text: out += s.text; return Flow::Normal;
-      case Stmt::Kind::Output: out += eval(*s.expr, scope).str(); return Flow::Normal;
+      case Stmt::Kind::Text:
+        RenderBudget::check_string(out.size() + s.text.size(), "the output");
+        out += s.text;
+        return Flow::Normal;
+      case Stmt::Kind::Output: {
+        const std::string text = eval(*s.expr, scope).str();
+        RenderBudget::check_string(out.size() + text.size(), "the output");
+        out += text;
+        return Flow::Normal;
+      }
       case Stmt::Kind::If:
         for (const auto& [cond, body] : s.branches)
           if (eval(*cond, scope).truthy()) return exec_body(body, scope, out);
@@ -74,13 +114,17 @@ Evaluator::Flow Evaluator::exec(const Stmt& s, const ScopePtr& scope, std::strin
         std::weak_ptr<Scope> defining = scope;
         const Value caller = Value::function(
             "caller", [this, &s, defining](const CallArgs& args) { return call_macro(s, defining, args, true); });
-        out += eval_call(*s.expr, scope, &caller).str();
+        const std::string text = eval_call(*s.expr, scope, &caller).str();
+        RenderBudget::check_string(out.size() + text.size(), "the output");
+        out += text;
         return Flow::Normal;
       }
       case Stmt::Kind::FilterBlock: {
         std::string captured;
         exec_body(s.body, scope, captured);
-        out += apply_filter(*s.expr, Value(std::move(captured)), scope).str();
+        const std::string text = apply_filter(*s.expr, Value(std::move(captured)), scope).str();
+        RenderBudget::check_string(out.size() + text.size(), "the output");
+        out += text;
         return Flow::Normal;
       }
       case Stmt::Kind::Break: return Flow::Break;
@@ -113,6 +157,8 @@ Evaluator::Flow Evaluator::exec_for(const Stmt& s, const ScopePtr& scope, std::s
   if (items.empty()) return exec_body(s.else_body, scope, out);
   const int64_t n = static_cast<int64_t>(items.size());
   for (int64_t i = 0; i < n; ++i) {
+    // An iteration (a scope and a loop object) costs as much as a dozen expressions, even with an empty body.
+    RenderBudget::step(16);
     auto body_scope = std::make_shared<Scope>(Scope{scope, {}});
     bind_targets(*body_scope, s.targets, items[static_cast<size_t>(i)]);
     Value loop = Value::dict();
@@ -245,6 +291,8 @@ Value Evaluator::eval_binary(const Expr& e, const ScopePtr& scope) {
 }
 
 Value Evaluator::eval(const Expr& e, const ScopePtr& scope) {
+  RenderBudget::step();
+  const DepthGuard depth(depth_);
   switch (e.kind) {
     case Expr::Kind::Literal: return e.value;
     case Expr::Kind::Name: {
@@ -272,12 +320,12 @@ Value Evaluator::eval(const Expr& e, const ScopePtr& scope) {
         if (e.args[i]) bounds[i] = eval(*e.args[i], scope);
       return slice(eval(*e.a, scope), bounds[0], bounds[1], bounds[2]);
     }
-    case Expr::Kind::Call: return eval_call(e, scope, nullptr);
+    case Expr::Kind::Call: return sized(eval_call(e, scope, nullptr));
     case Expr::Kind::Filter: {
       const FilterFn fn = find_filter(e.name);
       if (!fn) runtime_error("no filter named '" + e.name + "'");
       const Value input = eval(*e.a, scope);
-      return fn(input, eval_args(e, scope));
+      return sized(fn(input, eval_args(e, scope)));
     }
     case Expr::Kind::Test: {
       const TestFn fn = find_test(e.name);
@@ -292,9 +340,10 @@ Value Evaluator::eval(const Expr& e, const ScopePtr& scope) {
       if (!v.is_number()) runtime_error("bad operand type for unary " + e.name + ": '" + v.type_name() + "'");
       if (e.name == "+") return v.is_bool() ? Value(static_cast<int64_t>(v.as_bool())) : v;
       if (v.is_float()) return Value(-v.as_float());
+      if (v.is_int() && v.as_int() == INT64_MIN) runtime_error("integer overflow in unary -");
       return Value(-(v.is_bool() ? static_cast<int64_t>(v.as_bool()) : v.as_int()));
     }
-    case Expr::Kind::Binary: return eval_binary(e, scope);
+    case Expr::Kind::Binary: return sized(eval_binary(e, scope));
     case Expr::Kind::Cond:
       if (eval(*e.b, scope).truthy()) return eval(*e.a, scope);
       return e.c ? eval(*e.c, scope) : Value::undefined("conditional expression evaluated to no value");

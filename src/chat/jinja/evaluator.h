@@ -38,6 +38,7 @@ class Evaluator {
   Value call_macro(const Stmt& s, const std::weak_ptr<Scope>& defining, const CallArgs& args, bool is_caller);
 
   int call_depth_ = 0;
+  int depth_ = 0;  // statements and expressions being evaluated, nested
 };
 
 }  // namespace lathe::jinja

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <map>
 
+#include "chat/jinja/budget.h"
 #include "chat/jinja/builtins.h"
 #include "chat/jinja/ops.h"
 #include "common/error.h"
@@ -37,6 +38,7 @@ Value sort_key(const Value& v, bool case_sensitive) {
 }
 
 Value f_abs(const Value& in, const CallArgs&) {
+  if (in.is_int() && in.as_int() == INT64_MIN) throw Error(ErrorKind::InvalidArgument, "integer overflow in abs");
   if (in.is_int()) return Value(in.as_int() < 0 ? -in.as_int() : in.as_int());
   return Value(std::fabs(in.number()));
 }
@@ -111,11 +113,18 @@ Value f_float(const Value& in, const CallArgs& args) {
   return fallback ? *fallback : Value(0.0);
 }
 
+// A float truncated to an integer; NaN and values beyond int64 are errors (the cast would be undefined).
+int64_t truncate_float(double d) {
+  if (!(d > -9.2e18 && d < 9.2e18))
+    throw Error(ErrorKind::InvalidArgument, "cannot convert float " + std::to_string(d) + " to integer");
+  return static_cast<int64_t>(d);
+}
+
 Value f_int(const Value& in, const CallArgs& args) {
   const Value* fallback = args.get(0, "default");
   if (in.is_int()) return in;
   if (in.is_bool()) return Value(static_cast<int64_t>(in.as_bool()));
-  if (in.is_float()) return Value(static_cast<int64_t>(in.as_float()));
+  if (in.is_float()) return Value(truncate_float(in.as_float()));
   if (in.is_string()) {
     const std::string s = py_strip(in.as_string(), nullptr, true, true);
     try {
@@ -123,7 +132,7 @@ Value f_int(const Value& in, const CallArgs& args) {
       const long long v = std::stoll(s, &used, 10);
       if (used == s.size()) return Value(static_cast<int64_t>(v));
       const double d = std::stod(s, &used);
-      if (used == s.size()) return Value(static_cast<int64_t>(d));
+      if (used == s.size()) return Value(truncate_float(d));
     } catch (const std::exception&) {
     }
   }
@@ -132,9 +141,9 @@ Value f_int(const Value& in, const CallArgs& args) {
 
 Value f_indent(const Value& in, const CallArgs& args) {
   const Value* width = args.get(0, "width");
-  const std::string pad = width && width->is_string()
-                              ? width->as_string()
-                              : std::string(width ? static_cast<size_t>(width->number()) : 4, ' ');
+  const double w = width && !width->is_string() ? width->number() : 4;
+  if (!(w >= 0 && w <= 1024)) throw Error(ErrorKind::InvalidArgument, "indent width must be between 0 and 1024");
+  const std::string pad = width && width->is_string() ? width->as_string() : std::string(static_cast<size_t>(w), ' ');
   const bool first = flag(args, 1, "first");
   const bool blank = flag(args, 2, "blank");
   // Jinja appends "\n" before splitlines(), so a trailing newline yields a final empty line.
@@ -312,7 +321,9 @@ Value with_sorted_keys(const Value& v) {
 
 Value f_tojson(const Value& in, const CallArgs& args) {
   const Value* indent = args.get(0, "indent");
-  const int width = indent && !indent->is_none() ? static_cast<int>(indent->number()) : -1;
+  const double w = indent && !indent->is_none() ? indent->number() : -1;
+  if (!(w <= 1024)) throw Error(ErrorKind::InvalidArgument, "tojson indent must be at most 1024");
+  const int width = w < 0 ? -1 : static_cast<int>(w);
   return Value(to_json(flag(args, SIZE_MAX, "sort_keys") ? with_sorted_keys(in) : in, width));
 }
 
@@ -340,7 +351,9 @@ Value f_wordcount(const Value& in, const CallArgs&) {
 Value f_center(const Value& in, const CallArgs& args) {
   const Value* width = args.get(0, "width");
   const std::string s = in.str();
-  const size_t w = width ? static_cast<size_t>(width->number()) : 80;
+  const double wd = width ? width->number() : 80;
+  RenderBudget::check_string(wd > 0 ? static_cast<size_t>(std::min(wd, 1e18)) : 0, "a centered string");
+  const size_t w = wd > 0 ? static_cast<size_t>(wd) : 0;
   const size_t len = utf8_length(s);
   if (len >= w) return Value(s);
   const size_t total = w - len, left = total / 2 + (total & w & 1);

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <optional>
 
+#include "chat/jinja/budget.h"
 #include "common/error.h"
 
 namespace lathe::jinja {
@@ -27,15 +28,29 @@ Value no_attribute(const Value& obj, const std::string& name) {
   return Value::undefined(hint);
 }
 
+[[noreturn]] Value overflow(const std::string& op) {
+  throw Error(ErrorKind::InvalidArgument, "integer overflow in '" + op + "' (templates compute with 64-bit integers)");
+}
+
 bool is_integral(const Value& v) { return v.is_int() || v.is_bool(); }
 int64_t integral(const Value& v) { return v.is_bool() ? (v.as_bool() ? 1 : 0) : v.as_int(); }
 
 Value repeat(const Value& seq, int64_t times) {
+  // Sized before building: 'a' * 10**10 must fail at once, not after exhausting memory.
+  const size_t n = times > 0 ? static_cast<size_t>(times) : 0;
   if (seq.is_string()) {
+    const size_t len = seq.as_string().size();
+    RenderBudget::check_string(len != 0 && n > SIZE_MAX / len ? SIZE_MAX : len * n, "a repeated string");
     std::string out;
     for (int64_t i = 0; i < times; ++i) out += seq.as_string();
     return Value(out);
   }
+  const size_t items = seq.list().size();
+  RenderBudget::check_list(items != 0 && n > SIZE_MAX / items ? SIZE_MAX : items * n, "a repeated list");
+  size_t bytes = 0;  // the strings the copies hold
+  for (const Value& v : seq.list())
+    if (v.is_string()) bytes += v.as_string().size();
+  RenderBudget::check_string(bytes != 0 && n > SIZE_MAX / bytes ? SIZE_MAX : bytes * n, "a repeated list's strings");
   ValueList out;
   for (int64_t i = 0; i < times; ++i) out.insert(out.end(), seq.list().begin(), seq.list().end());
   return Value(std::move(out));
@@ -61,11 +76,14 @@ Value arithmetic(const std::string& op, const Value& a, const Value& b) {
   const bool ints = is_integral(a) && is_integral(b);
   if (ints) {
     const int64_t x = integral(a), y = integral(b);
-    if (op == "+") return Value(x + y);
-    if (op == "-") return Value(x - y);
-    if (op == "*") return Value(x * y);
+    // Python's ints do not overflow; ours are 64-bit, and an overflow is an error rather than undefined.
+    int64_t r = 0;
+    if (op == "+") return __builtin_add_overflow(x, y, &r) ? overflow(op) : Value(r);
+    if (op == "-") return __builtin_sub_overflow(x, y, &r) ? overflow(op) : Value(r);
+    if (op == "*") return __builtin_mul_overflow(x, y, &r) ? overflow(op) : Value(r);
     if ((op == "//" || op == "%" || op == "/") && y == 0)
       type_error(op == "/" ? "division by zero" : "integer division or modulo by zero");
+    if ((op == "//" || op == "%") && x == INT64_MIN && y == -1) return op == "%" ? Value(int64_t{0}) : overflow(op);
     if (op == "//") return Value(x / y - ((x % y != 0) && ((x < 0) != (y < 0)) ? 1 : 0));
     if (op == "%") {
       int64_t r = x % y;
@@ -73,9 +91,12 @@ Value arithmetic(const std::string& op, const Value& a, const Value& b) {
       return Value(r);
     }
     if (op == "**" && y >= 0) {
-      int64_t r = 1;
-      for (int64_t i = 0; i < y; ++i) r *= x;
-      return Value(r);
+      // |x| >= 2 overflows int64 past 63 multiplications, so a huge exponent must not mean a huge loop.
+      if (x == 0 || x == 1) return Value(y == 0 ? int64_t{1} : x);
+      if (x == -1) return Value(y % 2 == 0 ? int64_t{1} : int64_t{-1});
+      uint64_t r = 1;
+      for (int64_t i = 0; i < std::min<int64_t>(y, 64); ++i) r *= static_cast<uint64_t>(x);
+      return Value(static_cast<int64_t>(r));
     }
   }
   const double x = a.number(), y = b.number();

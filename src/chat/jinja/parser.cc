@@ -3,6 +3,7 @@
 #include <initializer_list>
 
 #include "common/error.h"
+#include "common/limits.h"
 
 namespace lathe::jinja {
 namespace {
@@ -30,6 +31,22 @@ StmtPtr new_stmt(Stmt::Kind kind, const SourcePos& pos) {
 }
 
 class Parser {
+  // One level of nesting (a block, a sub-expression) for the guard's lifetime: the parser recurses, so
+  // 100k nested parentheses must be an error, not the end of the stack.
+  class Nest {
+   public:
+    explicit Nest(Parser& p) : p_(p) {
+      if (++p_.depth_ > limits::kJinjaMaxParseDepth)
+        p_.fail(p_.peek(), "nested deeper than " + std::to_string(limits::kJinjaMaxParseDepth) + " levels");
+    }
+    ~Nest() { --p_.depth_; }
+    Nest(const Nest&) = delete;
+    Nest& operator=(const Nest&) = delete;
+
+   private:
+    Parser& p_;
+  };
+
  public:
   explicit Parser(const std::vector<Token>& tokens) : toks_(tokens) {}
 
@@ -69,6 +86,7 @@ class Parser {
 
   // Statements until a block tag whose name is in `stops` (left unconsumed) or end of input.
   Body parse_body(std::initializer_list<const char*> stops, const Token* opener) {
+    const Nest nest(*this);
     Body body;
     while (true) {
       const Token& t = peek();
@@ -290,6 +308,7 @@ class Parser {
   }
 
   ExprPtr parse_expression() {
+    const Nest nest(*this);
     ExprPtr e = parse_or();
     while (is_name("if")) {
       const Token& t = next();
@@ -332,6 +351,7 @@ class Parser {
   }
 
   ExprPtr parse_not() {
+    const Nest nest(*this);
     if (is_name("not")) {
       const Token& t = next();
       auto e = make(Expr::Kind::Unary, t.pos);
@@ -402,6 +422,7 @@ class Parser {
   }
 
   ExprPtr parse_unary(bool with_filter) {
+    const Nest nest(*this);
     ExprPtr e;
     if (is_op("-") || is_op("+")) {
       const Token& t = next();
@@ -601,6 +622,7 @@ class Parser {
 
   const std::vector<Token>& toks_;
   size_t idx_ = 0;
+  int depth_ = 0;  // Nest levels open
 };
 
 }  // namespace

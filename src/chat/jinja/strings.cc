@@ -1,6 +1,8 @@
 // Python str semantics for the methods and filters that templates call on message text.
+#include <algorithm>
 #include <cctype>
 
+#include "chat/jinja/budget.h"
 #include "chat/jinja/builtins.h"
 #include "common/error.h"
 
@@ -92,6 +94,11 @@ std::string py_capitalize(const std::string& s) {
 }
 
 std::string py_replace(const std::string& s, const std::string& from, const std::string& to, int64_t count) {
+  // The most insertions possible, sized before building ("x".replace("", big) grows with len(s) * len(big)).
+  size_t most = from.empty() ? s.size() + 1 : s.size() / from.size();
+  if (count >= 0) most = std::min<size_t>(most, static_cast<size_t>(count));
+  RenderBudget::check_string(to.size() != 0 && most > SIZE_MAX / to.size() ? SIZE_MAX : s.size() + most * to.size(),
+                             "a replaced string");
   std::string out;
   if (from.empty()) {
     // Python inserts `to` between every character (and at both ends).

@@ -4,6 +4,7 @@
 #include "chat/jinja/evaluator.h"
 #include "chat/jinja/lexer.h"
 #include "chat/jinja/parser.h"
+#include "common/limits.h"
 
 namespace lathe::jinja {
 namespace {
@@ -57,6 +58,7 @@ Value builtin_range(const CallArgs& args) {
   for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
     if (static_cast<int64_t>(out.size()) >= kMaxRange)
       throw Error(ErrorKind::InvalidArgument, "range too big (the sandbox allows at most 1048576 items)");
+    RenderBudget::step();  // building the list costs like iterating it
     out.emplace_back(i);
   }
   return Value(std::move(out));
@@ -75,11 +77,15 @@ Value builtin_mapping(const CallArgs& args, bool is_namespace) {
 }  // namespace
 
 Template::Template(const std::string& source, const TemplateOptions& options) {
+  if (source.size() > limits::kJinjaMaxSourceBytes)
+    throw Error(ErrorKind::InvalidArgument, "template is " + std::to_string(source.size()) + " bytes; the limit is " +
+                                                std::to_string(limits::kJinjaMaxSourceBytes));
   body_ = parse(tokenize(source, LexOptions{options.trim_blocks, options.lstrip_blocks}));
   check_body(body_);
 }
 
-std::string Template::render(const ValueDict& variables) const {
+std::string Template::render(const ValueDict& variables, const RenderLimits& limits) const {
+  const RenderBudget budget(limits);
   auto globals = std::make_shared<Scope>();
   globals->vars["range"] = Value::function("range", builtin_range);
   globals->vars["namespace"] =

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "chat/jinja/ast.h"
+#include "chat/jinja/budget.h"
 #include "chat/jinja/value.h"
 #include "common/error.h"
 
@@ -31,7 +32,10 @@ class Template {
 
   // `variables` is the render context (messages, add_generation_prompt, functions such as strftime_now...).
   // Jinja's own globals (range, namespace, dict) are always available.
-  std::string render(const ValueDict& variables) const;
+  // Every render runs within a budget (steps, string and list sizes, cancellation); exceeding it throws
+  // Error(InvalidArgument) naming the limit.
+  std::string render(const ValueDict& variables) const { return render(variables, default_render_limits()); }
+  std::string render(const ValueDict& variables, const RenderLimits& limits) const;
 
  private:
   Body body_;

@@ -1,0 +1,125 @@
+// Serving under hostile load (issue #12's load criterion): `lathe serve` on loopback with 1,000 idle
+// connections, 64 slow clients (a request byte per second) and 64 normal streaming clients for DURATION
+// seconds, while /health is probed every 100 ms. Reports /health latency (max, p99), completed streams, and
+// resident memory before, during and after. Usage: node bench/serve_load.mjs [lathe-binary] [seconds]
+import { spawn } from 'node:child_process';
+import fs from 'node:fs';
+import net from 'node:net';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
+const binary = process.argv[2] ?? path.join(root, 'build/lathe');
+const seconds = Number(process.argv[3] ?? 60);
+const IDLE = 1000, SLOW = 64, STREAMS = 64;
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+const rss = (pid) => Number(/VmRSS:\s+(\d+)/.exec(fs.readFileSync(`/proc/${pid}/status`, 'utf8'))[1]) * 1024;
+
+const proc = spawn(binary, ['serve', '--port', '0', '--model', path.join(root, 'models/demo'), '--max-queue', '256'], {
+  stdio: ['ignore', 'pipe', 'pipe'],
+});
+let log = '';
+const port = await new Promise((resolve, reject) => {
+  const on = (d) => {
+    log += d;
+    const m = /listening on http:\/\/[^:]+:(\d+)/.exec(log);
+    if (m) resolve(Number(m[1]));
+  };
+  proc.stderr.on('data', on);
+  proc.stdout.on('data', on);
+  proc.on('exit', (c) => reject(new Error(`serve exited ${c}: ${log}`)));
+});
+const base = `http://127.0.0.1:${port}`;
+await sleep(500);
+const rssBaseline = rss(proc.pid);
+let stop = false;
+
+// Idle: connect and send nothing; reconnect when the server closes the connection (its read timeout).
+const sockets = new Set();
+function idle() {
+  if (stop) return;
+  const s = net.connect(port, '127.0.0.1');
+  sockets.add(s);
+  s.on('error', () => {});
+  s.on('close', () => {
+    sockets.delete(s);
+    setTimeout(idle, 100);
+  });
+}
+for (let i = 0; i < IDLE; ++i) idle();
+
+// Slow: a request byte per second, forever (a new connection when one is closed).
+const slowRequest = `POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n`;
+function slow() {
+  if (stop) return;
+  const s = net.connect(port, '127.0.0.1');
+  sockets.add(s);
+  let i = 0;
+  const t = setInterval(() => s.writable && s.write(slowRequest[i++ % slowRequest.length]), 1000);
+  s.on('error', () => {});
+  s.on('close', () => {
+    clearInterval(t);
+    sockets.delete(s);
+    setTimeout(slow, 100);
+  });
+}
+for (let i = 0; i < SLOW; ++i) slow();
+
+// Normal: streamed chat completions back to back.
+let completed = 0, failed = 0;
+async function streamer() {
+  while (!stop) {
+    try {
+      const r = await fetch(`${base}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ model: 'demo', messages: [{ role: 'user', content: 'hello world' }], max_tokens: 32, stream: true }),
+      });
+      const text = await r.text();
+      if (r.status === 200 && text.includes('[DONE]')) ++completed;
+      else ++failed;
+    } catch {
+      ++failed;
+    }
+  }
+}
+const streamers = Array.from({ length: STREAMS }, streamer);
+
+// /health every 100 ms.
+const latencies = [];
+let healthFailures = 0, rssPeak = 0;
+const t0 = Date.now();
+while (Date.now() - t0 < seconds * 1000) {
+  const a = performance.now();
+  try {
+    const r = await fetch(`${base}/health`, { signal: AbortSignal.timeout(5000) });
+    await r.text();
+    if (r.status !== 200) ++healthFailures;
+  } catch {
+    ++healthFailures;
+  }
+  latencies.push(performance.now() - a);
+  rssPeak = Math.max(rssPeak, rss(proc.pid));
+  await sleep(100);
+}
+stop = true;
+await Promise.all(streamers);
+for (const s of sockets) s.destroy();
+await sleep(3000);
+const rssAfter = rss(proc.pid);
+proc.kill('SIGTERM');
+latencies.sort((a, b) => a - b);
+const pct = (p) => latencies[Math.min(latencies.length - 1, Math.floor(latencies.length * p))].toFixed(1);
+console.log(
+  JSON.stringify(
+    {
+      seconds, idle: IDLE, slow: SLOW, streams: STREAMS,
+      health: { probes: latencies.length, failures: healthFailures, p50_ms: pct(0.5), p99_ms: pct(0.99), max_ms: latencies[latencies.length - 1].toFixed(1) },
+      streams_completed: completed, streams_failed: failed,
+      rss_mb: { baseline: (rssBaseline / 2 ** 20).toFixed(1), peak: (rssPeak / 2 ** 20).toFixed(1), after: (rssAfter / 2 ** 20).toFixed(1) },
+    },
+    null,
+    1,
+  ),
+);
+process.exit(0);
