@@ -19,6 +19,7 @@ struct ServerDefaults {
   SamplingParams sampling;  // serve flags over generation_config.json
   int max_tokens = 512;
   LogprobsFormat logprobs_format = LogprobsFormat::OpenAI;
+  int64_t vocab_size = 0;  // logit_bias ids must be below it (0: not checked)
 };
 
 // What the output must parse as (enforced by a grammar mask each step; server/structured_output.h).
@@ -29,7 +30,6 @@ struct StructuredOutput {
   nlohmann::ordered_json schema;  // JsonSchema
   std::string tool_name;          // ToolCall: the named function, or "" for any of the request's tools
   std::string field;              // the request field it came from (errors name it)
-  int64_t vocab_size = 0;         // logit_bias ids must be below it (0: not checked)
 };
 
 struct GenerationSettings {
