@@ -97,7 +97,9 @@ TEST_P(QuantizeFixture, MatchesTheReferenceBytesAndLogits) {
 
   // The output runs and gives the reference's logits (the reference ran on the dequantized weights).
   const auto reference = test::load_reference(ref);
-  auto model = load_model(out.string());
+  LoadOptions exact;
+  exact.exact = true;  // the f32 kernels, as the parity suites use
+  auto model = load_model(out.string(), exact);
   auto caches = model->make_cache();
   const Tensor logits = model->forward(reference.prompts.at("chat"), caches, true);
   const Tensor want = reference.logits->get("logits_chat");

@@ -8,7 +8,7 @@ import { describe, test } from 'node:test';
 import { SOURCE_DIR, fixtureModel, openaiClient, request, useServer } from './harness.js';
 
 const STORE = path.join(SOURCE_DIR, 'tests/fixtures/adapters');
-const ctx = useServer({ model: fixtureModel('qwen3-q4g64'), args: ['--adapter-dir', STORE] });
+const ctx = useServer({ model: fixtureModel('qwen3-q4g64'), args: ['--adapter-dir', STORE, '--accept-any-model'] });
 const oai = () => openaiClient(ctx.server);
 const messages = [{ role: 'user', content: 'Write a haiku about the sea.' }];
 

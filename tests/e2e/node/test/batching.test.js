@@ -10,7 +10,7 @@ import { fixtureModel, metricValue, parseSSE, request, scrape, useServer, waitFo
 const MODEL = fixtureModel('qwen3-q4g64');
 // Same chunking on both servers (chunk boundaries are part of a server's setup); the batched one holds about
 // 300 tokens of KV (512 bytes a token for this model) for 16 requests of 20-110 tokens each.
-const COMMON = ['--prefill-chunk', '6', '--max-batch-tokens', '64'];
+const COMMON = ['--accept-any-model', '--prefill-chunk', '6', '--max-batch-tokens', '64'];
 const solo = useServer({ model: MODEL, args: [...COMMON, '--max-batch', '1'] });
 const batched = useServer({ model: MODEL, args: [...COMMON, '--max-batch', '16', '--kv-cache-bytes', '153600'] });
 
