@@ -15,7 +15,7 @@ cp bench/peers/hf_transformers.py scripts/cuda_device.sh "$dest/"
 # Shared libraries from Debian packages the device image lacks (the tokenizer's PCRE2 and ICU, the server's
 # cpp-httplib with its brotli codecs).
 mkdir -p "$dest/lib"
-ldd "$build/lathe" | awk '/libpcre2|libicu|libcpp-httplib|libbrotli/ {print $3}' | xargs -r -I{} cp -L {} "$dest/lib/"
+ldd "$build/lathe" | awk '/libpcre2|libicu|libcpp-httplib|libbrotli|libsqlite3|libxxhash/ {print $3}' | xargs -r -I{} cp -L {} "$dest/lib/"
 # The device tool carries at most 64 MiB with the working tree: ICU's data library is most of the pack, so the
 # libraries travel xz-compressed (cuda_device.sh unpacks them).
 tar -cJf "$dest/lib.tar.xz" -C "$dest" lib && rm -rf "$dest/lib"

@@ -11,8 +11,8 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/adapter_flags.h"
-#include "cli/run_kv.h"
 #include "cli/device_flags.h"
+#include "cli/run_kv.h"
 #include "cli/verbs.h"
 #include "common/error.h"
 #include "io/safetensors.h"

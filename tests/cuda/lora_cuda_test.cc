@@ -81,7 +81,9 @@ TEST(LoraCuda, ModelParityWithAdapters) {
         for (bool stepwise : {false, true}) {
           const testing::Diff d = testing::compare_logits(run(spec, stepwise), refs->get("logits_chat_" + key));
           if (dt == DType::F32)
-            EXPECT_TRUE(d.ok()) << arch << " " << spec << " stepwise " << stepwise << ": max |diff| " << d.max_abs;
+            EXPECT_TRUE(d.ok_up_to_near_ties())
+                << arch << " " << spec << " stepwise " << stepwise << ": max |diff| " << d.max_abs << ", "
+                << d.rows - d.argmax_agree - d.near_ties << " argmax flips beyond near ties";
           else
             EXPECT_GE(d.argmax_agree * 10, d.rows * 9) << arch << " " << spec << " bf16 stepwise " << stepwise;
         }
