@@ -125,10 +125,20 @@ void SafetensorsWriter::add(const std::string& name, const Tensor& t) {
 void SafetensorsWriter::write(const std::string& path) const {
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
   if (!metadata_.empty()) header["__metadata__"] = metadata_;
+  // Laid out widest dtype first (as the safetensors library does), so every tensor starts at a multiple of its
+  // element size: kernels read u32 codes and f32 values in place from the mapping. Fills still run in the order
+  // they were added (the quantizer relies on it); each lands at its offset.
+  std::vector<size_t> layout(entries_.size());
+  for (size_t i = 0; i < layout.size(); ++i) layout[i] = i;
+  std::stable_sort(layout.begin(), layout.end(),
+                   [&](size_t a, size_t b) { return dtype_size(entries_[a].dtype) > dtype_size(entries_[b].dtype); });
+  std::vector<uint64_t> offsets(entries_.size());
   uint64_t off = 0;
-  for (const auto& e : entries_) {
+  for (size_t i : layout) {
+    const auto& e = entries_[i];
     const uint64_t n = static_cast<uint64_t>(shape_numel(e.shape)) * dtype_size(e.dtype);
     header[e.name] = {{"dtype", dtype_name(e.dtype)}, {"shape", e.shape}, {"data_offsets", {off, off + n}}};
+    offsets[i] = off;
     off += n;
   }
   std::string h = header.dump();
@@ -136,10 +146,11 @@ void SafetensorsWriter::write(const std::string& path) const {
   const std::string tmp = path + ".tmp";
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) throw Error(ErrorKind::Io, tmp + ": " + std::strerror(errno));
+  uint64_t at = 0;  // file offset of the next write
   auto write_all = [&](const void* data, size_t size) {
     const char* p = static_cast<const char*>(data);
     while (size > 0) {
-      ssize_t n = ::write(fd, p, size);
+      ssize_t n = ::pwrite(fd, p, size, static_cast<off_t>(at));
       if (n < 0 && errno == EINTR) continue;
       if (n < 0) {
         int e = errno;
@@ -148,17 +159,21 @@ void SafetensorsWriter::write(const std::string& path) const {
         throw Error(ErrorKind::Io, tmp + ": write failed: " + std::strerror(e));
       }
       p += n;
+      at += static_cast<uint64_t>(n);
       size -= static_cast<size_t>(n);
     }
   };
   const uint64_t hlen = h.size();
   write_all(&hlen, 8);
   write_all(h.data(), h.size());
+  const uint64_t data_start = 8 + hlen;
   std::vector<char> buf;
-  for (const auto& e : entries_) {
+  for (size_t i = 0; i < entries_.size(); ++i) {
+    const auto& e = entries_[i];
     const size_t n = static_cast<size_t>(shape_numel(e.shape)) * dtype_size(e.dtype);
     buf.resize(n);
     e.fill(buf.data());
+    at = data_start + offsets[i];
     write_all(buf.data(), n);
   }
   if (::fsync(fd) != 0 || ::close(fd) != 0) {
