@@ -1,5 +1,7 @@
 #include "chat/grammar/grammar_matcher.h"
 
+#include "chat/grammar/token_trie.h"
+
 #include <algorithm>
 
 namespace lathe::grammar {
@@ -65,29 +67,9 @@ std::string StackSet::key() const {
   return k;
 }
 
-namespace {
-// Decodes UTF-8 into code points; false on malformed input.
-bool decode_utf8(const std::string& s, std::vector<uint32_t>& out) {
-  for (size_t i = 0; i < s.size();) {
-    const unsigned char c = static_cast<unsigned char>(s[i]);
-    const int len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-    if (len == 0 || i + static_cast<size_t>(len) > s.size()) return false;
-    uint32_t cp = len == 1 ? c : c & (0x7F >> len);
-    for (int k = 1; k < len; ++k) {
-      const unsigned char b = static_cast<unsigned char>(s[i + static_cast<size_t>(k)]);
-      if ((b & 0xC0) != 0x80) return false;
-      cp = (cp << 6) | (b & 0x3F);
-    }
-    out.push_back(cp);
-    i += static_cast<size_t>(len);
-  }
-  return true;
-}
-}  // namespace
-
 bool grammar_accepts(const Grammar& g, const std::string& text) {
   std::vector<uint32_t> cps;
-  if (!decode_utf8(text, cps)) return false;
+  if (!utf8_to_code_points(text, cps)) return false;
   StackSet s = StackSet::start(g);
   for (uint32_t cp : cps) {
     s = s.advance(g, cp);
