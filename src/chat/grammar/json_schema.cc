@@ -209,7 +209,7 @@ std::string JsonSchemaGrammar::visit(const ojson& s, Ctx& c, const std::string& 
       if (s.contains("minLength") || s.contains("maxLength") || s.contains("format"))
         types.push_back("string");
       else
-        return s.value("nullable", false) ? "json-value" : "json-value";
+        return "json-value";
     }
     for (const std::string& t : types) {
       std::string one;
