@@ -20,8 +20,9 @@ for t in "${targets[@]}"; do
   seeds="tests/fuzz/corpus/$t"
   [ -d "$seeds" ] || seeds=""
   echo "=== fuzz $t (${secs}s) ==="
-  # Inputs up to 64 KB, 2 GB of memory and 10 s each: beyond those the target itself is at fault.
-  "build-fuzz/tests/$t" -max_total_time="$secs" -max_len=65536 -rss_limit_mb=2048 -timeout=10 -print_final_stats=1 \
+  # Inputs up to 64 KB, 2 GB of memory and 10 s each: beyond those the target itself is at fault. A fixed seed
+  # (LATHE_FUZZ_SEED to vary it) makes a CI finding reproducible here with the same tree and time.
+  "build-fuzz/tests/$t" -seed="${LATHE_FUZZ_SEED:-1}" -max_total_time="$secs" -max_len=65536 -rss_limit_mb=2048 -timeout=10 -print_final_stats=1 \
     -artifact_prefix="build-fuzz/artifacts/$t-" "build-fuzz/corpus/$t" $seeds 2>&1 | tail -n 12
 done
 echo "fuzzing passed"

@@ -98,6 +98,22 @@ TEST_F(HardeningLoaders, ConfigValuesAreRangeChecked) {
   EXPECT_CONTAINS(load_error(), "rope_theta");
 }
 
+// A fuzz finding: a top-level key of the wrong type escaped as a json type_error ("internal error").
+TEST_F(HardeningLoaders, WronglyTypedTopLevelKeysAreCorruptErrors) {
+  edit_config([](nlohmann::json& j) {
+    j["text_config"] = j;
+    j["model_type"] = 4;
+    j["text_config"].erase("model_type");
+  });
+  EXPECT_CONTAINS(load_error(), "'model_type' has the wrong type");
+  edit_config([](nlohmann::json& j) {
+    j["model_type"] = j["text_config"].value("model_type", "qwen3");
+    j["tie_word_embeddings"] = "yes";
+    j["text_config"].erase("tie_word_embeddings");
+  });
+  EXPECT_CONTAINS(load_error(), "'tie_word_embeddings' has the wrong type");
+}
+
 TEST_F(HardeningLoaders, AFifoAsTheWeightsFileIsRefusedAtOnce) {
   fs::remove(path("model.safetensors"));
   ASSERT_EQ(::mkfifo(path("model.safetensors").c_str(), 0600), 0);
