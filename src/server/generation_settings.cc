@@ -11,6 +11,8 @@ namespace lathe::server {
 namespace {
 
 constexpr int64_t kMaxTokensLimit = 1 << 20;
+// OpenAI `n`: each choice is a row of the batch and a queue slot.
+constexpr int64_t kMaxChoices = 8;
 constexpr int kMaxTopLogprobsMlx = 11;
 constexpr int kMaxTopLogprobsOpenAI = 20;
 constexpr size_t kMaxStops = 4;
@@ -144,7 +146,11 @@ GenerationSettings parse_generation_settings(const nlohmann::ordered_json& body,
   } else if (auto m = f.integer("max_tokens", 1, kMaxTokensLimit)) {
     s.max_tokens = static_cast<int>(*m);
   }
-  if (auto n = f.integer("n", 1, 1); n && *n != 1) throw invalid_field("n", "n must be 1");
+  if (surface == ApiSurface::OpenAI) {
+    if (auto n = f.integer("n", 1, kMaxChoices)) s.n = static_cast<int>(*n);
+  } else if (auto n = f.integer("n", 1, 1); n && *n != 1) {
+    throw invalid_field("n", "n must be 1");
+  }
   s.adapter = f.string("adapter").value_or("");  // [lora] "a", "a+b", "a,b" or "none"
   s.model = f.string("model").value_or("");
 

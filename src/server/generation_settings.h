@@ -40,6 +40,7 @@ struct GenerationSettings {
   int top_logprobs = 0;   // > 0: the k most likely tokens per position
   LogprobsFormat logprobs_format = LogprobsFormat::OpenAI;
   bool stream = false;
+  int n = 1;                   // OpenAI: choices per request (each its own row of the engine's batch)
   std::string adapter, model;  // [lora] the request's `adapter` spec and `model` (an adapter id selects it)
   StructuredOutput structured;
 };

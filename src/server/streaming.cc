@@ -28,44 +28,72 @@ Generation start_generation(ServerContext& ctx, PreparedGeneration prepared, con
 
 void stream_generation(ServerContext& ctx, const httplib::Request& req, httplib::Response& res, Generation g,
                        std::shared_ptr<StreamFramer> framer) {
+  stream_choices(ctx, req, res, {std::move(g)}, {std::move(framer)}, nullptr);
+}
+
+void stream_choices(ServerContext& ctx, const httplib::Request& req, httplib::Response& res, std::vector<Generation> gs,
+                    std::vector<std::shared_ptr<StreamFramer>> framers, ClosingFrames closing) {
   set_sse_headers(res);
   const std::string addr = req.remote_addr;
   const int port = req.remote_port;
+  auto cancel_all = [gs] {
+    for (const Generation& g : gs) g.job->cancel();
+  };
   res.set_chunked_content_provider(
       "text/event-stream",
-      [&ctx, g, framer, addr, port](size_t, httplib::DataSink& sink) {
+      [&ctx, gs, framers, closing, cancel_all, addr, port](size_t, httplib::DataSink& sink) {
         ConnectionWatch watch(addr, port);
         bool alive = true;
-        for (const std::string& f : framer->opening(g))
-          if (alive) alive = sse_send(sink, f);
-        if (!alive) g.job->cancel();
-        try {
-          const GenerationOutcome o = drive(
-              ctx, *g.job, *g.prepared,
-              [&](const OutputDelta& d) {
-                for (const std::string& f : framer->delta(g, d))
-                  if (alive) alive = sse_send(sink, f);
-                return alive;
-              },
-              [&] { return watch.closed(); });
-          if (g.job->shut_down() && alive) {
-            // The client is still reading: it gets an error event that says why, then a clean end of stream.
-            sse_send(sink, framer->error(shutdown_error(o)));
-            sink.done();
-            return true;
+        std::vector<GenerationOutcome> outcomes;
+        for (size_t i = 0; i < gs.size(); ++i) {
+          const Generation& g = gs[i];
+          StreamFramer& framer = *framers[i];
+          for (const std::string& f : framer.opening(g))
+            if (alive) alive = sse_send(sink, f);
+          if (!alive) {
+            cancel_all();
+            return false;
           }
-          if (o.finish_reason == "cancelled" || !alive) return false;
-          for (const std::string& f : framer->finish(g, o))
-            if (!sse_send(sink, f)) return false;
-          if (const std::string t = framer->trailer(); !t.empty()) sse_send(sink, t);
-        } catch (const std::exception& e) {
-          sse_send(sink, framer->error(api_error_from(e)));
-          return false;
+          try {
+            const GenerationOutcome o = drive(
+                ctx, *g.job, *g.prepared,
+                [&](const OutputDelta& d) {
+                  for (const std::string& f : framer.delta(g, d))
+                    if (alive) alive = sse_send(sink, f);
+                  return alive;
+                },
+                [&] { return watch.closed(); });
+            if (g.job->shut_down() && alive) {
+              // The client is still reading: it gets an error event that says why, then a clean end of stream.
+              sse_send(sink, framer.error(shutdown_error(o)));
+              cancel_all();
+              sink.done();
+              return true;
+            }
+            if (o.finish_reason == "cancelled" || !alive) {
+              cancel_all();
+              return false;
+            }
+            for (const std::string& f : framer.finish(g, o))
+              if (!sse_send(sink, f)) {
+                cancel_all();
+                return false;
+              }
+            outcomes.push_back(o);
+          } catch (const std::exception& e) {
+            sse_send(sink, framer.error(api_error_from(e)));
+            cancel_all();
+            return false;
+          }
         }
+        if (closing)
+          for (const std::string& f : closing(outcomes))
+            if (!sse_send(sink, f)) return false;
+        if (const std::string t = framers.front()->trailer(); !t.empty()) sse_send(sink, t);
         sink.done();
         return true;
       },
-      [job = g.job](bool) { job->cancel(); });  // released early: the client is gone
+      [cancel_all](bool) { cancel_all(); });  // released early: the client is gone
 }
 
 GenerationOutcome run_blocking(ServerContext& ctx, const httplib::Request& req, Generation& g) {

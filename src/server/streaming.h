@@ -2,6 +2,7 @@
 // server-sent event stream framed by the surface (StreamFramer), or to the end for a JSON reply. Either way a
 // client that goes away cancels the job at the next token.
 #pragma once
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -46,6 +47,13 @@ class StreamFramer {
 // Answers with a chunked text/event-stream response that runs the generation as the client reads it.
 void stream_generation(ServerContext& ctx, const httplib::Request& req, httplib::Response& res, Generation g,
                        std::shared_ptr<StreamFramer> framer);
+// Frames sent after the last choice's own frames (OpenAI with n > 1: the one usage chunk), before the trailer.
+using ClosingFrames = std::function<std::vector<std::string>(const std::vector<GenerationOutcome>&)>;
+// Several choices of one request (OpenAI `n`), one framer each, streamed one after the other: the engine runs
+// them side by side as rows of its batch, so a later choice's tokens are waiting when its turn comes. The first
+// framer's trailer ends the stream; a client that leaves cancels every choice.
+void stream_choices(ServerContext& ctx, const httplib::Request& req, httplib::Response& res, std::vector<Generation> gs,
+                    std::vector<std::shared_ptr<StreamFramer>> framers, ClosingFrames closing);
 // Runs the generation to the end (for a JSON reply).
 GenerationOutcome run_blocking(ServerContext& ctx, const httplib::Request& req, Generation& g);
 

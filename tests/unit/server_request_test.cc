@@ -50,7 +50,8 @@ TEST(ServerRequest, WrongTypesAndRangesNameTheField) {
   EXPECT_EQ(error_of([] { openai({{"stop", 3}}); }), std::make_pair(400, std::string("stop")));
   EXPECT_EQ(error_of([] { openai({{"stop", {"a", "b", "c", "d", "e"}}}); }), std::make_pair(400, std::string("stop")));
   EXPECT_EQ(error_of([] { openai({{"logit_bias", {{"abc", 1}}}}); }), std::make_pair(400, std::string("logit_bias")));
-  EXPECT_EQ(error_of([] { openai({{"n", 2}}); }).first, 400);
+  EXPECT_EQ(error_of([] { openai({{"n", 9}}); }), std::make_pair(400, std::string("n")));
+  EXPECT_EQ(error_of([] { openai({{"n", 0}}); }), std::make_pair(400, std::string("n")));
 }
 
 TEST(ServerRequest, LogprobsChecksUseMlxMessages) {

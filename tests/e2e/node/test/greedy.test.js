@@ -124,3 +124,57 @@ describe('seed', () => {
     assert.ok(texts.size >= 2, `5 seeds gave ${texts.size} distinct text(s)`);
   });
 });
+
+// OpenAI `n`: each choice is its own row of the batch; with a seed, choice i samples as a request with seed + i.
+describe('n choices', () => {
+  const hi = [{ role: 'user', content: 'hi' }];
+  const single = async (seed) =>
+    (
+      await request(ctx.server, 'POST', '/v1/chat/completions', {
+        body: { messages: hi, temperature: 1.0, max_tokens: 12, seed },
+      })
+    ).json;
+
+  test('non-stream: n seeded choices equal the requests with seed, seed + 1, seed + 2', async () => {
+    const r = await oai().chat.completions.create({ model: 'm', messages: hi, temperature: 1.0, max_tokens: 12, seed: 77, n: 3 });
+    assert.equal(r.choices.length, 3);
+    const solo = [await single(77), await single(78), await single(79)];
+    for (let i = 0; i < 3; i++) {
+      assert.equal(r.choices[i].index, i);
+      assert.equal(r.choices[i].message.content, solo[i].choices[0].message.content, `choice ${i}`);
+    }
+    assert.equal(r.usage.prompt_tokens, solo[0].usage.prompt_tokens);
+    assert.equal(r.usage.completion_tokens, solo.reduce((s, x) => s + x.usage.completion_tokens, 0));
+  });
+
+  test('stream: chunks carry their choice index; one usage chunk at the end', async () => {
+    const params = { model: 'm', messages: hi, temperature: 1.0, max_tokens: 12, seed: 5, n: 2 };
+    const whole = await oai().chat.completions.create(params);
+    const stream = await oai().chat.completions.create({ ...params, stream: true, stream_options: { include_usage: true } });
+    const text = ['', ''];
+    const finish = [null, null];
+    const usages = [];
+    for await (const c of stream) {
+      if (c.usage) usages.push(c);
+      for (const ch of c.choices) {
+        text[ch.index] += ch.delta?.content ?? '';
+        if (ch.finish_reason) finish[ch.index] = ch.finish_reason;
+      }
+    }
+    assert.deepEqual(text, whole.choices.map((c) => c.message.content));
+    assert.deepEqual(finish, whole.choices.map((c) => c.finish_reason));
+    assert.equal(usages.length, 1);
+    assert.deepEqual(usages[0].choices, []);
+    assert.equal(usages[0].usage.completion_tokens, whole.usage.completion_tokens);
+  });
+
+  test('completions: greedy choices are equal; n out of range is a 400 naming n', async () => {
+    const r = await oai().completions.create({ model: 'm', prompt: ref.chat_text, temperature: 0, max_tokens: 8, n: 2 });
+    assert.equal(r.choices.length, 2);
+    assert.equal(r.choices[0].text, r.choices[1].text);
+    assert.deepEqual(r.choices.map((c) => c.index), [0, 1]);
+    const bad = await request(ctx.server, 'POST', '/v1/chat/completions', { body: { messages: hi, n: 9 } });
+    assert.equal(bad.status, 400, bad.text);
+    assert.equal(bad.json.error.param, 'n');
+  });
+});
