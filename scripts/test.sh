@@ -21,17 +21,23 @@ git ls-files '*.cc' '*.h' '*.cu' '*.cuh' | xargs -r clang-format --dry-run --Wer
 
 stage "build (Release, -Wall -Wextra -Werror)"
 scripts/build.sh build -DLATHE_WERROR=ON
-(cd build && ctest -LE cuda -j"$jobs" --output-on-failure --timeout 600)
+# Twice as many tests as cores: the end-to-end tests spend much of their time waiting on a server or a child.
+(cd build && ctest -LE cuda -j"$((jobs * 2))" --output-on-failure --timeout 600)
 
 stage "build (ASan + UBSan)"
 # -O1 without debug info keeps this build (the slower of the two) well inside CI's time; asserts stay on.
 scripts/build.sh build-asan -DLATHE_SANITIZE=ON -DLATHE_WERROR=ON -DLATHE_BENCH=OFF -DLATHE_CUDA=OFF \
   -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE=-O1
-(cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest -LE cuda -j"$jobs" --output-on-failure --timeout 900)
-stage "fuzz (libFuzzer + ASan/UBSan, clang; ${LATHE_FUZZ_SECONDS:-20} s per target)"
-# A subset of lathe_core (the parsers) keeps this build short; each target first replays its corpus.
-scripts/fuzz.sh "${LATHE_FUZZ_SECONDS:-20}"
+(cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest -LE cuda -j"$((jobs * 2))" --output-on-failure --timeout 900)
+stage "fuzz build (libFuzzer + ASan/UBSan, clang) and corpus replay"
+# A subset of lathe_core (the parsers) keeps this build short; every corpus input is replayed as a test.
+LATHE_FUZZ_PHASE=build scripts/fuzz.sh
 (cd build-fuzz && ctest -L fuzz --output-on-failure --timeout 300)
+# Each target then fuzzes for a bounded time on one core, beside the TSan build (its log is shown after it).
+fuzz_secs=${LATHE_FUZZ_SECONDS:-20}
+LATHE_FUZZ_PHASE=run scripts/fuzz.sh "$fuzz_secs" >build-fuzz/fuzz-run.log 2>&1 &
+fuzz_pid=$!
+trap 'kill "$fuzz_pid" 2>/dev/null || true' EXIT
 
 stage "build (ThreadSanitizer): engine + server tests"
 # Only the targets whose tests run threads: the engine queue and chat session tests, and the server driven by
@@ -39,6 +45,18 @@ stage "build (ThreadSanitizer): engine + server tests"
 cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE="-O1 -g1" -DLATHE_TSAN=ON \
   -DLATHE_WERROR=ON -DLATHE_CUDA=OFF -DLATHE_BENCH=OFF >/dev/null
 cmake --build build-tsan -j"$jobs" --target lathe lathe_e2e_tests
+
+stage "fuzz (${fuzz_secs} s per target)"
+fuzz_rc=0
+wait "$fuzz_pid" || fuzz_rc=$?
+trap - EXIT
+cat build-fuzz/fuzz-run.log
+if [ "$fuzz_rc" -ne 0 ]; then
+  echo "fuzzing failed (exit $fuzz_rc): the input is in build-fuzz/artifacts/; replay it with the target binary"
+  exit 1
+fi
+
+stage "ThreadSanitizer tests"
 (cd build-tsan && TSAN_OPTIONS="halt_on_error=1 exitcode=66" ctest -L e2e --output-on-failure --timeout 900 \
   -R '^(EngineQueue|ChatSession)\.|^e2e_node_(deps|abort)$')
 # e2e_node_hardening is left out here: its two shutdown tests lose the connection under TSan (no TSan report in
