@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <numeric>
 
 #include "common/error.h"
@@ -93,6 +94,32 @@ Tensor rms_norm_rope(const Tensor& x, const Tensor& weight, float eps, bool plus
   Tensor out = rms_norm(x, weight, eps, plus_one);
   rope_inplace(out, rope, pos0);
   return out;
+}
+
+bool batched_decode_enabled() {
+  static const bool on = [] {
+    const char* e = std::getenv("LATHE_BATCHED_DECODE");
+    return !(e && e[0] == '0');
+  }();
+  return on;
+}
+
+Tensor qkv_rope_append_rows(const Tensor& y, const QkvStep& s, const RopeTable& rope,
+                            const std::vector<AppendSlot>& slots) {
+  LATHE_CHECK(rope.dims <= s.head_dim && static_cast<int64_t>(rope.inv_freq.size()) == rope.dims / 2,
+              "qkv_rope_append: rope table does not fit the head");
+#ifdef LATHE_HAVE_CUDA
+  if (y.device() == Device::CUDA) return gpu::qkv_rope_append_rows(y, s, rope, slots);
+#endif
+  return Tensor();
+}
+
+Tensor attention_decode_rows(const std::vector<DecodeKV>& rows, const AttentionParams& p) {
+#ifdef LATHE_HAVE_CUDA
+  if (!rows.empty() && rows[0].q.device() == Device::CUDA) return gpu::attention_decode_rows(rows, p);
+#endif
+  (void)p;
+  return Tensor();
 }
 
 Tensor qkv_rope_append(const Tensor& y, const QkvStep& s, const RopeTable& rope, int64_t pos0, Tensor& keys,
