@@ -13,7 +13,8 @@
 namespace lathe::gpu {
 
 Tensor attention_decode_rows(const std::vector<DecodeKV>& rows, const AttentionParams& p) {
-  if (rows.empty() || cuda::decode_attention_off()) return Tensor();
+  // Not inside a graph capture: the row table is uploaded from reused host staging.
+  if (rows.empty() || cuda::decode_attention_off() || cuda::capturing()) return Tensor();
   const size_t B = rows.size();
   std::vector<Tensor> keep;  // dequantized K/V of quantized rows, alive until the launch is queued
   std::vector<cuda::DecodeRow> host(B);

@@ -48,7 +48,9 @@ Tensor qkv_rope_append(const Tensor& y, const QkvStep& s, const RopeTable& rope,
 Tensor qkv_rope_append_rows(const Tensor& y, const QkvStep& s, const RopeTable& rope,
                             const std::vector<AppendSlot>& slots) {
   const int64_t B = static_cast<int64_t>(slots.size()), qn = s.q_heads * s.head_dim, kn = s.kv_heads * s.head_dim;
-  if (B == 0 || y.device() != Device::CUDA || (y.dtype() != DType::BF16 && y.dtype() != DType::F32)) return Tensor();
+  if (B == 0 || cuda::capturing() || y.device() != Device::CUDA ||
+      (y.dtype() != DType::BF16 && y.dtype() != DType::F32))
+    return Tensor();
   LATHE_CHECK(y.ndim() == 2 && y.dim(0) == B && y.dim(1) == qn + 2 * kn && y.is_contiguous(),
               "qkv_rope_append_rows: expects one contiguous row of q|k|v heads per slot");
   std::vector<cuda::AppendRow> host(slots.size());

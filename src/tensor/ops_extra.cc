@@ -2,6 +2,7 @@
 #include "tensor/ops_extra.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <numeric>
@@ -96,13 +97,22 @@ Tensor rms_norm_rope(const Tensor& x, const Tensor& weight, float eps, bool plus
   return out;
 }
 
+namespace {
+// -1: not yet read from LATHE_BATCHED_DECODE.
+std::atomic<int> g_batched_decode{-1};
+}  // namespace
+
 bool batched_decode_enabled() {
-  static const bool on = [] {
+  int v = g_batched_decode.load(std::memory_order_relaxed);
+  if (v < 0) {
     const char* e = std::getenv("LATHE_BATCHED_DECODE");
-    return !(e && e[0] == '0');
-  }();
-  return on;
+    v = e && e[0] == '1' ? 1 : 0;
+    g_batched_decode.store(v, std::memory_order_relaxed);
+  }
+  return v == 1;
 }
+
+void set_batched_decode_enabled(bool on) { g_batched_decode.store(on ? 1 : 0, std::memory_order_relaxed); }
 
 Tensor qkv_rope_append_rows(const Tensor& y, const QkvStep& s, const RopeTable& rope,
                             const std::vector<AppendSlot>& slots) {

@@ -51,8 +51,11 @@ Tensor qkv_rope_append(const Tensor& y, const QkvStep& s, const RopeTable& rope,
 // what the per-row op gives it alone (so batched greedy equals solo greedy). Both return an undefined tensor,
 // having done nothing, where only the per-row ops apply (the CPU, f32 activations, shapes past the kernels).
 //
-// LATHE_BATCHED_DECODE=0 turns the batched path off (each row then runs its solo kernels), for comparisons.
+// Whether Attention takes these batched kernels for a device step of decode rows. Off by default until a device
+// run has checked them (tests/cuda/decode_rows_test.cc, bench/cuda_e2e --batch): LATHE_BATCHED_DECODE=1 turns
+// them on; off, each row runs its solo kernels as before.
 bool batched_decode_enabled();
+void set_batched_decode_enabled(bool on);
 // Row r's new token goes to row `row` of its cache buffers [capacity, Hkv, D], at position `pos`.
 struct AppendSlot {
   Tensor* keys = nullptr;
