@@ -10,6 +10,7 @@ dest=${2:-${LATHE_DEVICE_DIR:-$(pwd)/.device}}
 src_root=$(pwd)
 rm -rf "$dest" && mkdir -p "$dest/bin" "$dest/ctest/tests"
 cp "$build/lathe" "$build/bench/cuda_e2e" "$build/bench/cuda_kernels" "$build/bench/cuda_kv_quant" "$dest/bin/"
+[ -x "$build/bench/serve_load" ] && cp "$build/bench/serve_load" "$dest/bin/"  # HTTP load on `lathe serve`
 strip "$dest"/bin/* 2>/dev/null || true
 cp bench/peers/hf_transformers.py scripts/cuda_device.sh "$dest/"
 # Shared libraries from Debian packages the device image lacks (the tokenizer's PCRE2 and ICU, the server's

@@ -7,7 +7,9 @@
 #include "tensor/ops.h"
 
 namespace lathe {
-struct QkvStep;  // ops_extra.h
+struct QkvStep;     // ops_extra.h
+struct AppendSlot;  // ops_extra.h
+struct DecodeKV;    // ops_extra.h
 }  // namespace lathe
 
 namespace lathe::gpu {
@@ -45,6 +47,9 @@ Tensor rms_norm_rope(const Tensor& x, const Tensor& weight, float eps, bool plus
 Tensor add_rms_norm(Tensor& h, const Tensor& b, const Tensor& weight, float eps, bool plus_one, DType out);
 Tensor qkv_rope_append(const Tensor& y, const QkvStep& s, const RopeTable& rope, int64_t pos0, Tensor& keys,
                        Tensor& values, int64_t row);
+Tensor qkv_rope_append_rows(const Tensor& y, const QkvStep& s, const RopeTable& rope,
+                            const std::vector<AppendSlot>& slots);
+Tensor attention_decode_rows(const std::vector<DecodeKV>& rows, const AttentionParams& p);
 // Dequantizes the cached K/V (q's type) and runs attention() over them.
 Tensor attention_quantized(const Tensor& q, const QuantizedMatrix& k, const QuantizedMatrix& v, int64_t kv_heads,
                            const AttentionParams& p);

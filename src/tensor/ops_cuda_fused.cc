@@ -45,5 +45,35 @@ Tensor qkv_rope_append(const Tensor& y, const QkvStep& s, const RopeTable& rope,
   return q;
 }
 
+Tensor qkv_rope_append_rows(const Tensor& y, const QkvStep& s, const RopeTable& rope,
+                            const std::vector<AppendSlot>& slots) {
+  const int64_t B = static_cast<int64_t>(slots.size()), qn = s.q_heads * s.head_dim, kn = s.kv_heads * s.head_dim;
+  if (B == 0 || cuda::capturing() || y.device() != Device::CUDA ||
+      (y.dtype() != DType::BF16 && y.dtype() != DType::F32))
+    return Tensor();
+  LATHE_CHECK(y.ndim() == 2 && y.dim(0) == B && y.dim(1) == qn + 2 * kn && y.is_contiguous(),
+              "qkv_rope_append_rows: expects one contiguous row of q|k|v heads per slot");
+  std::vector<cuda::AppendRow> host(slots.size());
+  for (size_t r = 0; r < slots.size(); ++r) {
+    const AppendSlot& sl = slots[r];
+    LATHE_CHECK(sl.keys && sl.values && sl.keys->device() == Device::CUDA && sl.keys->ndim() == 3 &&
+                    sl.keys->dim(1) == s.kv_heads && sl.keys->dim(2) == s.head_dim &&
+                    sl.values->shape() == sl.keys->shape() && sl.keys->dtype() == y.dtype() &&
+                    sl.values->dtype() == y.dtype() && sl.keys->is_contiguous() && sl.values->is_contiguous() &&
+                    sl.row >= 0 && sl.row < sl.keys->dim(0),
+                "qkv_rope_append_rows: cache buffers do not match the heads");
+    host[r] = {sl.keys->raw(), sl.values->raw(), sl.row, sl.pos};
+  }
+  Tensor dev = Tensor::empty({static_cast<int64_t>(host.size() * sizeof(cuda::AppendRow))}, DType::U8, Device::CUDA);
+  cuda::upload_async(dev.raw(), host.data(), host.size() * sizeof(cuda::AppendRow));
+  Tensor q = Tensor::empty({B, s.q_heads, s.head_dim}, y.dtype(), Device::CUDA);
+  const float* qw = s.norm ? f32_ptr(&s.q_w, "qkv_rope_append") : nullptr;
+  const float* kw = s.norm ? f32_ptr(&s.k_w, "qkv_rope_append") : nullptr;
+  cuda::qkv_rope_append_rows(y.raw(), q.raw(), static_cast<const cuda::AppendRow*>(dev.raw()), B, y.dtype(), s.q_heads,
+                             s.kv_heads, s.head_dim, s.norm, qw, kw, s.eps, s.plus_one, rope.inv_freq.data(), rope.dims,
+                             rope.attention_scaling);
+  return q;
+}
+
 }  // namespace lathe::gpu
 #endif

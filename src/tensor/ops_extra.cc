@@ -2,7 +2,9 @@
 #include "tensor/ops_extra.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <cstdlib>
 #include <numeric>
 
 #include "common/error.h"
@@ -93,6 +95,41 @@ Tensor rms_norm_rope(const Tensor& x, const Tensor& weight, float eps, bool plus
   Tensor out = rms_norm(x, weight, eps, plus_one);
   rope_inplace(out, rope, pos0);
   return out;
+}
+
+namespace {
+// -1: not yet read from LATHE_BATCHED_DECODE.
+std::atomic<int> g_batched_decode{-1};
+}  // namespace
+
+bool batched_decode_enabled() {
+  int v = g_batched_decode.load(std::memory_order_relaxed);
+  if (v < 0) {
+    const char* e = std::getenv("LATHE_BATCHED_DECODE");
+    v = e && e[0] == '1' ? 1 : 0;
+    g_batched_decode.store(v, std::memory_order_relaxed);
+  }
+  return v == 1;
+}
+
+void set_batched_decode_enabled(bool on) { g_batched_decode.store(on ? 1 : 0, std::memory_order_relaxed); }
+
+Tensor qkv_rope_append_rows(const Tensor& y, const QkvStep& s, const RopeTable& rope,
+                            const std::vector<AppendSlot>& slots) {
+  LATHE_CHECK(rope.dims <= s.head_dim && static_cast<int64_t>(rope.inv_freq.size()) == rope.dims / 2,
+              "qkv_rope_append: rope table does not fit the head");
+#ifdef LATHE_HAVE_CUDA
+  if (y.device() == Device::CUDA) return gpu::qkv_rope_append_rows(y, s, rope, slots);
+#endif
+  return Tensor();
+}
+
+Tensor attention_decode_rows(const std::vector<DecodeKV>& rows, const AttentionParams& p) {
+#ifdef LATHE_HAVE_CUDA
+  if (!rows.empty() && rows[0].q.device() == Device::CUDA) return gpu::attention_decode_rows(rows, p);
+#endif
+  (void)p;
+  return Tensor();
 }
 
 Tensor qkv_rope_append(const Tensor& y, const QkvStep& s, const RopeTable& rope, int64_t pos0, Tensor& keys,

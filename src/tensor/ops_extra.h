@@ -3,6 +3,7 @@
 // and KV-row quantization. Each runs on the device of its first tensor.
 #pragma once
 #include <cstdint>
+#include <vector>
 
 #include "tensor/ops.h"
 
@@ -45,5 +46,38 @@ struct QkvStep {
 };
 Tensor qkv_rope_append(const Tensor& y, const QkvStep& s, const RopeTable& rope, int64_t pos0, Tensor& keys,
                        Tensor& values, int64_t row);
+
+// Batched decode steps ([core]): one launch for all rows instead of one per row, each row's result bitwise
+// what the per-row op gives it alone (so batched greedy equals solo greedy). Both return an undefined tensor,
+// having done nothing, where only the per-row ops apply (the CPU, f32 activations, shapes past the kernels).
+//
+// Whether Attention takes these batched kernels for a device step of decode rows. Off by default until a device
+// run has checked them (tests/cuda/decode_rows_test.cc, bench/cuda_e2e --batch): LATHE_BATCHED_DECODE=1 turns
+// them on; off, each row runs its solo kernels as before.
+bool batched_decode_enabled();
+void set_batched_decode_enabled(bool on);
+// Row r's new token goes to row `row` of its cache buffers [capacity, Hkv, D], at position `pos`.
+struct AppendSlot {
+  Tensor* keys = nullptr;
+  Tensor* values = nullptr;
+  int64_t row = 0, pos = 0;
+};
+// qkv_rope_append over y [B, (Hq + 2·Hkv)·D], one slot per row: returns q [B, Hq, D].
+Tensor qkv_rope_append_rows(const Tensor& y, const QkvStep& s, const RopeTable& rope,
+                            const std::vector<AppendSlot>& slots);
+// One row of a batched decode attention: its query [1, Hq, D] and keys/values as attention() (dense k, v
+// [S, Hkv, D]) or attention_quantized() (qk, qv, kv_heads) takes them, with its own positions.
+struct DecodeKV {
+  Tensor q;
+  Tensor k, v;
+  bool quantized = false;
+  QuantizedMatrix qk, qv;
+  int64_t kv_heads = 0;
+  int64_t q_pos0 = 0, k_pos0 = 0;
+  const std::vector<int64_t>* k_pos = nullptr;  // explicit key positions (ring buffers)
+};
+// attention() of every row: [B, Hq, Dv]. p gives scale, softcap, window and causality; positions come from
+// the rows.
+Tensor attention_decode_rows(const std::vector<DecodeKV>& rows, const AttentionParams& p);
 
 }  // namespace lathe

@@ -116,6 +116,66 @@ Tensor Attention::decode_heads(const Tensor& y, LayerCache& cache, KVView* kv_ou
   return attend_heads(q, gate, kv, pos0);
 }
 
+Tensor Attention::decode_rows(const Tensor& y, const std::vector<LayerCache*>& caches,
+                              std::vector<KVView>* kv_out) const {
+  const size_t B = caches.size();
+  const int64_t qo = q_.w.out_features(), ko = k_.w.out_features();
+  std::vector<int64_t> pos(B);
+  for (size_t r = 0; r < B; ++r) pos[r] = caches[r]->offset();
+  auto row_of = [&](size_t r) { return y.slice(0, static_cast<int64_t>(r), static_cast<int64_t>(r) + 1); };
+  std::vector<AppendSlot> slots;
+  for (size_t r = 0; direct_ && r < B; ++r) {
+    const auto slot =
+        caches[r]->direct_row(row_of(r).slice(1, qo, qo + ko).reshape({1, spec_.kv_heads, spec_.head_dim}));
+    if (!slot) break;
+    slots.push_back({slot->keys, slot->values, slot->row, pos[r]});
+  }
+  // A slot reserved above but not used stays free: update() below writes the same row.
+  const Tensor q_all = slots.size() == B ? qkv_rope_append_rows(y, direct_step_, spec_.rope, slots) : Tensor();
+  std::vector<KVView> views(B);
+  std::vector<DecodeKV> rows(B);
+  for (size_t r = 0; r < B; ++r) {
+    if (q_all.defined()) {
+      views[r] = caches[r]->commit_direct();
+      rows[r].q = q_all.slice(0, static_cast<int64_t>(r), static_cast<int64_t>(r) + 1);
+    } else {
+      Tensor gate, k, v;
+      const Tensor yr = row_of(r);
+      rows[r].q = project_q(yr.slice(1, 0, qo), pos[r], &gate);
+      project_kv(yr.slice(1, qo, qo + ko), spec_.k_eq_v ? Tensor() : yr.slice(1, qo + ko, qo + 2 * ko), pos[r], k, v);
+      views[r] = caches[r]->update(k, v);
+    }
+  }
+  for (size_t r = 0; r < B; ++r) {
+    const KVView& kv = views[r];
+    DecodeKV& d = rows[r];
+    d.k = kv.k;
+    d.v = kv.v;
+    d.quantized = kv.quantized;
+    d.qk = kv.qk;
+    d.qv = kv.qv;
+    d.kv_heads = kv.kv_heads;
+    d.q_pos0 = pos[r];
+    d.k_pos0 = kv.pos0;
+    d.k_pos = kv.positions.empty() ? nullptr : &kv.positions;
+  }
+  AttentionParams ap;
+  ap.scale = spec_.scale;
+  ap.softcap = spec_.softcap;
+  ap.window = spec_.window;
+  Tensor heads = attention_decode_rows(rows, ap);
+  if (heads.defined()) {
+    heads = heads.reshape({static_cast<int64_t>(B), spec_.heads * spec_.head_dim});
+  } else {
+    std::vector<Tensor> parts;
+    parts.reserve(B);
+    for (size_t r = 0; r < B; ++r) parts.push_back(attend_heads(rows[r].q, Tensor(), views[r], pos[r]));
+    heads = concat_rows(parts);
+  }
+  if (kv_out) *kv_out = std::move(views);
+  return heads;
+}
+
 Tensor Attention::forward(const Tensor& x, LayerCache& cache, KVView* kv_out) const {
   LATHE_CHECK(!spec_.kv_shared, "a KV-shared attention layer has no cache of its own");
   // Decode: one GEMV over the stacked rows (its column slices of one token are contiguous). Prefill: a GEMM per
@@ -149,6 +209,8 @@ Tensor Attention::forward_rows(const Tensor& x, const RowSpans& s, const std::ve
   // its solo decode step runs it (the fused append on a device), so a row's result does not depend on the batch.
   if (fused_qkv_ && !qkv_lora_active() && std::all_of(s.len.begin(), s.len.end(), [](int64_t n) { return n == 1; })) {
     const Tensor y = linear(x, qkv_);
+    if (y.device() != Device::CPU && !spec_.q_gate && batched_decode_enabled())
+      return out_proj(decode_rows(y, caches, kv_out));
     for (size_t r = 0; r < s.rows(); ++r)
       heads.push_back(decode_heads(y.slice(0, static_cast<int64_t>(r), static_cast<int64_t>(r) + 1), *caches[r],
                                    kv_out ? &(*kv_out)[r] : nullptr));

@@ -63,6 +63,11 @@ class Attention {
   // One decode token from its stacked q|k|v projection y [1, q+k+v]: on a device the fused norm + RoPE + KV
   // append (qkv_rope_append), else the column slices through update(). Returns the attended heads (pre-o_proj).
   Tensor decode_heads(const Tensor& y, LayerCache& cache, KVView* kv_out) const;
+  // A device step of decode rows only, from the stacked projection y [B, q+k+v]: one batched norm + RoPE +
+  // KV append (when every row's cache takes direct writes, else each row's update()), then one batched decode
+  // attention; per-row launches only where the batched kernels do not apply. Each row's heads are bitwise
+  // its decode_heads() result. Returns [B, heads · head_dim].
+  Tensor decode_rows(const Tensor& y, const std::vector<LayerCache*>& caches, std::vector<KVView>* kv_out) const;
   AttentionSpec spec_;
   Linear q_, k_, v_, o_;
   Weight qkv_;  // on a device: q, k (and v) stacked (one GEMV); q_/k_/v_ are then row views of it

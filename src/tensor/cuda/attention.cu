@@ -154,6 +154,8 @@ __global__ void combine_kernel(const float* __restrict__ part, int splits, int64
   }
 }
 
+}  // namespace
+
 bool decode_attention_off() {  // LATHE_CUDA_DECODE_ATTN=0: the per-head kernel below, for comparisons
   static const bool off = [] {
     const char* e = std::getenv("LATHE_CUDA_DECODE_ATTN");
@@ -161,8 +163,6 @@ bool decode_attention_off() {  // LATHE_CUDA_DECODE_ATTN=0: the per-head kernel 
   }();
   return off;
 }
-
-}  // namespace
 
 void attention(const AttentionArgs& a) {
   if (a.T == 0) return;

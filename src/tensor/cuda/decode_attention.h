@@ -13,4 +13,20 @@ int decode_attention_splits(const AttentionArgs& a);
 // part: splits > 1: [Hq][splits][Dv + 4] floats of partials; unused with one split.
 void decode_attention(const AttentionArgs& a, int splits, float* part);
 
+// One row of a batched decode step: its query [Hq, D], keys/values (row strides from AttentionArgs), context
+// length, query position and key positions (k_pos: device array [S], else linear from k_pos0).
+struct DecodeRow {
+  const void *q = nullptr, *k = nullptr, *v = nullptr;
+  const int64_t* k_pos = nullptr;
+  int64_t S = 0, q_pos0 = 0, k_pos0 = 0;
+};
+// Rows one launch may carry (the split counters are per row and kv head).
+int64_t decode_attention_max_rows(const AttentionArgs& a);
+// All rows in one launch: a carries the shared shape, strides, scale, softcap, window and causality (its q, k,
+// v, S and positions are ignored), rows is a device array [n_rows], out [n_rows, Hq, Dv]; part:
+// [n_rows][Hq][splits][Dv + 4] with splits > 1. Row r's output is bitwise its solo decode_attention's.
+void decode_attention_rows(const AttentionArgs& a, const DecodeRow* rows, int64_t n_rows, int splits, float* part);
+// LATHE_CUDA_DECODE_ATTN=0: decode steps take the per-head kernel (attention.cu), for comparisons.
+bool decode_attention_off();
+
 }  // namespace lathe::cuda

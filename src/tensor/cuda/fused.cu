@@ -41,16 +41,28 @@ __global__ void norm_rope_kernel(const T* __restrict__ x, T* __restrict__ out, i
 
 // Decode step: one block per head of the stacked q|k|v row (q heads, k heads, v heads), one thread per value.
 // q and k heads: optional RMSNorm, then RoPE (as norm_rope_kernel); q goes to q_out, k and v to row
-// row + delta of the caches (delta: the graph replay's shift, as copy_rows).
+// row + delta of the caches (delta: the graph replay's shift, as copy_rows). With `rows` (a batched step),
+// grid y is the row: y, q_out at the row's offset, its cache buffers, row and position from rows[], no delta.
 template <class T>
 __global__ void qkv_rope_append_kernel(const T* __restrict__ y, T* __restrict__ q_out, T* __restrict__ keys,
                                        T* __restrict__ values, int64_t row, int Hq, int Hkv, int D, bool norm,
                                        const float* __restrict__ q_w, const float* __restrict__ k_w, float eps,
                                        bool plus_one, const Freqs f, int half, float scaling, int64_t pos0,
-                                       const int64_t* __restrict__ delta) {
+                                       const int64_t* __restrict__ delta, const AppendRow* __restrict__ rows) {
   __shared__ float buf[1024];
   const int b = blockIdx.x, i = threadIdx.x;
-  const int64_t dl = *delta;
+  int64_t dl = 0;
+  if (rows) {
+    const AppendRow& r = rows[blockIdx.y];
+    y += static_cast<int64_t>(blockIdx.y) * (Hq + 2 * Hkv) * D;
+    q_out += static_cast<int64_t>(blockIdx.y) * Hq * D;
+    keys = static_cast<T*>(r.keys);
+    values = static_cast<T*>(r.values);
+    row = r.row;
+    pos0 = r.pos0;
+  } else {
+    dl = *delta;
+  }
   const T* src = y + static_cast<int64_t>(b) * D;
   if (b >= Hq + Hkv) {  // a v head: copied
     if (i < D) values[((row + dl) * Hkv + (b - Hq - Hkv)) * D + i] = src[i];
@@ -145,8 +157,27 @@ void qkv_rope_append(const void* y, void* q_out, void* keys, void* values, DType
                      qkv_rope_append_kernel<T><<<static_cast<unsigned>(Hq + 2 * Hkv), threads, 0, stream()>>>(
                          static_cast<const T*>(y), static_cast<T*>(q_out), static_cast<T*>(keys),
                          static_cast<T*>(values), row, static_cast<int>(Hq), static_cast<int>(Hkv), static_cast<int>(D),
-                         norm, q_w, k_w, eps, plus_one, f, half, scaling, pos0, step_delta()));
+                         norm, q_w, k_w, eps, plus_one, f, half, scaling, pos0, step_delta(), nullptr));
   check_launch("qkv_rope_append");
+}
+
+void qkv_rope_append_rows(const void* y, void* q_out, const AppendRow* rows, int64_t n_rows, DType t, int64_t Hq,
+                          int64_t Hkv, int64_t D, bool norm, const float* q_w, const float* k_w, float eps,
+                          bool plus_one, const float* inv_freq, int dims, float scaling) {
+  const int half = dims / 2;
+  if (D > 1024 || half > 256 || 2 * half > D)
+    throw Error(ErrorKind::Unsupported, "qkv_rope_append: head above 1024 or rotary dims above 512 on CUDA");
+  if (n_rows == 0) return;
+  Freqs f{};
+  std::memcpy(f.inv_freq, inv_freq, sizeof(float) * static_cast<size_t>(half));
+  const int threads = static_cast<int>((D + 31) / 32 * 32);
+  const dim3 grid(static_cast<unsigned>(Hq + 2 * Hkv), static_cast<unsigned>(n_rows));
+  LATHE_DISPATCH_ACT(t, "qkv_rope_append_rows", T,
+                     qkv_rope_append_kernel<T><<<grid, threads, 0, stream()>>>(
+                         static_cast<const T*>(y), static_cast<T*>(q_out), nullptr, nullptr, 0, static_cast<int>(Hq),
+                         static_cast<int>(Hkv), static_cast<int>(D), norm, q_w, k_w, eps, plus_one, f, half, scaling, 0,
+                         nullptr, rows));
+  check_launch("qkv_rope_append_rows");
 }
 
 void add_rms_norm(void* h, DType ht, const void* b, DType bt, void* out, DType ot, int64_t rows, int64_t D,

@@ -2,6 +2,7 @@
 // lathe_core checks shapes and calls these. Activations and dense weights are F32 or BF16 (`DType`); every
 // kernel accumulates in f32. All work is queued on cuda::stream().
 #pragma once
+#include <cstddef>
 #include <cstdint>
 
 #include "tensor/dtype.h"
@@ -48,6 +49,10 @@ void softcap_inplace(void* x, DType t, int64_t n, float cap);
 void convert(const void* in, DType it, void* out, DType ot, int64_t n);
 // Index of each row's maximum (first on ties) into out[rows] (device).
 void argmax_rows(const void* x, DType t, int64_t rows, int64_t cols, int32_t* out);
+
+// Host → device copy ordered on the stream through pinned staging: returns at once, src free to reuse (the
+// engine thread is the only caller). runtime.cc.
+void upload_async(void* dst, const void* src, size_t bytes);
 
 // Decode-step graphs (graph.cc). Position-dependent kernels add *step_delta() (0 except during a replay).
 constexpr int kMaxStepIds = 8;

@@ -50,6 +50,16 @@ void rms_norm_rope(const void* x, void* out, DType t, int64_t T, int64_t H, int6
 void qkv_rope_append(const void* y, void* q_out, void* keys, void* values, DType t, int64_t row, int64_t Hq,
                      int64_t Hkv, int64_t D, bool norm, const float* q_w, const float* k_w, float eps, bool plus_one,
                      const float* inv_freq, int dims, float scaling, int64_t pos0);
+// The same for a batched decode step of n_rows rows (one launch): y [n_rows, (Hq + 2·Hkv)·D], q_out
+// [n_rows, Hq, D]; rows (device array) names each row's cache buffers, row and position. Row r's results are
+// bitwise what qkv_rope_append gives it alone.
+struct AppendRow {
+  void *keys = nullptr, *values = nullptr;
+  int64_t row = 0, pos0 = 0;
+};
+void qkv_rope_append_rows(const void* y, void* q_out, const AppendRow* rows, int64_t n_rows, DType t, int64_t Hq,
+                          int64_t Hkv, int64_t D, bool norm, const float* q_w, const float* k_w, float eps,
+                          bool plus_one, const float* inv_freq, int dims, float scaling);
 // h += b (h F32 or BF16, b any activation type), then out = RMSNorm(h) of type ot; rows of D.
 void add_rms_norm(void* h, DType ht, const void* b, DType bt, void* out, DType ot, int64_t rows, int64_t D,
                   const float* w, float eps, bool plus_one);

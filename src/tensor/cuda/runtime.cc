@@ -3,6 +3,7 @@
 // decode step that asks for the same shapes as the one before calls cudaMalloc zero times.
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -188,6 +189,32 @@ cublasHandle_t cublas() { return rt().blas; }
 int sm_count() { return rt().sms; }
 // Programmatic dependent launch is a Hopper feature (sm_90+): chosen from the device at run time, so one
 // binary built for sm_80..sm_90 uses it where it exists and plain launches elsewhere.
+void upload_async(void* dst, const void* src, size_t bytes) {
+  // A pinned ring, so the copy is asynchronous and the caller's buffer is free at once. Wrapping waits for the
+  // stream (every copy still in flight read from the ring): with the few KiB a batched layer uploads, once in
+  // thousands of launches.
+  constexpr size_t kRing = size_t{8} << 20;
+  static char* ring = [] {
+    void* p = nullptr;
+    LATHE_CUDA_CHECK(cudaMallocHost(&p, kRing));
+    return static_cast<char*>(p);
+  }();
+  static size_t head = 0;
+  if (bytes == 0) return;
+  if (bytes > kRing) {
+    device_copy(dst, src, bytes, Device::CUDA, Device::CPU);
+    return;
+  }
+  if (head + bytes > kRing) {
+    LATHE_CUDA_CHECK(cudaStreamSynchronize(stream()));
+    head = 0;
+  }
+  char* stage = ring + head;
+  head = (head + bytes + 255) / 256 * 256;
+  std::memcpy(stage, src, bytes);
+  LATHE_CUDA_CHECK(cudaMemcpyAsync(dst, stage, bytes, cudaMemcpyHostToDevice, stream()));
+}
+
 bool pdl_enabled() {
   static const bool on = [] {
     const char* e = std::getenv("LATHE_CUDA_PDL");

@@ -1,0 +1,104 @@
+// Device dispatch of the batched decode attention (ops_extra.h attention_decode_rows): per-row checks, the
+// row table and ring positions in one upload, one launch of tensor/cuda/decode_attention.cu for all rows.
+#ifdef LATHE_HAVE_CUDA
+#include <cstring>
+
+#include "common/error.h"
+#include "tensor/cuda/decode_attention.h"
+#include "tensor/cuda/kernels_models.h"
+#include "tensor/ops_cuda.h"
+#include "tensor/ops_cuda_check.h"
+#include "tensor/ops_extra.h"
+
+namespace lathe::gpu {
+
+Tensor attention_decode_rows(const std::vector<DecodeKV>& rows, const AttentionParams& p) {
+  // Not inside a graph capture: the row table is uploaded from reused host staging.
+  if (rows.empty() || cuda::decode_attention_off() || cuda::capturing()) return Tensor();
+  const size_t B = rows.size();
+  std::vector<Tensor> keep;  // dequantized K/V of quantized rows, alive until the launch is queued
+  std::vector<cuda::DecodeRow> host(B);
+  std::vector<int64_t> positions;
+  std::vector<int64_t> pos_at(B, -1);
+  cuda::AttentionArgs a;
+  for (size_t r = 0; r < B; ++r) {
+    const DecodeKV& row = rows[r];
+    const Tensor& q = row.q;
+    if (q.device() != Device::CUDA || q.dtype() != DType::BF16 || q.ndim() != 3 || q.dim(0) != 1 || !q.is_contiguous())
+      return Tensor();
+    Tensor k = row.k, v = row.v;
+    if (row.quantized) {  // as attention_quantized: the whole cache dequantized to q's type
+      if (row.kv_heads <= 0) return Tensor();
+      const int64_t S = row.qk.rows() / row.kv_heads;
+      k = Tensor::empty({S, row.kv_heads, row.qk.cols()}, q.dtype(), Device::CUDA);
+      v = Tensor::empty({S, row.kv_heads, row.qv.cols()}, q.dtype(), Device::CUDA);
+      cuda::dequantize_any(view(row.qk), k.raw(), q.dtype());
+      cuda::dequantize_any(view(row.qv), v.raw(), q.dtype());
+      keep.push_back(k);
+      keep.push_back(v);
+    }
+    if (k.device() != Device::CUDA || v.device() != Device::CUDA || k.dtype() != q.dtype() || v.dtype() != q.dtype() ||
+        k.ndim() != 3 || v.ndim() != 3 || k.stride(2) != 1 || v.stride(2) != 1 || k.dim(0) != v.dim(0) ||
+        k.dim(1) != v.dim(1) || k.dim(2) != q.dim(2) || k.dim(0) == 0)
+      return Tensor();
+    if (row.k_pos && static_cast<int64_t>(row.k_pos->size()) != k.dim(0)) return Tensor();
+    cuda::AttentionArgs ai;
+    ai.q = q.raw();
+    ai.k = k.raw();
+    ai.v = v.raw();
+    ai.t = q.dtype();
+    ai.T = 1;
+    ai.Hq = q.dim(1);
+    ai.D = q.dim(2);
+    ai.S = k.dim(0);
+    ai.Hkv = k.dim(1);
+    ai.Dv = v.dim(2);
+    ai.q_s0 = q.stride(0);
+    ai.q_s1 = q.stride(1);
+    ai.k_s0 = k.stride(0);
+    ai.k_s1 = k.stride(1);
+    ai.v_s0 = v.stride(0);
+    ai.v_s1 = v.stride(1);
+    ai.scale = p.scale;
+    ai.softcap = p.softcap;
+    ai.window = p.window;
+    ai.causal = p.causal;
+    if (!cuda::decode_attention_applies(ai)) return Tensor();
+    if (r == 0) {
+      a = ai;
+    } else if (ai.Hq != a.Hq || ai.D != a.D || ai.Hkv != a.Hkv || ai.Dv != a.Dv || ai.k_s0 != a.k_s0 ||
+               ai.k_s1 != a.k_s1 || ai.v_s0 != a.v_s0 || ai.v_s1 != a.v_s1 || ai.q_s1 != a.q_s1) {
+      return Tensor();
+    }
+    host[r] = {q.raw(), k.raw(), v.raw(), nullptr, ai.S, row.q_pos0, row.k_pos0};
+    if (row.k_pos) {
+      pos_at[r] = static_cast<int64_t>(positions.size());
+      positions.insert(positions.end(), row.k_pos->begin(), row.k_pos->end());
+    }
+  }
+  if (static_cast<int64_t>(B) > cuda::decode_attention_max_rows(a)) return Tensor();
+  // One upload: the row table, then the ring rows' key positions.
+  const size_t table = B * sizeof(cuda::DecodeRow), bytes = table + positions.size() * sizeof(int64_t);
+  Tensor dev = Tensor::empty({static_cast<int64_t>(bytes)}, DType::U8, Device::CUDA);
+  char* base = static_cast<char*>(dev.raw());
+  for (size_t r = 0; r < B; ++r)
+    if (pos_at[r] >= 0) host[r].k_pos = reinterpret_cast<const int64_t*>(base + table) + pos_at[r];
+  std::vector<char> blob(bytes);
+  std::memcpy(blob.data(), host.data(), table);
+  if (!positions.empty()) std::memcpy(blob.data() + table, positions.data(), positions.size() * sizeof(int64_t));
+  cuda::upload_async(base, blob.data(), bytes);
+  const int splits = cuda::decode_attention_splits(a);
+  const int64_t n = static_cast<int64_t>(B);
+  Tensor part;
+  if (splits > 1) part = Tensor::empty({n * a.Hq * splits * (a.Dv + 4)}, DType::F32, Device::CUDA);
+  Tensor out = Tensor::empty({n, a.Hq, a.Dv}, a.t, Device::CUDA);
+  a.out = out.raw();
+  a.delta = nullptr;
+  a.k_pos = nullptr;
+  cuda::decode_attention_rows(a, reinterpret_cast<const cuda::DecodeRow*>(base), n, splits,
+                              splits > 1 ? part.data<float>() : nullptr);
+  return out;
+}
+
+}  // namespace lathe::gpu
+#endif

@@ -1,0 +1,166 @@
+// The batched decode kernels (one launch per layer for all rows) against their per-row forms, bitwise: the
+// q/k norm + RoPE + KV append, the decode attention over bf16, ring (explicit positions, sliding window) and
+// quantized caches, and whole models stepping several sequences at once against each sequence alone. Bitwise
+// is the contract: batched greedy must equal solo greedy.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include "cuda/cuda_test_util.h"
+#include "model/model.h"
+#include "support/fixtures.h"
+#include "tensor/ops.h"
+#include "tensor/ops_extra.h"
+
+namespace lathe {
+namespace {
+using namespace testing_cuda;
+
+Tensor dev_bf16(const std::vector<float>& v, const Shape& shape) {
+  return Tensor::from_floats(v, shape).to(DType::BF16).to(Device::CUDA);
+}
+
+struct Row {
+  int64_t S;
+  bool ring = false;       // explicit, shuffled key positions
+  bool quantized = false;  // 8-bit KV triples
+};
+
+void check_rows(int64_t Hq, int64_t Hkv, int64_t D, int64_t window, float softcap, const std::vector<Row>& spec) {
+  AttentionParams p;
+  p.scale = 1.0f / std::sqrt(static_cast<float>(D));
+  p.softcap = softcap;
+  p.window = window;
+  std::vector<DecodeKV> rows;
+  std::vector<std::vector<int64_t>> positions(spec.size());
+  std::vector<std::vector<float>> solo;
+  uint32_t seed = 100;
+  for (size_t r = 0; r < spec.size(); ++r) {
+    const Row& c = spec[r];
+    DecodeKV d;
+    d.q = dev_bf16(random_floats(static_cast<size_t>(Hq * D), seed++, -2.f, 2.f), {1, Hq, D});
+    // Keys/values as a view into a larger buffer, as the KV cache passes them.
+    const Tensor kb = dev_bf16(random_floats(static_cast<size_t>((c.S + 7) * Hkv * D), seed++), {c.S + 7, Hkv, D});
+    const Tensor vb = dev_bf16(random_floats(static_cast<size_t>((c.S + 7) * Hkv * D), seed++), {c.S + 7, Hkv, D});
+    d.q_pos0 = c.S - 1 + static_cast<int64_t>(r);
+    d.k_pos0 = static_cast<int64_t>(r);
+    AttentionParams pr = p;
+    pr.q_pos0 = d.q_pos0;
+    pr.k_pos0 = d.k_pos0;
+    if (c.ring) {
+      for (int64_t s = 0; s < c.S; ++s) positions[r].push_back(d.k_pos0 + (s * 7 + 3) % c.S);
+      d.k_pos = &positions[r];
+      pr.k_pos = d.k_pos;
+    }
+    if (c.quantized) {
+      d.quantized = true;
+      d.kv_heads = Hkv;
+      d.qk = quantize_kv(kb.slice(0, 0, c.S).contiguous().reshape({c.S * Hkv, D}), 8, 64);
+      d.qv = quantize_kv(vb.slice(0, 0, c.S).contiguous().reshape({c.S * Hkv, D}), 8, 64);
+      solo.push_back(attention_quantized(d.q, d.qk, d.qv, Hkv, pr).to_floats());
+    } else {
+      d.k = kb.slice(0, 0, c.S);
+      d.v = vb.slice(0, 0, c.S);
+      solo.push_back(attention(d.q, d.k, d.v, pr).to_floats());
+    }
+    rows.push_back(d);
+  }
+  const Tensor out = attention_decode_rows(rows, p);
+  ASSERT_TRUE(out.defined()) << "the batched kernel declined these rows";
+  ASSERT_EQ(out.dim(0), static_cast<int64_t>(rows.size()));
+  for (size_t r = 0; r < rows.size(); ++r) {
+    const std::vector<float> got = out.slice(0, static_cast<int64_t>(r), static_cast<int64_t>(r) + 1).to_floats();
+    EXPECT_EQ(got, solo[r]) << "row " << r << " (S " << spec[r].S << ") differs from its solo launch";
+  }
+}
+
+TEST(CudaDecodeRows, AttentionEqualsSoloBitwise) {
+  LATHE_REQUIRE_GPU();
+  // Qwen3-4B's heads (GQA 4): contexts from one key to several splits' worth, mixed kinds in one launch.
+  check_rows(32, 8, 128, 0, 0.f, {{1}, {17}, {300}, {2500}, {64, false, true}, {129}});
+  // Sliding window over a ring's explicit positions and over linear ones, softcap, GQA 8, head 256.
+  check_rows(16, 2, 64, 40, 30.f, {{100, true}, {33}, {100}, {9, true}, {90, true, true}});
+  check_rows(8, 1, 256, 512, 0.f, {{700}, {1}, {600, true}});
+}
+
+TEST(CudaDecodeRows, QkvRopeAppendEqualsSoloBitwise) {
+  LATHE_REQUIRE_GPU();
+  const int64_t Hq = 8, Hkv = 2, D = 128, cap = 9, B = 3;
+  RopeTable rope;
+  rope.dims = 96;  // partial rotation
+  for (int i = 0; i < 48; ++i) rope.inv_freq.push_back(std::pow(10000.f, -static_cast<float>(2 * i) / 96.f));
+  for (bool norm : {false, true}) {
+    const QkvStep st{Hq,
+                     Hkv,
+                     D,
+                     norm,
+                     Tensor::from_floats(random_floats(static_cast<size_t>(D), 22), {D}).to(Device::CUDA),
+                     Tensor::from_floats(random_floats(static_cast<size_t>(D), 23), {D}).to(Device::CUDA)};
+    const Tensor y =
+        dev_bf16(random_floats(static_cast<size_t>(B * (Hq + 2 * Hkv) * D), 21, -3.f, 3.f), {B, (Hq + 2 * Hkv) * D});
+    std::vector<Tensor> kb, vb, ks, vs;
+    std::vector<AppendSlot> slots;
+    for (int64_t r = 0; r < B; ++r) {
+      kb.push_back(Tensor::zeros({cap, Hkv, D}, DType::BF16, Device::CUDA));
+      vb.push_back(Tensor::zeros({cap, Hkv, D}, DType::BF16, Device::CUDA));
+      ks.push_back(Tensor::zeros({cap, Hkv, D}, DType::BF16, Device::CUDA));
+      vs.push_back(Tensor::zeros({cap, Hkv, D}, DType::BF16, Device::CUDA));
+    }
+    for (int64_t r = 0; r < B; ++r) slots.push_back({&kb[r], &vb[r], 2 * r, 1000 + 37 * r});
+    const Tensor q = qkv_rope_append_rows(y, st, rope, slots);
+    ASSERT_TRUE(q.defined());
+    for (int64_t r = 0; r < B; ++r) {
+      const Tensor yr = y.slice(0, r, r + 1).contiguous();
+      const Tensor qs =
+          qkv_rope_append(yr, st, rope, 1000 + 37 * r, ks[static_cast<size_t>(r)], vs[static_cast<size_t>(r)], 2 * r);
+      EXPECT_EQ(q.slice(0, r, r + 1).to_floats(), qs.to_floats()) << "norm " << norm << " row " << r;
+      EXPECT_EQ(kb[static_cast<size_t>(r)].to_floats(), ks[static_cast<size_t>(r)].to_floats());
+      EXPECT_EQ(vb[static_cast<size_t>(r)].to_floats(), vs[static_cast<size_t>(r)].to_floats());
+    }
+  }
+}
+
+// Four sequences of different lengths decode together; every step's logits equal each one's solo step.
+void check_model(const std::string& name, const CacheOptions& kv) {
+  const test::Reference ref = test::load_reference(name);
+  auto model = load_model(test::model_dir(name), LoadOptions{Device::CUDA, DType::BF16});
+  const std::vector<std::vector<int32_t>> prompts = {ref.prompts.at("chat"), ref.prompts.at("long"),
+                                                     ref.prompts.at("one"), ref.prompts.at("chat_greedy")};
+  std::vector<CacheList> solo, batched;
+  std::vector<int32_t> next;
+  for (const auto& p : prompts) {
+    solo.push_back(model->make_cache(kv));
+    batched.push_back(model->make_cache(kv));
+    const Tensor l = model->forward(p, solo.back(), false);
+    model->forward(p, batched.back(), false);
+    const std::vector<float> f = l.to_floats();
+    next.push_back(static_cast<int32_t>(std::max_element(f.begin(), f.end()) - f.begin()));
+  }
+  for (int step = 0; step < 6; ++step) {
+    Batch batch;
+    for (size_t s = 0; s < prompts.size(); ++s) batch.rows.push_back({{next[s]}, &batched[s], true, -1});
+    const std::vector<float> all = model->forward(batch).to_floats();
+    const size_t V = all.size() / prompts.size();
+    for (size_t s = 0; s < prompts.size(); ++s) {
+      const std::vector<float> want = model->forward({next[s]}, solo[s], false).to_floats();
+      const std::vector<float> got(all.begin() + static_cast<std::ptrdiff_t>(s * V),
+                                   all.begin() + static_cast<std::ptrdiff_t>((s + 1) * V));
+      ASSERT_EQ(got, want) << name << " kv_bits " << kv.kv_bits << " step " << step << " sequence " << s;
+      next[s] = static_cast<int32_t>(std::max_element(want.begin(), want.end()) - want.begin());
+    }
+  }
+}
+
+TEST(CudaDecodeRows, ModelStepsEqualSoloBitwise) {
+  LATHE_REQUIRE_GPU();
+  const bool was = batched_decode_enabled();
+  set_batched_decode_enabled(true);
+  check_model("qwen3-q4g64", {});
+  check_model("qwen3-q4g64", {8, 64});
+  check_model("gemma3-q4g64", {});  // sliding-window layers: ring caches
+  check_model("llama-q4g64", {4, 32});
+  set_batched_decode_enabled(was);
+}
+
+}  // namespace
+}  // namespace lathe
