@@ -11,7 +11,9 @@ import { fileURLToPath } from 'node:url';
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const binary = process.argv[2] ?? path.join(root, 'build/lathe');
 const seconds = Number(process.argv[3] ?? 60);
-const IDLE = 1000, SLOW = 64, SLOW_READERS = 64, STREAMS = 64;
+const count = (name, d) => Number(process.env[name] ?? d);
+const IDLE = count('IDLE', 1000), SLOW = count('SLOWLORIS', 64), SLOW_READERS = count('SLOW_READERS', 64);
+const STREAMS = count('STREAMS', 64), WARMUP = count('WARMUP', 10);
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 const rss = (pid) => Number(/VmRSS:\s+(\d+)/.exec(fs.readFileSync(`/proc/${pid}/status`, 'utf8'))[1]) * 1024;
 
@@ -31,8 +33,23 @@ const port = await new Promise((resolve, reject) => {
 });
 const base = `http://127.0.0.1:${port}`;
 await sleep(500);
-const rssBaseline = rss(proc.pid);
+const rssCold = rss(proc.pid);
 let stop = false;
+
+// Warm-up: as many concurrent streams as the load runs, for WARMUP seconds, so that the engine's KV pool and
+// the allocator's arenas reach their working size before the baseline is taken (they are kept, not leaked).
+const streamBody = (maxTokens) =>
+  JSON.stringify({ model: 'demo', messages: [{ role: 'user', content: 'hello world' }], max_tokens: maxTokens, stream: true });
+async function warm(until) {
+  while (Date.now() < until) {
+    const r = await fetch(`${base}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: streamBody(512) });
+    await r.text();
+  }
+}
+const warmUntil = Date.now() + WARMUP * 1000;
+await Promise.all(Array.from({ length: STREAMS + SLOW_READERS }, () => warm(warmUntil)));
+await sleep(3000);
+const rssBaseline = rss(proc.pid);
 
 // Idle: connect and send nothing; reconnect when the server closes the connection (its read timeout).
 const sockets = new Set();
@@ -97,6 +114,7 @@ for (let i = 0; i < SLOW_READERS; ++i) slowReader();
 
 // Normal: streamed chat completions back to back.
 let completed = 0, failed = 0;
+const failures = {};
 async function streamer() {
   while (!stop) {
     try {
@@ -107,9 +125,15 @@ async function streamer() {
       });
       const text = await r.text();
       if (r.status === 200 && text.includes('[DONE]')) ++completed;
-      else ++failed;
-    } catch {
+      else {
+        ++failed;
+        const why = `${r.status} ${text.slice(-120)}`;
+        failures[why] = (failures[why] ?? 0) + 1;
+      }
+    } catch (e) {
       ++failed;
+      const why = String(e.cause?.code ?? e.cause ?? e);
+      failures[why] = (failures[why] ?? 0) + 1;
     }
   }
 }
@@ -145,8 +169,8 @@ console.log(
     {
       seconds, idle: IDLE, slowloris: SLOW, slow_readers: SLOW_READERS, streams: STREAMS, slow_reads_ended: slowReads,
       health: { probes: latencies.length, failures: healthFailures, p50_ms: pct(0.5), p99_ms: pct(0.99), max_ms: latencies[latencies.length - 1].toFixed(1) },
-      streams_completed: completed, streams_failed: failed,
-      rss_mb: { baseline: (rssBaseline / 2 ** 20).toFixed(1), peak: (rssPeak / 2 ** 20).toFixed(1), after: (rssAfter / 2 ** 20).toFixed(1) },
+      streams_completed: completed, streams_failed: failed, failures,
+      rss_mb: { cold: (rssCold / 2 ** 20).toFixed(1), baseline: (rssBaseline / 2 ** 20).toFixed(1), peak: (rssPeak / 2 ** 20).toFixed(1), after: (rssAfter / 2 ** 20).toFixed(1) },
     },
     null,
     1,

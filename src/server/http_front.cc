@@ -148,7 +148,11 @@ std::string head(const httplib::Response& res, int status, bool keep_alive, std:
     h += "Transfer-Encoding: chunked\r\n";
   else if (length && status >= 200 && status != 204 && status != 304)
     h += "Content-Length: " + std::to_string(*length) + "\r\n";
-  h += keep_alive ? "Connection: keep-alive\r\n" : "Connection: close\r\n";
+  // The idle timeout is announced so that clients (undici, requests) retire a connection before the server closes
+  // it, instead of sending a request into the close.
+  h += keep_alive ? "Connection: keep-alive\r\nKeep-Alive: timeout=" + std::to_string(limits::kKeepAliveIdleSec) +
+                        ", max=" + std::to_string(limits::kKeepAliveMaxRequests) + "\r\n"
+                  : "Connection: close\r\n";
   h += "\r\n";
   return h;
 }
