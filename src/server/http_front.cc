@@ -339,6 +339,11 @@ struct HttpFront::Impl::Session : std::enable_shared_from_this<Session> {
   }
 
   void dispatch() {
+    if (front.hooks.run_inline && front.hooks.run_inline(*req)) {
+      front.hooks.handle(*req, *res);
+      if (res->status <= 0) res->status = 200;
+      return write_fixed(keep_alive());
+    }
     busy = true;
     const bool queued = front.pool.try_submit([self = shared_from_this()] { self->work(); });
     if (!queued) {

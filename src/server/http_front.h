@@ -20,7 +20,10 @@ struct FrontHooks {
   // Runs on the I/O thread once the headers are read and before the body is: true when res is the whole answer
   // (a refusal or a CORS preflight). A refusal that sets "Connection: close" has the body drained first.
   std::function<bool(const httplib::Request&, httplib::Response&)> pre_route;
-  // Runs on a worker with the body in req.body.
+  // True for a request answered on the I/O thread itself: only trivial routes that never block (/health), so
+  // that they answer at once even when every worker is taken.
+  std::function<bool(const httplib::Request&)> run_inline;
+  // Runs on a worker (or inline, see above) with the body in req.body.
   std::function<void(const httplib::Request&, httplib::Response&)> handle;
   // Fills res with the error body for an answer the front makes itself (400, 431, 503).
   std::function<void(const httplib::Request&, httplib::Response&, int status, const std::string& message)> error;

@@ -164,6 +164,9 @@ HttpServer::HttpServer(ServerContext& ctx) : ctx_(ctx) {
   hooks.handle = [routes, ctx = &ctx_, max_body](const httplib::Request& req, httplib::Response& res) {
     dispatch(*ctx, *routes, max_body, req, res);
   };
+  hooks.run_inline = [](const httplib::Request& req) {
+    return req.path == "/health" && (req.method == "GET" || req.method == "HEAD");
+  };
   // Errors the front answers itself (bad request line, headers too large, busy) still get a JSON body.
   hooks.error = [](const httplib::Request& req, httplib::Response& res, int status, const std::string& message) {
     write_error(res, ApiError(status, message), surface_of(req.path));
