@@ -164,6 +164,7 @@ struct HttpFront::Impl {
   FrontHooks hooks;
   asio::io_context ioc{1};
   tcp::acceptor acceptor{ioc};
+  asio::steady_timer accept_pause{ioc};  // out of descriptors: accept again after a pause, not in a spin
   std::optional<asio::executor_work_guard<asio::io_context::executor_type>> guard;
   WorkerPool pool;
   bool stopping = false;  // I/O thread only
@@ -456,8 +457,15 @@ void HttpFront::Impl::accept() {
       auto s = std::make_shared<Session>(*this, std::move(socket));
       sessions.insert(s.get());
       s->next_request();
-    } else if (ec == asio::error::no_descriptors) {
-      log::warn("accept: out of file descriptors");
+    } else if (ec == asio::error::no_descriptors || ec == asio::error::no_buffer_space ||
+               ec == asio::error::no_memory) {
+      // The pending connections wait in the backlog until descriptors are free again (see ulimit -n).
+      log::warn("accept: " + ec.message() + "; pausing 100 ms");
+      accept_pause.expires_after(std::chrono::milliseconds(100));
+      accept_pause.async_wait([this](beast::error_code e) {
+        if (!e && !stopping) accept();
+      });
+      return;
     }
     accept();
   });
@@ -501,6 +509,7 @@ void HttpFront::stop() {
     f.stopping = true;
     beast::error_code ec;
     f.acceptor.close(ec);
+    f.accept_pause.cancel();
     // Copy: a session that closes removes itself from the set.
     std::vector<std::shared_ptr<Impl::Session>> all;
     for (Impl::Session* s : f.sessions) all.push_back(s->shared_from_this());
