@@ -78,11 +78,12 @@ int hex_digit(char c) {
   return -1;
 }
 
-std::string url_decode(std::string_view s) {
+// %XX escapes; '+' is a space only in a query (in a path it is itself: stacked adapter ids use it).
+std::string url_decode(std::string_view s, bool plus_is_space = true) {
   std::string out;
   out.reserve(s.size());
   for (size_t i = 0; i < s.size(); ++i) {
-    if (s[i] == '+') {
+    if (s[i] == '+' && plus_is_space) {
       out += ' ';
     } else if (s[i] == '%' && i + 2 < s.size() && hex_digit(s[i + 1]) >= 0 && hex_digit(s[i + 2]) >= 0) {
       out += static_cast<char>(hex_digit(s[i + 1]) * 16 + hex_digit(s[i + 2]));
@@ -265,7 +266,7 @@ struct HttpFront::Impl::Session : std::enable_shared_from_this<Session> {
     req->target = std::string(msg.target());
     req->version = msg.version() == 10 ? "HTTP/1.0" : "HTTP/1.1";
     const size_t q = req->target.find('?');
-    req->path = url_decode(std::string_view(req->target).substr(0, q));
+    req->path = url_decode(std::string_view(req->target).substr(0, q), false);
     if (q != std::string::npos) parse_query(std::string_view(req->target).substr(q + 1), req->params);
     for (const auto& f : msg) req->headers.emplace(std::string(f.name_string()), std::string(f.value()));
     req->remote_addr = remote_addr;
