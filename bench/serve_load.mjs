@@ -1,6 +1,6 @@
 // Serving under hostile load (issue #12's load criterion): `lathe serve` on loopback with 1,000 idle
-// connections, 64 slow clients (a request byte per second) and 64 normal streaming clients for DURATION
-// seconds, while /health is probed every 100 ms. Reports /health latency (max, p99), completed streams, and
+// connections, 64 slowloris clients (a request byte per second), 64 slow readers (streams read a little every
+// second) and 64 normal streaming clients for DURATION seconds, while /health is probed every 100 ms. Reports /health latency (max, p99), completed streams, and
 // resident memory before, during and after. Usage: node bench/serve_load.mjs [lathe-binary] [seconds]
 import { spawn } from 'node:child_process';
 import fs from 'node:fs';
@@ -11,7 +11,9 @@ import { fileURLToPath } from 'node:url';
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const binary = process.argv[2] ?? path.join(root, 'build/lathe');
 const seconds = Number(process.argv[3] ?? 60);
-const IDLE = 1000, SLOW = 64, STREAMS = 64;
+const count = (name, d) => Number(process.env[name] ?? d);
+const IDLE = count('IDLE', 1000), SLOW = count('SLOWLORIS', 64), SLOW_READERS = count('SLOW_READERS', 64);
+const STREAMS = count('STREAMS', 64), WARMUP = count('WARMUP', 10);
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 const rss = (pid) => Number(/VmRSS:\s+(\d+)/.exec(fs.readFileSync(`/proc/${pid}/status`, 'utf8'))[1]) * 1024;
 
@@ -31,8 +33,23 @@ const port = await new Promise((resolve, reject) => {
 });
 const base = `http://127.0.0.1:${port}`;
 await sleep(500);
-const rssBaseline = rss(proc.pid);
+const rssCold = rss(proc.pid);
 let stop = false;
+
+// Warm-up: as many concurrent streams as the load runs, for WARMUP seconds, so that the engine's KV pool and
+// the allocator's arenas reach their working size before the baseline is taken (they are kept, not leaked).
+const streamBody = (maxTokens) =>
+  JSON.stringify({ model: 'demo', messages: [{ role: 'user', content: 'hello world' }], max_tokens: maxTokens, stream: true });
+async function warm(until) {
+  while (Date.now() < until) {
+    const r = await fetch(`${base}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: streamBody(512) });
+    await r.text();
+  }
+}
+const warmUntil = Date.now() + WARMUP * 1000;
+await Promise.all(Array.from({ length: STREAMS + SLOW_READERS }, () => warm(warmUntil)));
+await sleep(3000);
+const rssBaseline = rss(proc.pid);
 
 // Idle: connect and send nothing; reconnect when the server closes the connection (its read timeout).
 const sockets = new Set();
@@ -65,8 +82,39 @@ function slow() {
 }
 for (let i = 0; i < SLOW; ++i) slow();
 
+// Slow readers: a long streamed completion, read in short bursts once a second (the socket is paused between),
+// one after another.
+const slowReadBody = JSON.stringify({
+  model: 'demo', messages: [{ role: 'user', content: 'hello world' }], max_tokens: 512, stream: true,
+});
+let slowReads = 0;
+function slowReader() {
+  if (stop) return;
+  const s = net.connect(port, '127.0.0.1');
+  sockets.add(s);
+  s.on('connect', () => {
+    s.write(`POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n` +
+      `Content-Length: ${Buffer.byteLength(slowReadBody)}\r\nConnection: close\r\n\r\n${slowReadBody}`);
+    s.pause();
+  });
+  const t = setInterval(() => {
+    s.resume();
+    setTimeout(() => s.pause(), 5);
+  }, 1000);
+  s.on('data', () => {});
+  s.on('error', () => {});
+  s.on('close', () => {
+    clearInterval(t);
+    sockets.delete(s);
+    ++slowReads;
+    setTimeout(slowReader, 100);
+  });
+}
+for (let i = 0; i < SLOW_READERS; ++i) slowReader();
+
 // Normal: streamed chat completions back to back.
 let completed = 0, failed = 0;
+const failures = {};
 async function streamer() {
   while (!stop) {
     try {
@@ -77,9 +125,15 @@ async function streamer() {
       });
       const text = await r.text();
       if (r.status === 200 && text.includes('[DONE]')) ++completed;
-      else ++failed;
-    } catch {
+      else {
+        ++failed;
+        const why = `${r.status} ${text.slice(-120)}`;
+        failures[why] = (failures[why] ?? 0) + 1;
+      }
+    } catch (e) {
       ++failed;
+      const why = String(e.cause?.code ?? e.cause ?? e);
+      failures[why] = (failures[why] ?? 0) + 1;
     }
   }
 }
@@ -113,10 +167,10 @@ const pct = (p) => latencies[Math.min(latencies.length - 1, Math.floor(latencies
 console.log(
   JSON.stringify(
     {
-      seconds, idle: IDLE, slow: SLOW, streams: STREAMS,
+      seconds, idle: IDLE, slowloris: SLOW, slow_readers: SLOW_READERS, streams: STREAMS, slow_reads_ended: slowReads,
       health: { probes: latencies.length, failures: healthFailures, p50_ms: pct(0.5), p99_ms: pct(0.99), max_ms: latencies[latencies.length - 1].toFixed(1) },
-      streams_completed: completed, streams_failed: failed,
-      rss_mb: { baseline: (rssBaseline / 2 ** 20).toFixed(1), peak: (rssPeak / 2 ** 20).toFixed(1), after: (rssAfter / 2 ** 20).toFixed(1) },
+      streams_completed: completed, streams_failed: failed, failures,
+      rss_mb: { cold: (rssCold / 2 ** 20).toFixed(1), baseline: (rssBaseline / 2 ** 20).toFixed(1), peak: (rssPeak / 2 ** 20).toFixed(1), after: (rssAfter / 2 ** 20).toFixed(1) },
     },
     null,
     1,

@@ -3,7 +3,7 @@
 set -euo pipefail
 PKGS=(build-essential cmake pkg-config git nlohmann-json3-dev libcli11-dev libpcre2-dev libicu-dev zlib1g-dev
       libgtest-dev libgmock-dev libbenchmark-dev clang-format xz-utils
-      libcpp-httplib-dev libssl-dev libbrotli-dev libxxhash-dev libsqlite3-dev
+      libcpp-httplib-dev libboost-dev libssl-dev libbrotli-dev libxxhash-dev libsqlite3-dev
       chromium clang libclang-rt-14-dev)  # chromium: the CORS e2e test; clang + libFuzzer: tests/fuzz
 missing=()
 # node + npm: the server's end-to-end tests drive it with the official SDKs (tests/e2e/node). Judged by the

@@ -233,8 +233,9 @@ Verb add_serve(CLI::App& app) {
   cmd->add_option("--cors-origin", f->server.cors.origins,
                   "browser origin allowed besides loopback ones (repeatable; * = any)");
   cmd->add_option("--api-key-file", f->api_key_file, "read the API key from this file (trailing newline ignored)");
-  cmd->add_option("--http-threads", f->server.http_threads,
-                  "connection threads: every open connection (idle keep-alive too) holds one")
+  cmd->add_option(
+         "--http-threads", f->server.http_threads,
+         "worker threads: each runs one fully read request (a stream for its length); idle connections hold none")
       ->capture_default_str()
       ->check(CLI::Range(16, 8192));
   cmd->add_option("--shutdown-timeout", f->server.shutdown_timeout_s,

@@ -28,7 +28,10 @@ inline constexpr size_t kLogitBiasMaxEntries = 1024;  // OpenAI documents 300; c
 inline constexpr size_t kStopSequencesMax = 16;
 
 // --- HTTP ---
-inline constexpr int kHeaderReadTimeoutSec = 10;  // longest silence while a request is being read
+inline constexpr int kHeaderReadTimeoutSec = 10;             // a new connection's first byte, and then its whole header
+inline constexpr size_t kHeaderMaxBytes = size_t{64} << 10;  // request line + headers (431 above)
+inline constexpr int kBodyReadTimeoutSec = 60;               // the whole body, once the header is in
+inline constexpr int kWriteStallTimeoutSec = 30;  // a response write that sends nothing this long ends the connection
 inline constexpr size_t kKeepAliveMaxRequests = 1000;
 inline constexpr int kKeepAliveIdleSec = 3;  // an idle keep-alive connection is closed after this (and at shutdown)
 inline constexpr int kShutdownTimeoutSecDefault = 10;

@@ -33,9 +33,17 @@ bool peer_matches(int fd, const std::string& addr, int port) {
   return p == port && addr == host;
 }
 
+thread_local int t_connection_fd = -1;
+
 }  // namespace
 
+void set_current_connection_fd(int fd) { t_connection_fd = fd; }
+
 ConnectionWatch::ConnectionWatch(const std::string& remote_addr, int remote_port) {
+  if (t_connection_fd >= 0 && peer_matches(t_connection_fd, remote_addr, remote_port)) {
+    fd_ = t_connection_fd;
+    return;
+  }
   DIR* dir = opendir("/proc/self/fd");
   if (!dir) return;
   while (dirent* e = readdir(dir)) {
@@ -60,19 +68,6 @@ bool ConnectionWatch::closed() {
   char c;
   // Readable: either the next pipelined request (data) or an orderly close (0 bytes).
   return recv(fd_, &c, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
-}
-
-void ConnectionWatch::drain(size_t max_bytes, int idle_ms) {
-  if (fd_ < 0) return;
-  char buf[16384];
-  size_t total = 0;
-  while (total < max_bytes) {
-    pollfd p{fd_, POLLIN, 0};
-    if (poll(&p, 1, idle_ms) <= 0) return;
-    const ssize_t n = recv(fd_, buf, sizeof buf, MSG_DONTWAIT);
-    if (n <= 0) return;
-    total += static_cast<size_t>(n);
-  }
 }
 
 }  // namespace lathe::server

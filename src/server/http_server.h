@@ -1,5 +1,6 @@
-// The HTTP front: cpp-httplib with a worker pool sized to the queue, API-key checks, body-size limit, one
-// error shape per surface, 404 vs 405, request logging and the per-route request counter.
+// The HTTP server: the event-driven front (http_front.h) with a worker pool sized to the queue, API-key checks,
+// body-size and coding checks before a body is read, one error shape per surface, 404 vs 405, request logging
+// and the per-route request counter. Routes are written against cpp-httplib's Request and Response structs.
 #pragma once
 #include <functional>
 #include <memory>
@@ -12,7 +13,6 @@
 #include "server/server_context.h"
 
 namespace httplib {
-class Server;
 struct Request;
 struct Response;
 }  // namespace httplib
@@ -48,20 +48,23 @@ const std::string& current_request_id();
 // The JSON text of a response body; invalid UTF-8 (never expected) is replaced rather than thrown on.
 std::string dump_json(const nlohmann::ordered_json& j);
 
+class HttpFront;
+
 class HttpServer {
  public:
   explicit HttpServer(ServerContext& ctx);
   ~HttpServer();
   // Binds the configured host and port (0 = any free port); returns the port. Throws Error(Io) on failure.
   int bind();
-  // Serves until stop() (from another thread or a signal handler's helper thread).
+  // Serves until stop() (from another thread or a signal handler's helper thread); returns once the requests
+  // in flight have been answered.
   void run();
+  // Stops accepting and closes idle connections; requests in flight finish (generations: see serve.cc).
   void stop();
 
  private:
-  void install_routes();
   ServerContext& ctx_;
-  std::unique_ptr<httplib::Server> http_;
+  std::unique_ptr<HttpFront> front_;
 };
 
 }  // namespace lathe::server
