@@ -23,5 +23,6 @@ Verb add_cache(CLI::App& app);
 Verb add_job_run(CLI::App& app);
 Verb add_jobs(CLI::App& app);
 Verb add_quantize(CLI::App& app);
+Verb add_train(CLI::App& app);
 
 }  // namespace lathe::cli
