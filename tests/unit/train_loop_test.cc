@@ -470,12 +470,12 @@ TEST(TrainLoop, GradientAccumulationAveragesMicroBatches) {
   const train::BatchPlan plan(data.train, 1, c.seed);
   std::vector<float> want(static_cast<size_t>(p.params[0].grad_b.numel()), 0.0f);
   for (int64_t m = 0; m < 2; ++m) {
-    train::zero_grads(p);
+    train::clear_grads(p);
     const auto lr = train::sft_loss(e.forward({data.train[plan.batch(m)[0]].seq}, true));
     e.backward(lr.weight);
     for (size_t i = 0; i < want.size(); ++i) want[i] += 0.5f * p.params[0].grad_b.data<float>()[i];
   }
-  train::zero_grads(p);
+  train::clear_grads(p);
   for (int64_t m = 0; m < 2; ++m) {
     auto lr = train::sft_loss(e.forward({data.train[plan.batch(m)[0]].seq}, true));
     for (double& w : lr.weight) w /= 2;

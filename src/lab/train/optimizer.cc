@@ -75,7 +75,7 @@ double clip_grad_norm(LoraParams& params, double max_norm) {
   return norm;
 }
 
-void zero_grads(LoraParams& params) {
+void clear_grads(LoraParams& params) {
   for (auto& p : params.params)
     for (Tensor* g : {&p.grad_a, &p.grad_b}) std::memset(g->raw(), 0, g->nbytes());
 }

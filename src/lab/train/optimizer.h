@@ -33,7 +33,7 @@ class AdamW {
 double global_grad_norm(const LoraParams& params);
 // Scales every grad by max_norm / norm when norm > max_norm (max_norm <= 0: off). Returns the pre-clip norm.
 double clip_grad_norm(LoraParams& params, double max_norm);
-void zero_grads(LoraParams& params);
+void clear_grads(LoraParams& params);
 void scale_grads(LoraParams& params, double factor);
 
 }  // namespace lathe::train

@@ -189,7 +189,7 @@ TrainSummary run_training(const TrainConfig& c, const Dataset& data, LoraParams&
   for (int64_t step = state.step + 1; step <= c.iters; ++step) {
     if (hooks.cancelled && hooks.cancelled())
       throw Error(ErrorKind::Io, "training cancelled at step " + std::to_string(step));
-    zero_grads(params);
+    clear_grads(params);
     double loss = 0, acc = 0, margin = 0;
     const double k = static_cast<double>(c.grad_accumulation_steps);
     for (int64_t m = 0; m < c.grad_accumulation_steps; ++m) {
