@@ -87,7 +87,9 @@ Verb add_train(CLI::App& app) {
   cmd->add_option("--orpo-lambda", f->orpo_lambda, "ORPO lambda")->capture_default_str();
   cmd->add_option("--sft-scope", f->sft_scope, "ORPO NLL term: full or response")->capture_default_str();
   cmd->add_flag("--no-resume", f->no_resume, "start over even if adapter-path has checkpoints");
-  return {cmd, [f, cmd] {
+  const Verb grads = add_train_grads(*cmd);
+  return {cmd, [f, cmd, grads] {
+            if (grads.command->parsed()) return grads.action();
             // `train grads` (the gradient check) is another verb's sub-command; here the three paths are needed.
             if (f->model.empty() || f->data.empty() || f->adapter_path.empty()) {
               std::fprintf(stderr, "%s\nlathe train: --model, --data and --adapter-path are required\n",

@@ -1,10 +1,12 @@
 #include "lab/train/finetune_job.h"
 
 #include "common/error.h"
+#include "lab/train/lora_engine_cpu.h"
 #include "lab/train/lora_init.h"
 #include "lab/train/train_backend.h"
 #include "lab/train/train_data.h"
 #include "lab/train/trainer.h"
+#include "model/config.h"
 
 namespace lathe::lab {
 
@@ -39,6 +41,10 @@ jobs::JobKind finetune_kind() {
     train::validate_train_config(c, true);
     if (!train::gradient_engine_available())
       throw Error(ErrorKind::Unsupported, "job kind 'finetune': the LoRA gradient engine is not in this build");
+    const std::string type = load_model_config(c.model_dir).model_type;
+    if (!train::lora_training_supported(type))
+      throw Error(ErrorKind::Unsupported, "config field 'model_dir': LoRA training does not support model_type '" +
+                                              type + "' yet (llama, mistral, qwen2, qwen3, gemma3)");
   };
   k.run = [](const jobs::Emit& emit, const jobs::json& config) {
     return run_finetune(train::parse_train_config(config), emit);

@@ -1,6 +1,7 @@
 #include "lab/train/train_backend.h"
 
 #include "common/error.h"
+#include "lab/train/lora_engine_cpu.h"
 
 namespace lathe::train {
 
@@ -33,12 +34,11 @@ TrainBackend open_backend(const std::string& model_dir) {
   return b;
 }
 
-bool gradient_engine_available() { return false; }
+bool gradient_engine_available() { return true; }
 
-std::unique_ptr<LoraGradientEngine> make_gradient_engine(TrainBackend&, LoraParams&) {
-  // Wiring point: construct the CPU LoraGradientEngine of branch train-grad here.
-  throw Error(ErrorKind::Unsupported,
-              "LoRA training needs the gradient engine, which is not in this build (issue #19, branch train-grad)");
+std::unique_ptr<LoraGradientEngine> make_gradient_engine(TrainBackend& backend, LoraParams& params) {
+  // The CPU f32 engine of branch train-grad (lora_engine_cpu.h); a CUDA engine would be chosen here.
+  return make_cpu_lora_gradient_engine(backend.bundle->model(), params);
 }
 
 }  // namespace lathe::train

@@ -1,9 +1,8 @@
 // What a training run needs from its base model: the loaded checkpoint (tokenizer, chat template, the linear
 // sites LoRA attaches to) and the gradient engine over it.
 //
-// The gradient engine is the other half of [train] #19 (autograd over the frozen base, branch train-grad):
-// make_gradient_engine is THE wiring point. Until that engine is merged it throws Unsupported and
-// gradient_engine_available() is false, so the finetune job refuses before queueing instead of failing later.
+// The gradient engine is the other half of [train] #19 (autograd over the frozen base, lora_engine_cpu.h):
+// make_gradient_engine is the one place that picks it (CPU f32 today).
 #pragma once
 #include <memory>
 #include <string>
