@@ -77,6 +77,13 @@ JobRunner::JobRunner(RunnerOptions options) : options_(std::move(options)) {
     close_job(*store_, row, JobStatus::Zombie, "the server that ran this job stopped before it finished");
     log::warn("job " + row.id + " (" + row.kind + ") was left " + status_name(row.status) +
               " by a server that stopped: marked zombie");
+    try {
+      if (!find_kind(row.kind).resumable) continue;
+      const JobRow again = submit(row.kind, json::parse(row.config_json));
+      log::info("job " + row.id + " (" + row.kind + ") queued again as " + again.id + " to resume");
+    } catch (const std::exception& e) {
+      log::warn("job " + row.id + " (" + row.kind + ") cannot be resumed: " + e.what());
+    }
   }
   worker_ = std::thread([this] { work(); });
 }

@@ -6,6 +6,7 @@
 #include "common/error.h"
 #include "jobs/test_kinds.h"
 #include "lab/quantize/quantize_job.h"
+#include "lab/train/finetune_job.h"
 
 namespace lathe::jobs {
 namespace {
@@ -25,7 +26,7 @@ const std::vector<JobKind>& registry() {
   static const std::vector<JobKind> kinds = [] {
     std::vector<JobKind> k;
     k.push_back(lab::quantize_kind());
-    k.push_back(not_available("finetune", "not available yet (LoRA training is not implemented in this build)"));
+    k.push_back(lab::finetune_kind());
     k.push_back(not_available("dataset", "not available yet (dataset generation is not implemented in this build)"));
     k.push_back(noop_kind());
     k.push_back(crash_kind());

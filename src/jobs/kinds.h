@@ -15,6 +15,9 @@ struct JobKind {
   // Throws Error(InvalidArgument) naming the bad field, or Error(Unsupported) for a kind not available.
   std::function<void(const json& config)> validate;
   JobProducer run;
+  // A job of this kind left running by a server that stopped is queued again (same config) at the next start,
+  // after its row is marked zombie: the producer picks up its own checkpoints (finetune).
+  bool resumable = false;
 };
 
 // The kind named `name`; throws Error(InvalidArgument) listing the known kinds.

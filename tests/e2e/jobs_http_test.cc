@@ -159,10 +159,14 @@ TEST(JobsHttp, AuthValidationReplayCrashAndCli) {
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 404);
   EXPECT_NE(r->body.find("/nonexistent"), std::string::npos) << r->body;
-  r = c.Post("/api/jobs", R"({"kind":"finetune","config":{}})", "application/json");
+  r = c.Post("/api/jobs", R"({"kind":"dataset","config":{}})", "application/json");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 400);
   EXPECT_NE(r->body.find("not available yet"), std::string::npos);
+  r = c.Post("/api/jobs", R"({"kind":"finetune","config":{"data_dir":"d","adapter_path":"o"}})", "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400);
+  EXPECT_NE(r->body.find("model_dir"), std::string::npos) << r->body;
   r = c.Post("/api/jobs", "{not json", "application/json");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 400);

@@ -141,12 +141,21 @@ TEST(JobRunner, RejectsBadSubmissionsBeforeQueuingAndASecondRunner) {
   EXPECT_THROW(r.submit("noop", {{"steps", "many"}}), Error);
   EXPECT_THROW(r.submit("noop", {{"colour", 1}}), Error);
   try {
-    r.submit("finetune", json::object());
+    r.submit("dataset", json::object());
     FAIL();
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::Unsupported);
     EXPECT_NE(std::string(e.what()).find("not available yet"), std::string::npos);
   }
+  try {
+    r.submit("finetune", json::object());
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::InvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("model_dir"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(r.submit("finetune", {{"model_dir", "/m"}, {"data_dir", "/d"}, {"adapter_path", "/o"}, {"rnak", 4}}),
+               Error);
   EXPECT_TRUE(r.store()->list().empty());
   try {
     JobRunner second(options(d));

@@ -1,0 +1,513 @@
+// The trainer's machinery ([train] #19): data formats and errors, batch plans, the loss weights against finite
+// differences, AdamW / schedule / clipping, LoRA init, the adapter folder round trip through lora::read_adapter,
+// and the loop itself on a bigram test engine: it learns, accumulation and clipping behave, and a run stopped
+// and resumed from its checkpoint ends bit-identical to an uninterrupted one.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <set>
+
+#include "chat/chat_template.h"
+#include "common/error.h"
+#include "io/mapped_file.h"
+#include "lab/train/adapter_writer.h"
+#include "lab/train/lora_init.h"
+#include "lab/train/lr_schedule.h"
+#include "lab/train/optimizer.h"
+#include "lab/train/train_checkpoint.h"
+#include "lab/train/train_config.h"
+#include "lab/train/train_data.h"
+#include "lab/train/train_losses.h"
+#include "lab/train/trainer.h"
+#include "lora/adapter_file.h"
+#include "train_test_engine.h"
+
+namespace lathe {
+namespace {
+
+namespace fs = std::filesystem;
+using train::Example;
+using train::RowFormat;
+using ojson = nlohmann::ordered_json;
+
+constexpr int64_t kVocab = 32;
+
+// Byte-level stand-in tokenizer: BOS 0, then each byte as 1 + byte % 31.
+train::TextCodec test_codec() {
+  train::TextCodec c;
+  c.bos_id = 0;
+  c.encode = [](const std::string& s) {
+    std::vector<int32_t> ids{0};
+    for (unsigned char ch : s) ids.push_back(1 + ch % 31);
+    return ids;
+  };
+  auto tmpl = std::make_shared<ChatTemplate>(
+      "{% for m in messages %}<{{ m.role }}>{{ m.content }}|{% endfor %}{% if add_generation_prompt %}<assistant>{% "
+      "endif %}");
+  c.render = [tmpl](const ojson& messages, bool gen) {
+    ChatTemplateInput in;
+    in.messages = messages;
+    in.add_generation_prompt = gen;
+    return tmpl->render(in);
+  };
+  return c;
+}
+
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    path = fs::temp_directory_path() / ("lathe_train_" + std::to_string(::getpid()) + "_" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(path);
+    fs::create_directories(path);
+  }
+  ~TempDir() { fs::remove_all(path); }
+  std::string str(const std::string& sub = "") const { return (path / sub).string(); }
+};
+
+void write_lines(const std::string& path, const std::vector<std::string>& lines) {
+  std::ofstream out(path);
+  for (const auto& l : lines) out << l << "\n";
+}
+
+size_t first_target(const train::TrainSequence& s) {
+  for (size_t j = 0; j < s.target.size(); ++j)
+    if (s.target[j]) return j;
+  return s.target.size();
+}
+
+// ---------------------------------------------------------------- data
+
+TEST(TrainData, DetectsEachFormatAndMasksTheLoss) {
+  const auto codec = test_codec();
+  bool trunc = false;
+  const Example t = train::parse_row(R"({"text": "abc"})", "f:1", codec, 512, false, &trunc);
+  EXPECT_EQ(t.format, RowFormat::Text);
+  EXPECT_EQ(t.seq.ids.size(), 4u);
+  EXPECT_EQ(first_target(t.seq), 1u);  // every token after BOS
+
+  const Example pc = train::parse_row(R"({"prompt": "Q?", "completion": "yes"})", "f:2", codec, 512, false, &trunc);
+  EXPECT_EQ(pc.format, RowFormat::PromptCompletion);
+  EXPECT_EQ(pc.seq.ids.size(), 1u + 5u);
+  EXPECT_EQ(first_target(pc.seq), 3u);  // BOS Q ? | y e s
+
+  const ojson msgs =
+      ojson::parse(R"({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "ok"}]})");
+  const Example m = train::parse_row(msgs.dump(), "f:3", codec, 512, false, &trunc);
+  EXPECT_EQ(m.format, RowFormat::Messages);
+  // "<user>hi|<assistant>" is the prompt; "ok|" is learned.
+  EXPECT_EQ(first_target(m.seq), 1u + std::string("<user>hi|<assistant>").size());
+  EXPECT_EQ(m.seq.ids.size(), 1u + std::string("<user>hi|<assistant>ok|").size());
+
+  const Example p =
+      train::parse_row(R"({"prompt": "Q:", "chosen": "good", "rejected": "bad"})", "f:4", codec, 512, true, &trunc);
+  EXPECT_EQ(p.format, RowFormat::Preference);
+  EXPECT_EQ(first_target(p.seq), 3u);
+  EXPECT_EQ(first_target(p.rejected), 3u);
+  EXPECT_EQ(p.seq.ids.size(), 7u);
+  EXPECT_EQ(p.rejected.ids.size(), 6u);
+  EXPECT_FALSE(trunc);
+}
+
+TEST(TrainData, TruncatesSftOnTheRightAndPreferenceOnTheLeft) {
+  const auto codec = test_codec();
+  bool trunc = false;
+  const Example t = train::parse_row(R"({"prompt": "abcdef", "completion": "xyz"})", "f:1", codec, 8, false, &trunc);
+  EXPECT_TRUE(trunc);
+  EXPECT_EQ(t.seq.ids.size(), 8u);
+  EXPECT_EQ(first_target(t.seq), 7u);
+  trunc = false;
+  const Example p =
+      train::parse_row(R"({"prompt": "abcdef", "chosen": "xyz", "rejected": "uv"})", "f:1", codec, 6, true, &trunc);
+  EXPECT_TRUE(trunc);
+  ASSERT_EQ(p.seq.ids.size(), 6u);
+  EXPECT_EQ(p.seq.ids.back(), codec.encode("z").back());  // the response survives, the prompt head goes
+  EXPECT_EQ(first_target(p.seq), 3u);
+  EXPECT_EQ(first_target(p.rejected), 4u);
+}
+
+TEST(TrainData, BadRowsNameFileAndLine) {
+  TempDir d;
+  write_lines(d.str("train.jsonl"), {R"({"text": "ok"})", "", R"({"prompt": "no completion"})"});
+  try {
+    train::load_jsonl(d.str("train.jsonl"), test_codec(), 512, false);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::InvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("train.jsonl:3"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("completion"), std::string::npos) << e.what();
+  }
+  for (const std::string bad :
+       {"{not json", "[1,2]", R"({"foo": 1})", R"({"text": 5})", R"({"messages": [{"role": "user", "content": "x"}]})",
+        R"({"prompt": "a", "chosen": "b", "rejected": "c"})"}) {
+    write_lines(d.str("train.jsonl"), {bad});
+    EXPECT_THROW(train::load_jsonl(d.str("train.jsonl"), test_codec(), 512, false), Error) << bad;
+  }
+  write_lines(d.str("train.jsonl"), {R"({"text": "plain"})"});
+  EXPECT_THROW(train::load_jsonl(d.str("train.jsonl"), test_codec(), 512, true), Error);  // DPO needs pairs
+  EXPECT_THROW(train::load_dataset(d.str("missing"), test_codec(), 512, false), Error);
+  EXPECT_EQ(train::inspect_format(d.str("train.jsonl")), "text");
+}
+
+TEST(TrainData, BatchPlanIsDeterministicBucketedAndCoversEveryBatch) {
+  std::vector<Example> ex(10);
+  for (size_t i = 0; i < ex.size(); ++i) ex[i].seq.ids.assign((i * 7) % 10 + 2, 1);
+  const train::BatchPlan a(ex, 3, 5), b(ex, 3, 5), c(ex, 3, 6);
+  EXPECT_EQ(a.batches_per_epoch(), 3);  // the tail of one is dropped
+  bool differs = false;
+  for (int64_t i = 0; i < 12; ++i) {
+    EXPECT_EQ(a.batch(i), b.batch(i));
+    differs = differs || a.batch(i) != c.batch(i);
+    const auto w = a.batch(i);
+    for (size_t k = 1; k < w.size(); ++k) EXPECT_LE(ex[w[k - 1]].length(), ex[w[k]].length());
+  }
+  EXPECT_TRUE(differs);
+  std::set<std::vector<size_t>> epoch;
+  for (int64_t i = 3; i < 6; ++i) epoch.insert(a.batch(i));
+  EXPECT_EQ(epoch.size(), 3u);
+}
+
+// ---------------------------------------------------------------- losses
+
+using LossFn = std::function<train::LossResult(const train::SequenceLogProbs&)>;
+
+void check_weights_by_finite_differences(const LossFn& f, train::SequenceLogProbs lp) {
+  const train::LossResult r = f(lp);
+  for (size_t i = 0; i < lp.sum_logp.size(); ++i) {
+    const double h = 1e-5;
+    auto up = lp, down = lp;
+    up.sum_logp[i] += h;
+    down.sum_logp[i] -= h;
+    const double fd = (f(up).loss - f(down).loss) / (2 * h);
+    EXPECT_NEAR(r.weight[i], fd, 1e-6 + 1e-5 * std::fabs(fd)) << "sequence " << i;
+  }
+}
+
+TEST(TrainLosses, WeightsMatchFiniteDifferences) {
+  train::SequenceLogProbs two{{-12.5, -3.0}, {5, 2}};
+  check_weights_by_finite_differences([](const auto& l) { return train::sft_loss(l); }, two);
+  EXPECT_NEAR(train::sft_loss(two).loss, 15.5 / 7, 1e-12);
+
+  const train::SequenceLogProbs ref{{-10.0, -9.0, -4.0, -6.0}, {4, 3, 4, 3}};
+  train::SequenceLogProbs pol{{-8.0, -9.5, -5.0, -5.5}, {4, 3, 4, 3}};
+  check_weights_by_finite_differences([&](const auto& l) { return train::dpo_loss(l, ref, 0.1); }, pol);
+  const auto d = train::dpo_loss(pol, ref, 0.1);
+  EXPECT_NEAR(d.margin, (0.3 - 0.1) / 2, 1e-12);
+  EXPECT_DOUBLE_EQ(d.accuracy, 0.5);  // pair 0 adv +0.3, pair 1 adv -0.1
+  EXPECT_NEAR(d.loss, (train::softplus(-0.3) + train::softplus(0.1)) / 2, 1e-12);
+
+  check_weights_by_finite_differences([](const auto& l) { return train::orpo_loss(l, 0.1, false); }, pol);
+  train::SequenceLogProbs three{{-8.0, -9.5, -5.0, -5.5, -20.0, -18.0}, {4, 3, 4, 3, 9, 8}};
+  check_weights_by_finite_differences([](const auto& l) { return train::orpo_loss(l, 0.5, true); }, three);
+}
+
+TEST(TrainLosses, StableHelpers) {
+  EXPECT_NEAR(train::log1mexp(-1e-10), std::log(1e-10), 1e-6);
+  EXPECT_NEAR(train::log1mexp(-50), -std::exp(-50.0), 1e-30);
+  EXPECT_NEAR(train::softplus(800), 800, 1e-9);
+  EXPECT_NEAR(train::sigmoid(-800), 0, 1e-300);
+}
+
+// ---------------------------------------------------------------- optimizer, schedule, init
+
+train::LoraParams one_param(std::vector<float> a, std::vector<float> g) {
+  train::LoraParams p;
+  train::LoraParam q;
+  q.module = "m";
+  const int64_t n = static_cast<int64_t>(a.size());
+  q.a = Tensor::from_floats(a, {1, n});
+  q.grad_a = Tensor::from_floats(g, {1, n});
+  q.b = Tensor::zeros({1, 1}, DType::F32);
+  q.grad_b = Tensor::zeros({1, 1}, DType::F32);
+  p.params.push_back(std::move(q));
+  return p;
+}
+
+TEST(TrainOptimizer, AdamWStepsMatchTheFormula) {
+  train::LoraParams p = one_param({1.0f, -2.0f}, {0.5f, -0.25f});
+  train::AdamW opt(p, {});
+  opt.step(p, 0.1);
+  // Step 1 with bias correction: m_hat = g, v_hat = g^2, so the update is lr * sign(g) (eps aside), after decay.
+  EXPECT_NEAR(p.params[0].a.data<float>()[0], 1.0 * (1 - 0.1 * 0.01) - 0.1, 1e-6);
+  EXPECT_NEAR(p.params[0].a.data<float>()[1], -2.0 * (1 - 0.1 * 0.01) + 0.1, 1e-6);
+  opt.step(p, 0.1);  // same grad again: the same unit step
+  EXPECT_NEAR(p.params[0].a.data<float>()[0], (0.999 - 0.1) * 0.999 - 0.1, 1e-5);
+  EXPECT_EQ(opt.steps(), 2);
+}
+
+TEST(TrainOptimizer, ClippingReportsThePreClipNorm) {
+  train::LoraParams p = one_param({0, 0}, {3, 4});
+  EXPECT_DOUBLE_EQ(train::clip_grad_norm(p, 1.0), 5.0);
+  EXPECT_NEAR(train::global_grad_norm(p), 1.0, 1e-6);
+  EXPECT_NEAR(train::clip_grad_norm(p, 10.0), 1.0, 1e-6);  // under the limit: untouched
+  EXPECT_NEAR(p.params[0].grad_a.data<float>()[1], 0.8, 1e-6);
+}
+
+TEST(TrainOptimizer, WarmupThenCosine) {
+  train::LrSchedule s;
+  s.kind = "cosine", s.peak = 1.0, s.warmup = 10, s.iters = 110;
+  EXPECT_DOUBLE_EQ(s.at(1), 0.1);
+  EXPECT_DOUBLE_EQ(s.at(10), 1.0);
+  EXPECT_NEAR(s.at(60), 0.55, 1e-12);  // half way down to 0.1
+  EXPECT_NEAR(s.at(110), 0.1, 1e-12);
+  train::LrSchedule c;
+  c.peak = 2e-4;
+  EXPECT_DOUBLE_EQ(c.at(1), 2e-4);
+  EXPECT_DOUBLE_EQ(c.at(99), 2e-4);
+}
+
+TEST(TrainLoraInit, UniformAZeroBTargetsAndLastLayers) {
+  lora::LinearSites sites;
+  for (int l = 0; l < 4; ++l) {
+    sites.add("model.layers." + std::to_string(l) + ".self_attn.q_proj", 8, 16);
+    sites.add("model.layers." + std::to_string(l) + ".mlp.down_proj", 16, 32);
+  }
+  sites.add("lm_head", 100, 16);
+  train::LoraSpec spec;
+  spec.rank = 4, spec.num_layers = 2, spec.target_modules = {"q_proj"}, spec.seed = 3;
+  const auto p = train::init_lora(sites, spec);
+  ASSERT_EQ(p.params.size(), 2u);
+  EXPECT_EQ(p.params[0].module, "model.layers.2.self_attn.q_proj");
+  EXPECT_EQ(p.params[0].a.shape(), (Shape{4, 16}));
+  EXPECT_EQ(p.params[0].b.shape(), (Shape{8, 4}));
+  const float bound = 1.0f / 4.0f;
+  double mean = 0;
+  for (int64_t i = 0; i < 64; ++i) {
+    const float v = p.params[0].a.data<float>()[i];
+    EXPECT_LE(std::fabs(v), bound);
+    mean += v / 64;
+  }
+  EXPECT_LT(std::fabs(mean), 0.1);
+  for (int64_t i = 0; i < 32; ++i) EXPECT_EQ(p.params[0].b.data<float>()[i], 0.0f);
+  const auto again = train::init_lora(sites, spec);
+  EXPECT_EQ(0, std::memcmp(again.params[1].a.raw(), p.params[1].a.raw(), p.params[1].a.nbytes()));
+  spec.rs_lora = true, spec.scale = 2.0f;
+  EXPECT_FLOAT_EQ(train::init_lora(sites, spec).params[0].scale, 1.0f);
+  spec.target_modules = {"nope"};
+  EXPECT_THROW(train::init_lora(sites, spec), Error);
+}
+
+// ---------------------------------------------------------------- adapter folder
+
+TEST(TrainAdapter, RoundTripsThroughTheAdapterReader) {
+  TempDir d;
+  lora::LinearSites sites;
+  sites.add("model.layers.0.self_attn.q_proj", 6, 10);
+  sites.add("model.layers.0.mlp.up_proj", 12, 10);
+  train::TrainConfig cfg;
+  cfg.model_dir = "/models/qwen3", cfg.lora.rank = 3, cfg.lora.scale = 2.5f;
+  train::LoraParams p = train::init_lora(sites, cfg.lora);
+  for (auto& q : p.params)
+    for (int64_t i = 0; i < q.b.numel(); ++i) q.b.data<float>()[i] = 0.01f * static_cast<float>(i);
+  train::write_adapter(d.str("out"), cfg, p);
+  const lora::AdapterWeights w = lora::read_adapter(d.str("out"));
+  EXPECT_EQ(w.config.format, "mlx-lm");
+  EXPECT_EQ(w.config.rank, 3);
+  EXPECT_FLOAT_EQ(w.config.scale, 2.5f);
+  EXPECT_EQ(w.config.base_model, "/models/qwen3");
+  ASSERT_EQ(w.factors.size(), 2u);
+  for (const auto& f : w.factors) {
+    const train::LoraParam* q = nullptr;
+    for (const auto& x : p.params)
+      if (x.module == f.module) q = &x;
+    ASSERT_NE(q, nullptr) << f.module;
+    ASSERT_EQ(f.a.shape(), q->a.shape());
+    ASSERT_EQ(f.b.shape(), q->b.shape());
+    EXPECT_EQ(0, std::memcmp(f.a.contiguous().raw(), q->a.raw(), q->a.nbytes()));
+    EXPECT_EQ(0, std::memcmp(f.b.contiguous().raw(), q->b.raw(), q->b.nbytes()));
+  }
+  const auto cfg_json = ojson::parse(read_text_file(d.str("out/adapter_config.json")));
+  EXPECT_EQ(cfg_json["lora_parameters"]["rank"], 3);
+  EXPECT_EQ(cfg_json["training"]["method"], "sft");
+}
+
+TEST(TrainConfigParse, NamesTheBadField) {
+  const auto msg = [](const std::string& text) {
+    try {
+      train::parse_train_config(ojson::parse(text));
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  const std::string base = R"("model_dir": "m", "data_dir": "d", "adapter_path": "o")";
+  EXPECT_EQ(msg("{" + base + "}"), "accepted");
+  EXPECT_NE(msg("{" + base + R"(, "rnak": 4})").find("rnak"), std::string::npos);
+  EXPECT_NE(msg("{" + base + R"(, "method": "ppo"})").find("method"), std::string::npos);
+  EXPECT_NE(msg("{" + base + R"(, "iters": 0})").find("iters"), std::string::npos);
+  EXPECT_NE(msg("{" + base + R"(, "batch_size": 1.5})").find("batch_size"), std::string::npos);
+  EXPECT_NE(msg("{" + base + R"(, "target_modules": "q_proj"})").find("target_modules"), std::string::npos);
+  EXPECT_NE(msg(R"({"data_dir": "d", "adapter_path": "o"})").find("model_dir"), std::string::npos);
+  const auto dpo = train::parse_train_config(ojson::parse("{" + base + R"(, "method": "dpo"})"));
+  EXPECT_DOUBLE_EQ(dpo.learning_rate, 5e-5);
+  EXPECT_EQ(dpo.lr_schedule, "cosine");
+}
+
+// ---------------------------------------------------------------- the loop on the bigram engine
+
+std::vector<float> random_base(uint64_t seed) {
+  train::SplitMix64 rng(seed);
+  std::vector<float> b(static_cast<size_t>(kVocab * kVocab));
+  for (auto& v : b) v = static_cast<float>(rng.uniform() - 0.5);
+  return b;
+}
+
+// SFT task: answer every question with "yes".
+void write_sft_task(const std::string& dir) {
+  std::vector<std::string> train, valid;
+  for (int i = 0; i < 24; ++i)
+    train.push_back(R"({"prompt": "Q)" + std::to_string(i) + R"(? ", "completion": "yes."})");
+  for (int i = 50; i < 56; ++i)
+    valid.push_back(R"({"prompt": "Q)" + std::to_string(i) + R"(? ", "completion": "yes."})");
+  write_lines(dir + "/train.jsonl", train);
+  write_lines(dir + "/valid.jsonl", valid);
+}
+
+void write_pref_task(const std::string& dir) {
+  std::vector<std::string> rows;
+  for (int i = 0; i < 16; ++i)
+    rows.push_back(R"({"prompt": "Q)" + std::to_string(i) + R"(: ", "chosen": "yes", "rejected": "no"})");
+  write_lines(dir + "/train.jsonl", rows);
+  write_lines(dir + "/valid.jsonl", {rows[0], rows[1], rows[2]});
+}
+
+train::TrainConfig loop_config(const TempDir& d, train::Method method) {
+  train::TrainConfig c;
+  c.model_dir = "bigram";
+  c.data_dir = d.str("data");
+  c.adapter_path = d.str("out");
+  c.method = method;
+  c.lora.rank = 4;
+  c.lora.target_modules = {"q_proj"};
+  c.iters = 60;
+  c.learning_rate = 5e-2;
+  c.steps_per_eval = 20;
+  c.steps_per_report = 10;
+  c.seed = 7;
+  c.lora.seed = 7;
+  c.lr_schedule = method == train::Method::Sft ? "constant" : "cosine";
+  return c;
+}
+
+struct LoopRun {
+  train::TrainSummary summary;
+  train::LoraParams params;
+  std::vector<ojson> events;
+};
+
+LoopRun run_loop(const train::TrainConfig& c, const train::TrainHooks& hooks = {}) {
+  const lora::LinearSites sites = test::BigramLoraEngine::sites(kVocab);
+  const bool pref = c.method != train::Method::Sft;
+  const train::Dataset data = train::load_dataset(c.data_dir, test_codec(), c.max_seq_length, pref);
+  LoopRun r;
+  r.params = train::init_lora(sites, c.lora);
+  test::BigramLoraEngine engine(r.params, kVocab, random_base(11));
+  r.summary = train::run_training(
+      c, data, r.params, engine, [&](const ojson& e) { r.events.push_back(e); }, hooks);
+  return r;
+}
+
+TEST(TrainLoop, SftLearnsTheTaughtAnswerAndWritesItsOutputs) {
+  TempDir d;
+  fs::create_directories(d.str("data"));
+  write_sft_task(d.str("data"));
+  const LoopRun r = run_loop(loop_config(d, train::Method::Sft));
+  EXPECT_EQ(r.summary.steps, 60);
+  ASSERT_EQ(r.summary.val_trajectory.size(), 4u);  // steps 0, 20, 40, 60
+  EXPECT_LT(r.summary.last_val_loss, 0.5 * r.summary.first_val_loss)
+      << r.summary.first_val_loss << " -> " << r.summary.last_val_loss;
+  EXPECT_TRUE(fs::exists(d.str("out/adapters.safetensors")));
+  EXPECT_NO_THROW(lora::read_adapter(d.str("out")));
+  std::ifstream m(d.str("out/metrics.jsonl"));
+  std::string line;
+  std::vector<ojson> lines;
+  while (std::getline(m, line)) lines.push_back(ojson::parse(line));
+  ASSERT_GE(lines.size(), 2u);
+  EXPECT_EQ(lines[0]["type"], "meta");
+  EXPECT_EQ(lines[0]["method"], "sft");
+  int train_metrics = 0;
+  for (const auto& e : r.events)
+    if (e.value("type", "") == "metric" && e.value("kind", "") == "train") {
+      ++train_metrics;
+      for (const char* k : {"loss", "grad_norm", "learning_rate", "tokens_per_sec", "peak_gb", "eta_s", "progress"})
+        EXPECT_TRUE(e.contains(k)) << k;
+      EXPECT_GT(e["tokens_per_sec"].get<double>(), 0);
+    }
+  EXPECT_EQ(train_metrics, 7);  // step 1 and every 10th
+}
+
+TEST(TrainLoop, DpoAndOrpoMoveTheMarginTheRightWay) {
+  for (const auto method : {train::Method::Dpo, train::Method::Orpo}) {
+    TempDir d;
+    fs::create_directories(d.str("data"));
+    write_pref_task(d.str("data"));
+    auto c = loop_config(d, method);
+    c.iters = 40;
+    c.learning_rate = 2e-2;
+    c.batch_size = 2;
+    const LoopRun r = run_loop(c);
+    EXPECT_GT(r.summary.last_margin, r.summary.first_margin + 0.5) << train::method_name(method);
+  }
+}
+
+TEST(TrainLoop, GradientAccumulationAveragesMicroBatches) {
+  TempDir d;
+  fs::create_directories(d.str("data"));
+  write_sft_task(d.str("data"));
+  // One step of batch 1 with k = 2 applies the mean of the two micro-batches' gradients: compare with the
+  // gradient the engine gives each micro-batch separately.
+  auto c = loop_config(d, train::Method::Sft);
+  const lora::LinearSites sites = test::BigramLoraEngine::sites(kVocab);
+  const train::Dataset data = train::load_dataset(c.data_dir, test_codec(), 512, false);
+  train::LoraParams p = train::init_lora(sites, c.lora);
+  for (int64_t i = 0; i < p.params[0].b.numel(); ++i) p.params[0].b.data<float>()[i] = 0.01f;
+  test::BigramLoraEngine e(p, kVocab, random_base(11));
+  const train::BatchPlan plan(data.train, 1, c.seed);
+  std::vector<float> want(static_cast<size_t>(p.params[0].grad_b.numel()), 0.0f);
+  for (int64_t m = 0; m < 2; ++m) {
+    train::clear_grads(p);
+    const auto lr = train::sft_loss(e.forward({data.train[plan.batch(m)[0]].seq}, true));
+    e.backward(lr.weight);
+    for (size_t i = 0; i < want.size(); ++i) want[i] += 0.5f * p.params[0].grad_b.data<float>()[i];
+  }
+  train::clear_grads(p);
+  for (int64_t m = 0; m < 2; ++m) {
+    auto lr = train::sft_loss(e.forward({data.train[plan.batch(m)[0]].seq}, true));
+    for (double& w : lr.weight) w /= 2;
+    e.backward(lr.weight);
+  }
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(p.params[0].grad_b.data<float>()[i], want[i], 1e-6);
+}
+
+TEST(TrainLoop, ResumeFromACheckpointIsBitIdentical) {
+  TempDir d;
+  fs::create_directories(d.str("data"));
+  write_sft_task(d.str("data"));
+  auto c = loop_config(d, train::Method::Sft);
+  c.iters = 30, c.save_every = 10, c.grad_accumulation_steps = 2, c.batch_size = 2;
+  c.adapter_path = d.str("straight");
+  const LoopRun straight = run_loop(c);
+
+  c.adapter_path = d.str("resumed");
+  train::TrainHooks stop;
+  stop.stop_after_step = 17;  // killed between checkpoints: steps 11-17 are redone
+  run_loop(c, stop);
+  ASSERT_TRUE(train::latest_checkpoint(c.adapter_path));
+  EXPECT_EQ(fs::path(*train::latest_checkpoint(c.adapter_path)).filename(), "step-00000010");
+  EXPECT_FALSE(fs::exists(d.str("resumed/adapters.safetensors")));
+  const LoopRun resumed = run_loop(c);
+  EXPECT_EQ(resumed.summary.resumed_from, 10);
+  EXPECT_EQ(read_text_file(d.str("straight/adapters.safetensors")),
+            read_text_file(d.str("resumed/adapters.safetensors")));
+  // A different seed does not silently continue someone else's run.
+  c.seed = 8, c.lora.seed = 8;
+  EXPECT_THROW(run_loop(c), Error);
+}
+
+}  // namespace
+}  // namespace lathe
