@@ -42,6 +42,7 @@ struct GenerationSettings {
   bool stream = false;
   std::string adapter, model;  // [lora] the request's `adapter` spec and `model` (an adapter id selects it)
   StructuredOutput structured;
+  std::string cache_salt;  // [cache] prompt-cache entries are shared only among requests with the same salt
 };
 
 enum class ApiSurface { OpenAI, Anthropic };

@@ -96,7 +96,7 @@ HttpServer::~HttpServer() = default;
 
 void HttpServer::install_routes() {
   auto routes = std::make_shared<std::vector<Route>>();
-  for (auto* make : {&openai_routes, &anthropic_routes, &info_routes, &jobs_routes, &adapter_routes})
+  for (auto* make : {&openai_routes, &anthropic_routes, &info_routes, &jobs_routes, &adapter_routes, &cache_routes})
     for (Route& r : (*make)(ctx_)) routes->push_back(std::move(r));
 
   const std::string key = ctx_.options().api_key;
