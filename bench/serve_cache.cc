@@ -88,7 +88,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   try {
     std::filesystem::remove_all(dir);
-    std::vector<std::string> args = {"--port", "0", "--model", model, "--ssd-cache", dir};
+    std::vector<std::string> args = {"--port", "0", "--model", model, "--ssd-cache", dir, "--accept-any-model"};
     args.insert(args.end(), serve_args.begin(), serve_args.end());
     json runs = json::array();
     for (int t : sizes) {

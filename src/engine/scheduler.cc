@@ -152,6 +152,8 @@ bool Scheduler::try_ssd(Row& row, int64_t ram_best) {
 }
 
 double Scheduler::housekeeping() {
+  cache_stats_.ram_entries = static_cast<int64_t>(idle_.size());
+  cache_stats_.ram_bytes = idle_bytes();
   if (!ssd_) return -1;
   const auto now = Clock::now();
   double next = -1;
@@ -172,7 +174,7 @@ double Scheduler::housekeeping() {
     if (ssd_options_.demote_idle_s > 0) consider(ssd_options_.demote_idle_s - idle_s);
     ++it;
   }
-  cache_stats_.ram_entries = static_cast<int64_t>(idle_.size());
+  cache_stats_.ram_entries = static_cast<int64_t>(idle_.size());  // after demotions
   cache_stats_.ram_bytes = idle_bytes();
   return next;
 }
