@@ -37,6 +37,7 @@ struct ServeFlags {
   std::vector<std::string> aliases;
   std::string logprobs_format = "openai";
   bool api_key_given = false;
+  bool ssd_flags_given = false;
   server::ServeOptions server;
   std::optional<int> max_tokens;
   SamplingFlags sampling;
@@ -106,6 +107,10 @@ int run_serve(ServeFlags& f) {
 
   server::ServeOptions o = f.server;
   o.scheduler.validate();
+  if (!f.chat_template.empty()) o.ssd.template_source = read_file(f.chat_template);
+  if (o.ssd.dir.empty() && (f.ssd_flags_given))
+    throw Error(ErrorKind::InvalidArgument,
+                "--ssd-cache-max, --ssd-cache-verify and --ssd-demote-idle need --ssd-cache DIR");
   o.defaults.sampling = f.sampling.resolve(session->default_sampling());
   if (f.max_tokens) o.defaults.max_tokens = *f.max_tokens;
   o.defaults.logprobs_format =
@@ -273,6 +278,32 @@ Verb add_serve(CLI::App& app) {
   cmd->add_option("--kv-cache-bytes", s.kv_cache_bytes,
                   "KV cache budget; requests that do not fit wait (default: half the available memory)")
       ->check(CLI::NonNegativeNumber);
+  auto& ssd = f->server.ssd;
+  cmd->add_option("--ssd-cache", ssd.dir,
+                  "keep prompt caches as KV files under DIR (survive restarts; DIR/<identity>/<namespace>/)");
+  cmd->add_option_function<uint64_t>(
+         "--ssd-cache-max",
+         [f](uint64_t b) {
+           f->server.ssd.max_bytes = b;
+           f->ssd_flags_given = true;
+         },
+         "cap on the bytes the SSD cache's files occupy, least recently used go first (default 8 GiB)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_flag_callback(
+      "--ssd-cache-verify",
+      [f] {
+        f->server.ssd.verify = true;
+        f->ssd_flags_given = true;
+      },
+      "check every tensor hash of a KV file before restoring it (reads it all)");
+  cmd->add_option_function<double>(
+         "--ssd-demote-idle",
+         [f](double s) {
+           f->server.ssd.demote_idle_s = s;
+           f->ssd_flags_given = true;
+         },
+         "a kept prompt cache idle this many seconds leaves RAM for the SSD cache (default: only when evicted)")
+      ->check(CLI::PositiveNumber);
   return {cmd, [f] { return run_serve(*f); }};
 }
 

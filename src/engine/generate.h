@@ -31,6 +31,7 @@ struct GenerateOptions {
   int prefill_chunk = 2048;
   const std::atomic<bool>* cancel = nullptr;             // set by another thread to stop at the next token
   std::shared_ptr<const lora::ForwardContext> adapters;  // [lora] the request's pinned adapter set; null = none
+  std::string cache_salt;  // [cache] requests with different salts never share prompt-cache entries
 };
 
 struct GeneratedToken {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "cache/cache_identity.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "engine/device_sampler.h"
@@ -29,6 +30,12 @@ struct Scheduler::Row {
   int64_t input_end() const { return static_cast<int64_t>(seq->history().size()); }
   const lora::ForwardContext* adapters() const { return seq->options().adapters.get(); }
   std::string adapter_key() const { return adapters() ? adapters()->key : std::string(); }
+  // The RAM tier's namespace: adapter set and salt (a separator no adapter id contains).
+  std::string ram_key() const { return adapter_key() + '\n' + seq->options().cache_salt; }
+  // The SSD tier persists across restarts, so it keys by content, never by mount serials: rows under adapters
+  // stay out of it until adapters carry a content hash.
+  bool ssd_ok() const { return adapter_key().empty(); }
+  std::string ssd_ns() const { return cache_namespace("", seq->options().cache_salt); }
 };
 
 void SchedulerOptions::validate() const {
@@ -84,8 +91,98 @@ int64_t Scheduler::idle_bytes() const {
 
 bool Scheduler::evict_idle() {
   if (idle_.empty()) return false;
-  idle_.pop_back();  // least recently finished
+  drop_idle(std::prev(idle_.end()));  // least recently finished
   return true;
+}
+
+void Scheduler::enable_ssd(SsdStore& store, SsdTierOptions options) {
+  ssd_ = &store;
+  ssd_options_ = options;
+  writer_ = std::make_unique<SsdSpillWriter>(store);
+}
+
+void Scheduler::spill(Idle& idle) {
+  if (!ssd_ || idle.spilled || !idle.ssd_ok || static_cast<int64_t>(idle.tokens.size()) < ssd_options_.min_tokens)
+    return;
+  idle.spilled = true;
+  SpillJob job;
+  job.tokens = idle.tokens;
+  job.ns = idle.ssd_ns;
+  if (ssd_options_.host_snapshot) {  // the writer thread never touches the device: it gets host copies
+    auto host = std::make_shared<CacheList>(bundle_.make_cache());
+    for (size_t i = 0; i < host->size(); ++i) {
+      CacheState st = (*idle.cache)[i]->state();
+      for (auto& t : st.tensors) t.second = t.second.to(Device::CPU);
+      (*host)[i]->restore(st);
+    }
+    job.caches = std::move(host);
+  } else {  // CPU: shared read-only; busy tells take_idle to copy rather than reuse in place
+    job.caches = idle.cache;
+    job.busy = idle.busy;
+  }
+  ++cache_stats_.spills_queued;
+  writer_->enqueue(std::move(job));
+}
+
+void Scheduler::drop_idle(std::list<Idle>::iterator it) {
+  spill(*it);
+  idle_.erase(it);
+}
+
+CacheList Scheduler::take_idle(Idle& idle) {
+  if (!idle.busy->load(std::memory_order_acquire)) return std::move(*idle.cache);
+  CacheList copy = bundle_.make_cache();  // the writer still reads these buffers: they must not change
+  for (size_t i = 0; i < copy.size(); ++i) copy[i]->restore((*idle.cache)[i]->state());
+  return copy;
+}
+
+// Restores from the SSD tier when a file serves more of the row's input than RAM (ram_best tokens) does.
+bool Scheduler::try_ssd(Row& row, int64_t ram_best) {
+  if (!ssd_ || !row.ssd_ok()) return false;
+  const std::vector<int32_t>& h = row.seq->history();
+  const std::string ns = row.ssd_ns();
+  if (ssd_->lookup(h, ns).reused <= ram_best) return false;
+  const auto t0 = Clock::now();
+  SsdStore::Restored r = ssd_->restore(h, ns);
+  if (r.reused <= ram_best) return false;  // the file failed (deleted, counted) or served less
+  cache_stats_.ssd_restore_ms_total += std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  row.cache = std::move(r.caches);
+  row.fed = r.reused;
+  return true;
+}
+
+double Scheduler::housekeeping() {
+  cache_stats_.ram_entries = static_cast<int64_t>(idle_.size());
+  cache_stats_.ram_bytes = idle_bytes();
+  if (!ssd_) return -1;
+  const auto now = Clock::now();
+  double next = -1;
+  auto consider = [&](double s) { next = next < 0 ? s : std::min(next, s); };
+  for (auto it = idle_.begin(); it != idle_.end();) {
+    const double idle_s = std::chrono::duration<double>(now - it->since).count();
+    if (ssd_options_.demote_idle_s > 0 && idle_s >= ssd_options_.demote_idle_s) {
+      auto gone = it++;
+      drop_idle(gone);
+      continue;
+    }
+    if (!it->spilled && it->ssd_ok) {
+      if (idle_s >= ssd_options_.write_behind_s)
+        spill(*it);
+      else
+        consider(ssd_options_.write_behind_s - idle_s);
+    }
+    if (ssd_options_.demote_idle_s > 0) consider(ssd_options_.demote_idle_s - idle_s);
+    ++it;
+  }
+  cache_stats_.ram_entries = static_cast<int64_t>(idle_.size());  // after demotions
+  cache_stats_.ram_bytes = idle_bytes();
+  return next;
+}
+
+void Scheduler::flush_ssd() {
+  if (!ssd_) return;
+  for (Idle& i : idle_) spill(i);
+  writer_->drain();
 }
 
 void Scheduler::drop_cancelled() {
@@ -117,24 +214,29 @@ void Scheduler::attach_cache(Row& row) {
   size_t best_common = 0;
   // A resumed row that started from nothing replays from nothing: that recomputation is exact.
   const bool exact_replay = row.admitted_before && row.base == 0;
+  const std::string key = row.ram_key();
   for (auto it = idle_.begin(); it != idle_.end() && !exact_replay; ++it) {
-    if (it->adapter_key != row.adapter_key()) continue;  // KV computed under another adapter set
+    if (it->ram_key != key) continue;  // KV computed under another adapter set, or another tenant's salt
     size_t common = 0;
     while (common < it->tokens.size() && common + 1 < h.size() && it->tokens[common] == h[common]) ++common;
     const int64_t drop = static_cast<int64_t>(it->tokens.size() - common);
     bool trimmable = true;
-    for (const auto& c : it->cache) trimmable = trimmable && c->can_trim(drop);
+    for (const auto& c : *it->cache) trimmable = trimmable && c->can_trim(drop);
     if (trimmable && common > best_common) {
       best = it;
       best_common = common;
     }
   }
-  if (best != idle_.end()) {
+  bool from_ram = false, from_ssd = false;
+  if (!exact_replay && try_ssd(row, static_cast<int64_t>(best_common))) {
+    from_ssd = true;
+  } else if (best != idle_.end()) {
     const int64_t drop = static_cast<int64_t>(best->tokens.size() - best_common);
-    for (const auto& c : best->cache) c->trim(drop);
-    row.cache = std::move(best->cache);
+    row.cache = take_idle(*best);
+    for (const auto& c : row.cache) c->trim(drop);
     idle_.erase(best);
     row.fed = static_cast<int64_t>(best_common);
+    from_ram = true;
   } else {
     row.cache = bundle_.make_cache();
     row.fed = 0;
@@ -142,6 +244,13 @@ void Scheduler::attach_cache(Row& row) {
   row.has_cache = true;
   if (!row.admitted_before) {
     row.seq->result().cached_tokens = static_cast<int>(row.fed);
+    (from_ram ? cache_stats_.ram_hits : cache_stats_.ram_misses)++;
+    if (from_ram) cache_stats_.ram_reused_tokens += row.fed;
+    if (from_ssd) {
+      ++cache_stats_.ssd_hits;
+      cache_stats_.ssd_reused_tokens += row.fed;
+    }
+    if (ssd_ && row.ssd_ok() && !from_ssd && !from_ram) ++cache_stats_.ssd_misses;
     row.base = row.fed;
     row.segments.clear();
   }
@@ -195,12 +304,15 @@ void Scheduler::preempt(size_t index) {
 void Scheduler::keep_for_reuse(Row& row) {
   if (!row.has_cache || row.fed == 0 || options_.reuse_slots == 0) return;
   Idle kept;
-  kept.cache = std::move(row.cache);
+  kept.cache = std::make_shared<CacheList>(std::move(row.cache));
   kept.tokens.assign(row.seq->history().begin(), row.seq->history().begin() + row.fed);
-  kept.adapter_key = row.adapter_key();
+  kept.ram_key = row.ram_key();
+  kept.ssd_ok = row.ssd_ok();
+  if (ssd_ && kept.ssd_ok) kept.ssd_ns = row.ssd_ns();
+  kept.since = Clock::now();
   row.has_cache = false;
   idle_.push_front(std::move(kept));
-  while (static_cast<int>(idle_.size()) > options_.reuse_slots) idle_.pop_back();
+  while (static_cast<int>(idle_.size()) > options_.reuse_slots) drop_idle(std::prev(idle_.end()));
 }
 
 void Scheduler::finish(std::unique_ptr<Row> row, const std::string& reason) {

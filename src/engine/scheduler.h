@@ -11,8 +11,13 @@
 // (options.cancel) leaves at the next step. A request's tokens never depend on the load: chunk boundaries are
 // fixed per row and every row samples from its own (seed, step) stream.
 //
+// With an SSD tier (enable_ssd), a request whose longest RAM prefix is shorter than what a KV file holds restores
+// from the file; kept caches are written behind (housekeeping(), after write_behind_s idle) and when they leave
+// RAM (eviction, demotion after demote_idle_s), by a background writer: the step loop never waits for the disk.
+//
 // Single-threaded: the caller (the server's engine thread, or a test) owns the scheduler and the model.
 #pragma once
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <deque>
@@ -22,6 +27,8 @@
 #include <string>
 #include <vector>
 
+#include "cache/ssd_spill_writer.h"
+#include "cache/ssd_store.h"
 #include "engine/kv_budget.h"
 #include "engine/model_bundle.h"
 #include "engine/sequence_state.h"
@@ -36,6 +43,23 @@ struct SchedulerOptions {
   int reuse_slots = 4;         // finished sequences whose caches stay for prefix reuse
   // Throws InvalidArgument naming the flag for values that cannot work.
   void validate() const;
+};
+
+struct SsdTierOptions {
+  double write_behind_s = 1.0;  // a kept cache idle this long is written to the SSD tier (debounce)
+  double demote_idle_s = 0;     // ...and leaves RAM once idle this long (0: only when evicted)
+  int64_t min_tokens = 8;       // shorter prefixes are not worth a file
+  bool host_snapshot = false;   // caches on a GPU: copied to the host on the engine thread before the writer
+};
+
+// Prompt-cache counters by tier (per first admission of a request).
+struct CacheTierStats {
+  int64_t ram_entries = 0, ram_bytes = 0;
+  int64_t ram_hits = 0, ram_misses = 0;  // a kept RAM cache served the request / did not
+  int64_t ssd_hits = 0, ssd_misses = 0;  // asked when RAM fell short: a file served it / none could
+  int64_t ssd_reused_tokens = 0, ram_reused_tokens = 0;
+  double ssd_restore_ms_total = 0;
+  int64_t spills_queued = 0;
 };
 
 // Where a sequence's output goes; called on the scheduler's thread.
@@ -72,13 +96,28 @@ class Scheduler {
   const SchedulerOptions& options() const { return options_; }
   const KvBudget& budget() const { return budget_; }
 
+  // Turns the SSD tier on (the store scanned already; it must outlive the scheduler).
+  void enable_ssd(SsdStore& store, SsdTierOptions options);
+  // Debounced write-behind and idle demotion; returns how long until it has more to do (-1: nothing pending).
+  // Cheap: call it after every step and when idle.
+  double housekeeping();
+  // Writes every kept cache not yet on the SSD and waits for the writer (shutdown, tests).
+  void flush_ssd();
+  const CacheTierStats& cache_stats() const { return cache_stats_; }
+  const SsdStore* ssd() const { return ssd_; }
+
  private:
   using Clock = std::chrono::steady_clock;
   struct Row;
   struct Idle {
-    CacheList cache;
-    std::vector<int32_t> tokens;  // what the cache holds
-    std::string adapter_key;      // the adapter set it was computed under ("" = base): reused only under it
+    std::shared_ptr<CacheList> cache;  // shared with the SSD writer while busy
+    std::vector<int32_t> tokens;       // what the cache holds
+    std::string ram_key;               // adapter set + cache salt it was computed under: reused only under it
+    bool ssd_ok = false;               // the SSD tier may hold it (under ssd_ns)
+    std::string ssd_ns;
+    bool spilled = false;  // handed to the writer already
+    std::shared_ptr<std::atomic<bool>> busy = std::make_shared<std::atomic<bool>>(false);
+    Clock::time_point since;
   };
 
   void drop_cancelled();
@@ -87,6 +126,10 @@ class Scheduler {
   int64_t claim(const Row& row, int64_t extra) const;  // bytes the row holds after `extra` more tokens
   int64_t idle_bytes() const;
   bool evict_idle();
+  void spill(Idle& idle);                        // hands a kept cache to the SSD writer (once)
+  void drop_idle(std::list<Idle>::iterator it);  // spills it first when the SSD tier wants it
+  CacheList take_idle(Idle& idle);               // its caches (a copy while the writer still reads them)
+  bool try_ssd(Row& row, int64_t ram_best);
   void preempt(size_t index);
   void finish(std::unique_ptr<Row> row, const std::string& reason);
   void keep_for_reuse(Row& row);
@@ -103,6 +146,10 @@ class Scheduler {
   std::vector<std::unique_ptr<Row>> running_;  // by admission
   std::list<Idle> idle_;                       // most recently finished first
   SchedulerStats stats_;
+  CacheTierStats cache_stats_;
+  SsdStore* ssd_ = nullptr;
+  SsdTierOptions ssd_options_;
+  std::unique_ptr<SsdSpillWriter> writer_;  // declared last: joined first, while the caches it reads live
 };
 
 }  // namespace lathe

@@ -107,8 +107,10 @@ class EngineService::JobSink : public SequenceSink {
   GenerationJob::Clock::time_point last_;
 };
 
-EngineService::EngineService(ModelBundle& bundle, Metrics& metrics, size_t max_queue, SchedulerOptions scheduler)
+EngineService::EngineService(ModelBundle& bundle, Metrics& metrics, size_t max_queue, SchedulerOptions scheduler,
+                             SsdStore* ssd, SsdTierOptions tier)
     : metrics_(metrics), max_queue_(max_queue), scheduler_(bundle, scheduler) {
+  if (ssd) scheduler_.enable_ssd(*ssd, tier);
   const SchedulerOptions& o = scheduler_.options();
   const int64_t per_token = std::max<int64_t>(1, scheduler_.budget().bytes_per_token());
   log::info("scheduler: up to " + std::to_string(o.max_batch) + " sequences and " + std::to_string(o.max_batch_tokens) +
@@ -207,8 +209,21 @@ void EngineService::loop() {
     std::vector<std::shared_ptr<GenerationJob>> take;
     {
       std::unique_lock lock(mu_);
-      cv_.wait(lock, [&] { return stopping_ || !queue_.empty() || !scheduler_.idle(); });
-      if (stopping_ && queue_.empty() && scheduler_.idle()) return;
+      auto ready = [&] { return stopping_ || !queue_.empty() || !scheduler_.idle(); };
+      // Idle: wake when the SSD tier's write-behind or demotion is due.
+      for (double due = scheduler_.housekeeping(); !ready(); due = scheduler_.housekeeping()) {
+        publish_cache_stats();
+        if (due < 0)
+          cv_.wait(lock, ready);
+        else
+          cv_.wait_for(lock, std::chrono::duration<double>(due + 0.001), ready);
+      }
+      if (stopping_ && queue_.empty() && scheduler_.idle()) {
+        lock.unlock();
+        scheduler_.flush_ssd();  // a graceful stop keeps what RAM held for the next start
+        publish_cache_stats();
+        return;
+      }
       // Requests join between steps while the batch has rows free; the rest keep their queue places.
       while (!queue_.empty() && scheduler_.rows() + take.size() < max_rows) {
         take.push_back(std::move(queue_.front()));
@@ -226,7 +241,11 @@ void EngineService::loop() {
     const SchedulerStats& st = scheduler_.stats();
     metrics_.set_batch(st.running, st.waiting, st.batch_rows, st.batch_tokens, st.kv_bytes_used);
     metrics_.set_preemptions(st.preemptions);
+    scheduler_.housekeeping();
+    publish_cache_stats();
   }
 }
+
+void EngineService::publish_cache_stats() { metrics_.set_cache_tiers(scheduler_.cache_stats()); }
 
 }  // namespace lathe::server

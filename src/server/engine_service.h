@@ -76,7 +76,9 @@ class GenerationJob {
 
 class EngineService {
  public:
-  EngineService(ModelBundle& bundle, Metrics& metrics, size_t max_queue, SchedulerOptions scheduler = {});
+  // ssd (optional, scanned, outliving this): the prompt cache's SSD tier.
+  EngineService(ModelBundle& bundle, Metrics& metrics, size_t max_queue, SchedulerOptions scheduler = {},
+                SsdStore* ssd = nullptr, SsdTierOptions tier = {});
   ~EngineService();
   EngineService(const EngineService&) = delete;
   EngineService& operator=(const EngineService&) = delete;
@@ -94,6 +96,7 @@ class EngineService {
   void loop();
   void finish_cancelled(GenerationJob& job);  // a job whose client left before it ran
   void job_done(GenerationJob* job);
+  void publish_cache_stats();
 
   Metrics& metrics_;
   size_t max_queue_;

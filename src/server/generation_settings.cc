@@ -153,6 +153,10 @@ GenerationSettings parse_generation_settings(const nlohmann::ordered_json& body,
   }
   s.adapter = f.string("adapter").value_or("");  // [lora] "a", "a+b", "a,b" or "none"
   s.model = f.string("model").value_or("");
+  s.cache_salt = f.string("cache_salt").value_or("");  // as vLLM: tenants with different salts share nothing
+  constexpr size_t kMaxCacheSaltBytes = 1024;          // only its digest is kept
+  if (s.cache_salt.size() > kMaxCacheSaltBytes)
+    throw invalid_field("cache_salt", "cache_salt is longer than " + std::to_string(kMaxCacheSaltBytes) + " bytes");
 
   SamplingParams& p = s.sampling;
   p = defaults.sampling;

@@ -43,6 +43,7 @@ struct GenerationSettings {
   int n = 1;                   // OpenAI: choices per request (each its own row of the engine's batch)
   std::string adapter, model;  // [lora] the request's `adapter` spec and `model` (an adapter id selects it)
   StructuredOutput structured;
+  std::string cache_salt;  // [cache] prompt-cache entries are shared only among requests with the same salt
 };
 
 enum class ApiSurface { OpenAI, Anthropic };

@@ -151,7 +151,7 @@ void dispatch(ServerContext& ctx, const std::vector<Route>& routes, size_t max_b
 
 HttpServer::HttpServer(ServerContext& ctx) : ctx_(ctx) {
   auto routes = std::make_shared<std::vector<Route>>();
-  for (auto* make : {&openai_routes, &anthropic_routes, &info_routes, &jobs_routes, &adapter_routes})
+  for (auto* make : {&openai_routes, &anthropic_routes, &info_routes, &jobs_routes, &adapter_routes, &cache_routes})
     for (Route& r : (*make)(ctx_)) routes->push_back(std::move(r));
 
   const std::string key = ctx_.options().api_key;

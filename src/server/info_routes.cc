@@ -63,12 +63,13 @@ std::vector<Route> info_routes(ServerContext& ctx) {
                  res.set_content(ctx.metrics().render(), "text/plain; version=0.0.4");
                }});
   r.push_back({"GET", "/v1", [&ctx](const httplib::Request&, httplib::Response& res) {
-                 write_json(res, {{"name", "lathe"},
-                                  {"model", ctx.model_id()},
-                                  {"endpoints",
-                                   {"POST /v1/chat/completions", "POST /v1/completions", "POST /v1/messages",
-                                    "POST /v1/messages/count_tokens", "POST /v1/responses", "POST /tokenize",
-                                    "POST /detokenize", "GET /v1/models", "GET /health", "GET /metrics"}}});
+                 write_json(res,
+                            {{"name", "lathe"},
+                             {"model", ctx.model_id()},
+                             {"endpoints",
+                              {"POST /v1/chat/completions", "POST /v1/completions", "POST /v1/messages",
+                               "POST /v1/messages/count_tokens", "POST /v1/responses", "POST /tokenize",
+                               "POST /detokenize", "GET /v1/models", "GET /v1/cache", "GET /health", "GET /metrics"}}});
                }});
   // Registered with these (http_server.cc lists route families): tokenizer utilities, count_tokens, Responses.
   for (Route& t : tokenize_routes(ctx)) r.push_back(std::move(t));

@@ -87,6 +87,38 @@ std::string Metrics::render() const {
          std::to_string(kv_budget_.load()));
   scalar("lathe_preemptions_total", "counter", "Running sequences set back to wait for KV room (recomputed later).",
          std::to_string(preemptions_.load()));
+  {
+    const CacheTierStats c = cache_tiers();
+    auto tiered = [&](const char* name, const char* type, const char* help, const std::string& ram,
+                      const std::string& ssd) {
+      out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
+      out += std::string(name) + "{tier=\"ram\"} " + ram + "\n";
+      if (ssd_) out += std::string(name) + "{tier=\"ssd\"} " + ssd + "\n";
+    };
+    const SsdStoreStats s = ssd_ ? ssd_->stats() : SsdStoreStats{};
+    tiered("lathe_prompt_cache_entries", "gauge", "Prompt-cache entries held.", std::to_string(c.ram_entries),
+           std::to_string(s.entries));
+    tiered("lathe_prompt_cache_bytes", "gauge", "Bytes the prompt cache holds (RAM: KV budget bytes; SSD: on disk).",
+           std::to_string(c.ram_bytes), std::to_string(s.bytes));
+    tiered("lathe_prompt_cache_hits_total", "counter", "Requests whose prompt prefix a tier served.",
+           std::to_string(c.ram_hits), std::to_string(c.ssd_hits));
+    tiered("lathe_prompt_cache_misses_total", "counter",
+           "Requests a tier could not serve (SSD: asked when RAM fell short).", std::to_string(c.ram_misses),
+           std::to_string(c.ssd_misses));
+    tiered("lathe_prompt_cache_reused_tokens_total", "counter", "Prompt tokens served from a tier.",
+           std::to_string(c.ram_reused_tokens), std::to_string(c.ssd_reused_tokens));
+    if (ssd_) {
+      scalar("lathe_ssd_cache_restore_seconds_total", "counter", "Time spent restoring KV files.",
+             std::to_string(c.ssd_restore_ms_total / 1000.0));
+      scalar("lathe_ssd_cache_restore_mb_per_second", "gauge", "Read rate of the last KV file restore.",
+             std::to_string(s.restore_mb_s_last));
+      scalar("lathe_ssd_cache_spills_total", "counter", "KV files written.", std::to_string(s.spills));
+      scalar("lathe_ssd_cache_write_failures_total", "counter", "Spills the disk refused (full, I/O error).",
+             std::to_string(s.write_failures));
+      scalar("lathe_ssd_cache_removed_invalid_total", "counter", "KV files deleted because they did not check out.",
+             std::to_string(s.removed_invalid));
+    }
+  }
   out += "# HELP lathe_time_to_first_token_seconds Time from request arrival to the first generated token.\n";
   out += "# TYPE lathe_time_to_first_token_seconds histogram\n";
   ttft_.render("lathe_time_to_first_token_seconds", out);

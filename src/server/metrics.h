@@ -8,6 +8,8 @@
 #include <utility>
 #include <vector>
 
+#include "engine/scheduler.h"
+
 namespace lathe::server {
 
 class Histogram {
@@ -47,6 +49,18 @@ class Metrics {
   void set_preemptions(int64_t n) { preemptions_.store(n, std::memory_order_relaxed); }
   void set_kv_budget(int64_t bytes) { kv_budget_.store(bytes, std::memory_order_relaxed); }
 
+  // The engine thread's prompt-cache counters, and the SSD store (thread-safe) for its own.
+  void set_cache_tiers(const CacheTierStats& s) {
+    std::lock_guard<std::mutex> lock(mu_);
+    cache_tiers_ = s;
+  }
+  CacheTierStats cache_tiers() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return cache_tiers_;
+  }
+  void set_ssd_store(const SsdStore* s) { ssd_ = s; }
+  const SsdStore* ssd_store() const { return ssd_; }
+
   std::string render() const;
 
  private:
@@ -57,6 +71,8 @@ class Metrics {
   std::atomic<int64_t> running_rows_{0}, waiting_rows_{0}, batch_rows_{0}, batch_tokens_{0}, kv_used_{0};
   std::atomic<int64_t> kv_budget_{0}, preemptions_{0};
   Histogram ttft_, itl_;
+  CacheTierStats cache_tiers_;     // under mu_
+  const SsdStore* ssd_ = nullptr;  // set once before serving
 };
 
 }  // namespace lathe::server

@@ -3,7 +3,9 @@
 #include <chrono>
 #include <cstdio>
 
+#include "cache/cache_identity.h"
 #include "chat/reasoning_splitter.h"
+#include "common/log.h"
 
 namespace lathe::server {
 
@@ -13,7 +15,25 @@ ServerContext::ServerContext(ServeOptions options, std::unique_ptr<ModelBundle> 
       started_at_(std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
                       .count()) {
   if (const ChatTemplate* t = session_->chat_template()) think_tags_ = template_uses_think_tags(t->source_text());
-  engine_ = std::make_unique<EngineService>(*session_, metrics_, options_.max_queue, options_.scheduler);
+  SsdTierOptions tier;
+  if (!options_.ssd.dir.empty()) {
+    const CacheOptions& co = session_->cache_options();
+    CacheLayout layout = probe_cache_layout(session_->model(), co);
+    tier.host_snapshot = layout.device != Device::CPU;
+    tier.demote_idle_s = options_.ssd.demote_idle_s;
+    tier.write_behind_s = options_.ssd.write_behind_s;
+    SsdStoreOptions so{options_.ssd.dir, options_.ssd.max_bytes, options_.ssd.verify};
+    ModelBundle* bundle = session_.get();
+    ssd_ = std::make_unique<SsdStore>(so, cache_identity(session_->model(), co, options_.ssd.template_source),
+                                      std::move(layout), [bundle] { return bundle->make_cache(); });
+    const SsdScanReport r = ssd_->scan();
+    metrics_.set_ssd_store(ssd_.get());
+    log::info("ssd cache: " + ssd_->root() + ": " + std::to_string(r.entries) + " entries, " +
+              std::to_string(r.bytes >> 20) + " MiB (removed " + std::to_string(r.removed_tmp) + " unfinished, " +
+              std::to_string(r.removed_invalid) + " invalid, " + std::to_string(r.evicted) + " over the cap)");
+  }
+  engine_ =
+      std::make_unique<EngineService>(*session_, metrics_, options_.max_queue, options_.scheduler, ssd_.get(), tier);
   adapters_ = std::make_unique<lora::AdapterManager>(session_->model());
 }
 

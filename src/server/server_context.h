@@ -20,6 +20,16 @@
 
 namespace lathe::server {
 
+// The SSD tier of the prompt cache (serve --ssd-cache*); off while dir is empty.
+struct SsdCacheOptions {
+  std::string dir;
+  uint64_t max_bytes = 8ull << 30;
+  bool verify = false;
+  double demote_idle_s = 0;
+  double write_behind_s = 1.0;
+  std::string template_source;  // --chat-template's text: part of the identity
+};
+
 struct ServeOptions {
   std::string host = "127.0.0.1";
   int port = 8080;
@@ -38,6 +48,7 @@ struct ServeOptions {
   CorsPolicy cors;                            // browser origins allowed (loopback by default)
   std::vector<std::string> model_names;       // names a request's "model" may use (model_id first)
   bool accept_any_model = false;              // any "model" is served (else 404 model_not_found)
+  SsdCacheOptions ssd;                        // --ssd-cache: KV files that outlive the process
 };
 
 class ServerContext {
@@ -47,6 +58,7 @@ class ServerContext {
   ModelBundle& session() { return *session_; }
   EngineService& engine() { return *engine_; }
   Metrics& metrics() { return metrics_; }
+  const SsdStore* ssd_store() const { return ssd_.get(); }  // null without --ssd-cache
   lora::AdapterManager& adapters() { return *adapters_; }
   const lora::AdapterManager& adapters() const { return *adapters_; }
   const ServeOptions& options() const { return options_; }
@@ -67,6 +79,7 @@ class ServerContext {
   ServeOptions options_;
   std::unique_ptr<ModelBundle> session_;
   Metrics metrics_;
+  std::unique_ptr<SsdStore> ssd_;  // outlives the engine, whose writer saves into it
   std::unique_ptr<EngineService> engine_;
   std::unique_ptr<lora::AdapterManager> adapters_;
   int64_t started_at_;

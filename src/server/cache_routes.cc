@@ -1,0 +1,41 @@
+// GET /v1/cache: the prompt cache's tiers (entries, bytes, hits and misses, restore time and read rate).
+#include <httplib.h>
+
+#include "server/http_server.h"
+
+namespace lathe::server {
+
+std::vector<Route> cache_routes(ServerContext& ctx) {
+  std::vector<Route> r;
+  r.push_back({"GET", "/v1/cache", [&ctx](const httplib::Request&, httplib::Response& res) {
+                 using json = nlohmann::ordered_json;
+                 const CacheTierStats c = ctx.metrics().cache_tiers();
+                 json ram = {{"entries", c.ram_entries},
+                             {"bytes", c.ram_bytes},
+                             {"hits", c.ram_hits},
+                             {"misses", c.ram_misses},
+                             {"reused_tokens", c.ram_reused_tokens}};
+                 json out = {{"object", "cache"}, {"ram", ram}, {"ssd", nullptr}};
+                 if (const SsdStore* store = ctx.ssd_store()) {
+                   const SsdStoreStats s = store->stats();
+                   const double avg = c.ssd_hits > 0 ? c.ssd_restore_ms_total / static_cast<double>(c.ssd_hits) : 0;
+                   out["ssd"] = {{"dir", store->root()},
+                                 {"entries", s.entries},
+                                 {"bytes", s.bytes},
+                                 {"hits", c.ssd_hits},
+                                 {"misses", c.ssd_misses},
+                                 {"reused_tokens", c.ssd_reused_tokens},
+                                 {"spills", s.spills},
+                                 {"spills_queued", c.spills_queued},
+                                 {"write_failures", s.write_failures},
+                                 {"removed_invalid", s.removed_invalid},
+                                 {"restore_ms_last", s.restore_ms_last},
+                                 {"restore_ms_avg", avg},
+                                 {"read_mb_s_last", s.restore_mb_s_last}};
+                 }
+                 write_json(res, out);
+               }});
+  return r;
+}
+
+}  // namespace lathe::server

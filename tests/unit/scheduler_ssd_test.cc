@@ -1,0 +1,141 @@
+// The scheduler over the SSD tier: a kept cache written out (flush at shutdown, or on RAM eviction) serves a
+// later scheduler's request that extends it — cached_tokens counts it and the tokens equal a cold run's; a file
+// that fails to restore is a miss answered by prefill; salts never share entries, in RAM or on disk.
+#include <filesystem>
+
+#include <gtest/gtest.h>
+
+#include "cache/cache_identity.h"
+#include "engine/scheduler.h"
+#include "support/fixtures.h"
+#include "support/kv_test_util.h"
+
+namespace lathe {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Recorder : SequenceSink {
+  std::vector<int32_t> ids;
+  std::optional<GenerateResult> result;
+  std::exception_ptr error;
+  void on_token(const GeneratedToken& t) override {
+    if (t.id >= 0) ids.push_back(t.id);
+  }
+  void on_finish(GenerateResult r) override { result = std::move(r); }
+  void on_error(std::exception_ptr e) override { error = e; }
+};
+
+class SchedulerSsdTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { bundle_ = new ModelBundle(test::model_dir("qwen3-q4g64")); }
+  static void TearDownTestSuite() { delete bundle_; }
+
+  std::unique_ptr<SsdStore> store() {
+    SsdStoreOptions o;
+    o.dir = dir_.path;
+    o.max_bytes = 1ull << 30;
+    auto s = std::make_unique<SsdStore>(o, cache_identity(bundle_->model(), bundle_->cache_options()),
+                                        probe_cache_layout(bundle_->model(), bundle_->cache_options()),
+                                        [] { return bundle_->make_cache(); });
+    s->scan();
+    return s;
+  }
+  static std::unique_ptr<Scheduler> scheduler(SsdStore* ssd, int reuse_slots = 4) {
+    SchedulerOptions o;
+    o.kv_cache_bytes = 1 << 30;
+    o.prefill_chunk = 32;
+    o.reuse_slots = reuse_slots;
+    auto s = std::make_unique<Scheduler>(*bundle_, o);
+    SsdTierOptions t;
+    t.write_behind_s = 1000;  // only explicit flushes and evictions write
+    if (ssd) s->enable_ssd(*ssd, t);
+    return s;
+  }
+  static std::shared_ptr<Recorder> run(Scheduler& s, const std::vector<int32_t>& prompt, const std::string& salt = "") {
+    GenerateOptions opt;
+    opt.max_tokens = 6;
+    opt.eos_ids = {-5};
+    opt.cache_salt = salt;
+    auto rec = std::make_shared<Recorder>();
+    s.add(prompt, opt, rec);
+    for (int i = 0; i < 10000 && !s.idle(); ++i) s.step();
+    EXPECT_TRUE(rec->result) << "the request finished";
+    return rec;
+  }
+  static std::vector<int32_t> prompt(int n, int start) {
+    std::vector<int32_t> v;
+    for (int k = 0; k < n; ++k) v.push_back(static_cast<int32_t>(start + k * 7) % 600 + 1);
+    return v;
+  }
+  static std::vector<int32_t> extend(std::vector<int32_t> p, const std::vector<int32_t>& more) {
+    p.insert(p.end(), more.begin(), more.end());
+    for (int k = 0; k < 9; ++k) p.push_back(40 + k);
+    return p;
+  }
+  static ModelBundle* bundle_;
+  kvtest::TempDir dir_;
+};
+ModelBundle* SchedulerSsdTest::bundle_ = nullptr;
+
+TEST_F(SchedulerSsdTest, AFlushedCacheServesTheNextSchedulerWithTheColdTokens) {
+  const std::vector<int32_t> first = prompt(70, 3);
+  std::vector<int32_t> next;
+  {
+    auto st = store();
+    auto s = scheduler(st.get());
+    auto a = run(*s, first);
+    next = extend(first, a->ids);
+    s->flush_ssd();
+    EXPECT_EQ(st->stats().entries, 1u);
+  }
+  auto st = store();  // a restart: a fresh index from the files
+  ASSERT_EQ(st->stats().entries, 1u);
+  auto s = scheduler(st.get());
+  auto b = run(*s, next);
+  EXPECT_EQ(b->result->cached_tokens, static_cast<int>(first.size() + 6 - 1));
+  EXPECT_EQ(s->cache_stats().ssd_hits, 1);
+  EXPECT_EQ(s->cache_stats().ram_hits, 0);
+  auto cold = scheduler(nullptr);
+  auto c = run(*cold, next);
+  EXPECT_EQ(c->result->cached_tokens, 0);
+  EXPECT_EQ(b->ids, c->ids);
+}
+
+TEST_F(SchedulerSsdTest, RamEvictionSpillsAndAnotherSaltSeesNothing) {
+  auto st = store();
+  auto s = scheduler(st.get(), /*reuse_slots=*/1);
+  const std::vector<int32_t> p1 = prompt(50, 11), p2 = prompt(40, 200);
+  auto a = run(*s, p1, "alice");
+  run(*s, p2, "alice");  // evicts p1's cache from RAM: it goes to the writer
+  // Another salt: neither the RAM entry nor the file.
+  auto other = run(*s, extend(p1, a->ids), "bob");
+  EXPECT_EQ(other->result->cached_tokens, 0);
+  s->flush_ssd();
+  auto again = run(*s, extend(p1, a->ids), "alice");
+  EXPECT_EQ(again->result->cached_tokens, static_cast<int>(p1.size() + 6 - 1));
+  EXPECT_EQ(s->cache_stats().ssd_hits, 1);
+}
+
+TEST_F(SchedulerSsdTest, AFileThatFailsToRestoreIsAMissAnsweredByPrefill) {
+  const std::vector<int32_t> first = prompt(60, 5);
+  std::vector<int32_t> next;
+  {
+    auto st = store();
+    auto s = scheduler(st.get());
+    next = extend(first, run(*s, first)->ids);
+    s->flush_ssd();
+  }
+  for (const auto& e : fs::recursive_directory_iterator(dir_.path))
+    if (e.path().extension() == ".lkv") fs::resize_file(e.path(), fs::file_size(e.path()) / 2);  // truncated
+  auto st = store();
+  auto s = scheduler(st.get());
+  auto b = run(*s, next);
+  EXPECT_EQ(b->result->cached_tokens, 0);
+  EXPECT_EQ(s->cache_stats().ssd_hits, 0);
+  auto cold = scheduler(nullptr);
+  EXPECT_EQ(b->ids, run(*cold, next)->ids);
+}
+
+}  // namespace
+}  // namespace lathe
