@@ -37,7 +37,7 @@ struct ServeOptions {
   size_t max_queue = 64;                      // waiting generations before 429
   SchedulerOptions scheduler;                 // batch rows/tokens, prefill chunk, KV budget
   size_t max_body_bytes = 16u << 20;          // larger request bodies get 413
-  size_t http_threads = 2048;                 // workers that run fully read requests
+  size_t http_threads = 256;                  // workers that run fully read requests
   double shutdown_timeout_s = 10;             // on SIGTERM/SIGINT: how long running generations may finish
   ServerDefaults defaults;                    // sampling and max_tokens when a request omits them
   nlohmann::ordered_json chat_template_args;  // extra template variables (request kwargs win)
