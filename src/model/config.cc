@@ -135,8 +135,8 @@ ModelConfig parse_model_config(const json& root, const std::string& dir) {
     if (root[key].type() != t) bad(c, std::string("'") + key + "' has the wrong type");
     return true;
   };
-  const std::string root_type = root_typed("model_type", json::value_t::string) ? root["model_type"].get<std::string>()
-                                                                                 : std::string();
+  const std::string root_type =
+      root_typed("model_type", json::value_t::string) ? root["model_type"].get<std::string>() : std::string();
   c.model_type = c.get_string("model_type", root_type);
   if (c.model_type.empty()) bad(c, "has no model_type");
   auto required = [&](const char* key) {
@@ -154,7 +154,8 @@ ModelConfig parse_model_config(const json& root, const std::string& dir) {
   c.max_position_embeddings = c.get_int("max_position_embeddings", 0);
   c.rms_norm_eps = c.get_double("rms_norm_eps", 1e-6);
   c.tie_word_embeddings = c.has("tie_word_embeddings") ? c.get_bool("tie_word_embeddings", false)
-                          : root_typed("tie_word_embeddings", json::value_t::boolean) && root["tie_word_embeddings"].get<bool>();
+                                                       : root_typed("tie_word_embeddings", json::value_t::boolean) &&
+                                                             root["tie_word_embeddings"].get<bool>();
   c.hidden_act = c.get_string("hidden_activation", c.get_string("hidden_act", "silu"));
   c.sliding_window = c.has("sliding_window") ? c.get_int("sliding_window", 0) : 0;
   if (c.num_kv_heads <= 0 || c.num_heads % c.num_kv_heads != 0)
