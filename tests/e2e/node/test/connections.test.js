@@ -5,7 +5,7 @@ import assert from 'node:assert/strict';
 import net from 'node:net';
 import { describe, test } from 'node:test';
 
-import { parseSSE, request, sleep, useServer } from './harness.js';
+import { parseSSE, rawExchange, request, sleep, useServer } from './harness.js';
 
 // Opens a socket and resolves once connected.
 const connect = (port) =>
@@ -13,28 +13,6 @@ const connect = (port) =>
     const s = net.connect(port, '127.0.0.1', () => resolve(s));
     s.on('error', reject);
   });
-
-// Writes `bytes` on a fresh socket (optionally half-closing after), and resolves to everything it reads until
-// the server closes (or timeoutMs).
-function exchange(port, bytes, { halfClose = false, timeoutMs = 10000 } = {}) {
-  return new Promise((resolve) => {
-    const sock = net.connect(port, '127.0.0.1');
-    const bufs = [];
-    let done = false;
-    const finish = () => {
-      if (done) return;
-      done = true;
-      sock.destroy();
-      resolve(Buffer.concat(bufs).toString('latin1'));
-    };
-    sock.on('connect', () => (halfClose ? sock.end(bytes) : sock.write(bytes)));
-    sock.on('data', (d) => bufs.push(d));
-    sock.on('end', finish);
-    sock.on('close', finish);
-    sock.on('error', finish);
-    sock.setTimeout(timeoutMs, finish);
-  });
-}
 
 const statuses = (text) => [...text.matchAll(/HTTP\/1\.1 (\d{3})/g)].map((m) => Number(m[1]));
 
@@ -92,7 +70,7 @@ describe('connections hold no worker', () => {
   });
 
   test('two pipelined requests in one write get two answers, in order', async () => {
-    const text = await exchange(
+    const text = await rawExchange(
       ctx.server.port,
       'GET /health HTTP/1.1\r\nHost: x\r\n\r\n' +
         'POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}' +
@@ -103,10 +81,10 @@ describe('connections hold no worker', () => {
   });
 
   test('a client that half-closes after its request still gets the answer', async () => {
-    const text = await exchange(ctx.server.port, 'GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n', { halfClose: true });
+    const text = await rawExchange(ctx.server.port, 'GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n', { halfClose: true });
     assert.deepEqual(statuses(text), [200], text);
     assert.match(text, /"object":"list"/);
-    const both = await exchange(
+    const both = await rawExchange(
       ctx.server.port,
       'GET /health HTTP/1.1\r\nHost: x\r\n\r\nGET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n',
       { halfClose: true },

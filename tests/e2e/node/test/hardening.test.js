@@ -4,37 +4,20 @@
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
-import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { describe, test } from 'node:test';
 
-import { BINARY, DEMO_MODEL, SOURCE_DIR, parseSSE, request, sleep, startServer, useServer } from './harness.js';
+import { BINARY, DEMO_MODEL, SOURCE_DIR, parseSSE, rawExchange, request, sleep, startServer, useServer } from './harness.js';
 
 const hello = [{ role: 'user', content: 'hello world' }];
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'lathe-harden-'));
 
 // One request over a fresh socket, answered with Connection: close; resolves to {status, body}.
-function raw(port, bytes, timeoutMs = 15000) {
-  return new Promise((resolve) => {
-    const sock = net.connect(port, '127.0.0.1');
-    const bufs = [];
-    let done = false;
-    const finish = () => {
-      if (done) return;
-      done = true;
-      sock.destroy();
-      const text = Buffer.concat(bufs).toString('latin1');
-      const m = /^HTTP\/1\.[01] (\d{3})/.exec(text);
-      resolve({ status: m ? Number(m[1]) : null, body: text.slice(text.indexOf('\r\n\r\n') + 4) });
-    };
-    sock.on('connect', () => sock.write(bytes));
-    sock.on('data', (d) => bufs.push(d));
-    sock.on('end', finish);
-    sock.on('close', finish);
-    sock.on('error', finish);
-    sock.setTimeout(timeoutMs, finish);
-  });
+async function raw(port, bytes, timeoutMs = 15000) {
+  const text = await rawExchange(port, bytes, { timeoutMs });
+  const m = /^HTTP\/1\.[01] (\d{3})/.exec(text);
+  return { status: m ? Number(m[1]) : null, body: text.slice(text.indexOf('\r\n\r\n') + 4) };
 }
 
 const rawPost = (route, body, headers) =>

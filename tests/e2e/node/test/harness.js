@@ -6,6 +6,7 @@
 //   LATHE_SOURCE_DIR  the repository root            (default: four levels above this file)
 import { spawn, spawnSync } from 'node:child_process';
 import fs from 'node:fs';
+import net from 'node:net';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { after, before } from 'node:test';
@@ -206,6 +207,28 @@ export async function waitFor(predicate, { timeoutMs = 10000, intervalMs = 50 } 
 }
 
 export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+// Writes `bytes` on a fresh socket to 127.0.0.1:port (half-closing after when asked) and resolves to everything
+// read until the server closes it (or timeoutMs), as latin1 text: for tests that speak raw HTTP.
+export function rawExchange(port, bytes, { halfClose = false, timeoutMs = 10000 } = {}) {
+  return new Promise((resolve) => {
+    const sock = net.connect(port, '127.0.0.1');
+    const bufs = [];
+    let done = false;
+    const finish = () => {
+      if (done) return;
+      done = true;
+      sock.destroy();
+      resolve(Buffer.concat(bufs).toString('latin1'));
+    };
+    sock.on('connect', () => (halfClose ? sock.end(bytes) : sock.write(bytes)));
+    sock.on('data', (d) => bufs.push(d));
+    sock.on('end', finish);
+    sock.on('close', finish);
+    sock.on('error', finish);
+    sock.setTimeout(timeoutMs, finish);
+  });
+}
 
 // Runs the lathe CLI synchronously; throws with its stderr when it fails. Returns stdout.
 export function lathe(args, { input } = {}) {
