@@ -46,14 +46,19 @@ void gemm_nt(const float* a, const float* b, float* c, int64_t m, int64_t n, int
   });
 }
 
-void gemm_nn(const float* a, const float* b, float* c, int64_t m, int64_t n, int64_t k, bool accumulate) {
+namespace {
+
+// c[m, n] (+)= a · b with b [k, n] row-major and a's element (i, x) at a[i * row_stride + x * col_stride]: one
+// loop for a as given (gemm_nn) and for a transposed (gemm_tn).
+void gemm_strided_a(const float* a, int64_t row_stride, int64_t col_stride, const float* b, float* c, int64_t m,
+                    int64_t n, int64_t k, bool accumulate) {
   parallel_for(m, 1, [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i) {
       float* cr = c + i * n;
       if (!accumulate)
         for (int64_t j = 0; j < n; ++j) cr[j] = 0.0f;
       for (int64_t x = 0; x < k; ++x) {
-        const float av = a[i * k + x];
+        const float av = a[i * row_stride + x * col_stride];
         const float* br = b + x * n;
         for (int64_t j = 0; j < n; ++j) cr[j] += av * br[j];
       }
@@ -61,19 +66,14 @@ void gemm_nn(const float* a, const float* b, float* c, int64_t m, int64_t n, int
   });
 }
 
+}  // namespace
+
+void gemm_nn(const float* a, const float* b, float* c, int64_t m, int64_t n, int64_t k, bool accumulate) {
+  gemm_strided_a(a, k, 1, b, c, m, n, k, accumulate);
+}
+
 void gemm_tn(const float* a, const float* b, float* c, int64_t m, int64_t n, int64_t k, bool accumulate) {
-  parallel_for(m, 1, [&](int64_t i0, int64_t i1) {
-    for (int64_t i = i0; i < i1; ++i) {
-      float* cr = c + i * n;
-      if (!accumulate)
-        for (int64_t j = 0; j < n; ++j) cr[j] = 0.0f;
-      for (int64_t x = 0; x < k; ++x) {
-        const float av = a[x * m + i];
-        const float* br = b + x * n;
-        for (int64_t j = 0; j < n; ++j) cr[j] += av * br[j];
-      }
-    }
-  });
+  gemm_strided_a(a, 1, m, b, c, m, n, k, accumulate);
 }
 
 Var add(Tape& t, const Var& a, const Var& b) {
