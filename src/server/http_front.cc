@@ -36,32 +36,11 @@ using tcp = asio::ip::tcp;
 constexpr size_t kDrainLimit = size_t{256} << 20;
 constexpr auto kDrainIdle = std::chrono::milliseconds(1000);
 
-const char* reason(int status) {
-  switch (status) {
-    case 100: return "Continue";
-    case 200: return "OK";
-    case 201: return "Created";
-    case 202: return "Accepted";
-    case 204: return "No Content";
-    case 400: return "Bad Request";
-    case 401: return "Unauthorized";
-    case 403: return "Forbidden";
-    case 404: return "Not Found";
-    case 405: return "Method Not Allowed";
-    case 408: return "Request Timeout";
-    case 409: return "Conflict";
-    case 411: return "Length Required";
-    case 413: return "Payload Too Large";
-    case 415: return "Unsupported Media Type";
-    case 422: return "Unprocessable Entity";
-    case 429: return "Too Many Requests";
-    case 431: return "Request Header Fields Too Large";
-    case 500: return "Internal Server Error";
-    case 501: return "Not Implemented";
-    case 503: return "Service Unavailable";
-    case 504: return "Gateway Timeout";
-    default: return status < 300 ? "OK" : status < 500 ? "Client Error" : "Server Error";
-  }
+// The status line's reason phrase, from Beast's table (codes it does not know get a generic phrase).
+std::string reason(int status) {
+  const http::status code = http::int_to_status(static_cast<unsigned>(status));
+  if (code == http::status::unknown) return status < 300 ? "OK" : status < 500 ? "Client Error" : "Server Error";
+  return std::string(http::obsolete_reason(code));
 }
 
 bool iequals(std::string_view a, std::string_view b) {
