@@ -21,14 +21,15 @@ git ls-files '*.cc' '*.h' '*.cu' '*.cuh' | xargs -r clang-format --dry-run --Wer
 
 stage "build (Release, -Wall -Wextra -Werror)"
 scripts/build.sh build -DLATHE_WERROR=ON
-# Twice as many tests as cores: the end-to-end tests spend much of their time waiting on a server or a child.
-(cd build && ctest -LE cuda -j"$((jobs * 2))" --output-on-failure --timeout 600)
+# One test per core: at twice that, a 64-client disconnect storm once saw a stream stall (see the closing note
+# of session 6) — until that is understood, CI runs the tests at the load they were written for.
+(cd build && ctest -LE cuda -j"$jobs" --output-on-failure --timeout 600)
 
 stage "build (ASan + UBSan)"
 # -O1 without debug info keeps this build (the slower of the two) well inside CI's time; asserts stay on.
 scripts/build.sh build-asan -DLATHE_SANITIZE=ON -DLATHE_WERROR=ON -DLATHE_BENCH=OFF -DLATHE_CUDA=OFF \
   -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE=-O1
-(cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest -LE cuda -j"$((jobs * 2))" --output-on-failure --timeout 900)
+(cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest -LE cuda -j"$jobs" --output-on-failure --timeout 900)
 stage "fuzz build (libFuzzer + ASan/UBSan, clang) and corpus replay"
 # A subset of lathe_core (the parsers) keeps this build short; every corpus input is replayed as a test.
 LATHE_FUZZ_PHASE=build scripts/fuzz.sh
