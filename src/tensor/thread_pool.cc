@@ -8,6 +8,7 @@
 #include <condition_variable>
 #include <cstdlib>
 #include <exception>
+#include <memory>
 #include <mutex>
 #include <string_view>
 #include <thread>
@@ -59,17 +60,28 @@ void maybe_pin(int index) {
   }
 }
 
+}  // namespace
+
 // A parallel region is `chunks` pieces of [0, n) claimed one at a time from one atomic word (generation in the
 // high 32 bits, next chunk in the low 32), by the caller and by whichever workers are awake. The caller waits
 // only for chunks already claimed, so a worker the OS has not scheduled yet (a busy or oversubscribed machine)
 // never holds up a region: the caller simply takes its chunks.
-class Pool {
+//
+// A region's fields (fn, sizes) are rewritten by the next region, so a worker may read them only while its own
+// region is still open: the caller first moves the word to a closed generation (no chunk claimable), then,
+// behind a release fence, writes the fields and opens a new generation. A worker reads the fields, then an
+// acquire fence, then claims with a CAS on the word it read: if any field it read was the next region's, the
+// fences make the close visible to that CAS, which fails. (Without the close, a worker that saw the old region
+// exhausted could read the next region's larger chunk count, claim on the old word before the caller
+// published, and run a chunk that belongs to no region — one done count too many, and the caller spun forever:
+// seen on a 16-core machine.)
+class ThreadPool::Impl {
  public:
-  explicit Pool(int n) : n_(std::max(1, n)) {
+  explicit Impl(int n) : n_(std::max(1, n)) {
     maybe_pin(0);
     for (int i = 1; i < n_; ++i) workers_.emplace_back([this, i] { loop(i); });
   }
-  ~Pool() {
+  ~Impl() {
     {
       std::lock_guard lock(mu_);
       stop_.store(true);
@@ -90,13 +102,16 @@ class Pool {
     int64_t per = (n + chunks - 1) / chunks;
     per = (per + grain - 1) / grain * grain;
     chunks = (n + per - 1) / per;
+    const uint32_t closed = static_cast<uint32_t>(state_.load() >> 32) + 1;
+    state_.store((uint64_t{closed} << 32) | kClosedIndex);  // no claim on the previous word can succeed now
+    std::atomic_thread_fence(std::memory_order_release);    // the close is seen before any field below
     fn_.store(&fn, std::memory_order_relaxed);
     total_.store(n, std::memory_order_relaxed);
     per_.store(per, std::memory_order_relaxed);
     chunks_.store(chunks, std::memory_order_relaxed);
     done_.store(0, std::memory_order_relaxed);
     error_ = nullptr;
-    const uint32_t gen = static_cast<uint32_t>(state_.load() >> 32) + 1;
+    const uint32_t gen = closed + 1;
     state_.store(uint64_t{gen} << 32);  // seq_cst: publishes the fields; pairs with the sleeper count
     if (sleepers_.load() > 0) {
       std::lock_guard lock(mu_);
@@ -121,6 +136,7 @@ class Pool {
       const int64_t total = total_.load(std::memory_order_relaxed);
       const auto* fn = fn_.load(std::memory_order_relaxed);
       if (idx >= chunks) return;
+      std::atomic_thread_fence(std::memory_order_acquire);  // pairs with the caller's fence after the close
       // A successful claim proves region `gen` is still running, so the fields read above are its own.
       if (!state_.compare_exchange_weak(s, s + 1, std::memory_order_acq_rel)) continue;
       try {
@@ -161,6 +177,8 @@ class Pool {
     }
   }
 
+  static constexpr uint64_t kClosedIndex = 0xFFFFFFFFu;  // above any chunk count: nothing to claim
+
   int n_;
   std::vector<std::thread> workers_;
   std::mutex mu_, run_mu_, error_mu_;
@@ -173,13 +191,21 @@ class Pool {
   std::exception_ptr error_;
 };
 
-int g_requested = 0;
-
-Pool& pool() {
-  static Pool p(g_requested > 0 ? g_requested : default_num_threads());
-  return p;
+ThreadPool::ThreadPool(int n) : impl_(std::make_unique<Impl>(n)) {}
+ThreadPool::~ThreadPool() = default;
+int ThreadPool::size() const { return impl_->size(); }
+void ThreadPool::run(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
+  if (n <= 0) return;
+  impl_->run(n, std::max<int64_t>(grain, 1), fn);
 }
 
+namespace {
+int g_requested = 0;
+
+ThreadPool& pool() {
+  static ThreadPool p(g_requested > 0 ? g_requested : default_num_threads());
+  return p;
+}
 }  // namespace
 
 int default_num_threads() {

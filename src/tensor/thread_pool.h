@@ -8,6 +8,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <memory>
 
 namespace lathe {
 
@@ -18,5 +19,21 @@ int default_num_threads();
 
 // fn(begin, end) is called on disjoint ranges covering [0, n). Ranges are multiples of `grain` except the last.
 void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
+
+// The pool behind parallel_for; a separate instance (any thread count) is for tests. run() does not make the
+// calling thread's nested parallel_for calls inline: use parallel_for for that.
+class ThreadPool {
+ public:
+  explicit ThreadPool(int threads);  // the caller plus threads - 1 workers
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+  int size() const;
+  void run(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+};
 
 }  // namespace lathe

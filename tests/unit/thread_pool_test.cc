@@ -53,5 +53,22 @@ TEST(ThreadPool, ExceptionsReachTheCaller) {
   }
 }
 
+// Many workers (more than this machine's cores, so workers are preempted at every point) and back-to-back
+// regions whose chunk counts alternate: a worker that saw one region exhausted must never claim a chunk of the
+// next before it is published. That bug ran a chunk twice or past its range, and once left the caller waiting
+// for a done count it had overshot (a hang on a 16-core machine).
+TEST(ThreadPool, RegionsOfChangingSizeOnManyWorkers) {
+  ThreadPool pool(16);
+  std::vector<std::atomic<int>> hits(256);
+  for (int r = 0; r < 20000; ++r) {
+    const int64_t n = r % 2 ? 2 : 256;
+    pool.run(n, 1, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) hits[static_cast<size_t>(i)].fetch_add(1, std::memory_order_relaxed);
+    });
+    for (int64_t i = 0; i < n; ++i)
+      ASSERT_EQ(hits[static_cast<size_t>(i)].exchange(0), 1) << "region " << r << " index " << i;
+  }
+}
+
 }  // namespace
 }  // namespace lathe
