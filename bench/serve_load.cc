@@ -99,7 +99,8 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   try {
-    std::vector<std::string> args = {"--port", "0"};
+    // Any model name: the request body says "m" whatever checkpoint is served.
+    std::vector<std::string> args = {"--port", "0", "--accept-any-model"};
     if (!model.empty()) args.insert(args.end(), {"--model", model});
     args.insert(args.end(), serve_args.begin(), serve_args.end());
     bench::ServerProcess server(lathe, args);

@@ -76,7 +76,7 @@ TEST_P(CudaNewArch, QuantizedKvMatchesCpuAndStaysCloseToF32Kv) {
   LATHE_REQUIRE_GPU();
   const std::vector<int32_t> ids = test::load_reference(GetParam()).prompts.at("long");
   auto gpu = load_model(test::model_dir(GetParam()), LoadOptions{Device::CUDA, DType::F32});
-  auto cpu = load_model(test::model_dir(GetParam()));
+  auto cpu = load_model(test::model_dir(GetParam()), LoadOptions{.exact = true});  // the reference kernels
   const size_t prefill = ids.size() / 2;
   CacheList plain = gpu->make_cache();
   const std::vector<float> ref = stepped_logits(*gpu, ids, prefill, plain);
