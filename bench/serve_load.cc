@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -124,9 +125,22 @@ int main(int argc, char** argv) {
       std::vector<std::vector<Stream>> per(static_cast<size_t>(n));
       const auto t0 = Clock::now();
       std::vector<std::thread> threads;
+      std::mutex errors_mu;
+      int errors = 0;
+      std::string last_error;
       for (int c = 0; c < n; ++c)
         threads.emplace_back([&, c] {
-          for (int r = 0; r < rounds; ++r) per[static_cast<size_t>(c)].push_back(run_client(port, body_for(c, r)));
+          // A refused request (429 when the queue is full, 503) is counted, not thrown: an exception escaping a
+          // thread would abort the whole run.
+          for (int r = 0; r < rounds; ++r) {
+            try {
+              per[static_cast<size_t>(c)].push_back(run_client(port, body_for(c, r)));
+            } catch (const std::exception& e) {
+              std::lock_guard lock(errors_mu);
+              ++errors;
+              last_error = e.what();
+            }
+          }
         });
       for (auto& t : threads) t.join();
       const double wall = seconds(t0, Clock::now());
@@ -146,7 +160,9 @@ int main(int argc, char** argv) {
                       {"ttft_ms_p50", percentile(ttft, 0.5)},
                       {"ttft_ms_p99", percentile(ttft, 0.99)},
                       {"itl_ms_p50", percentile(itl, 0.5)},
-                      {"itl_ms_p99", percentile(itl, 0.99)}});
+                      {"itl_ms_p99", percentile(itl, 0.99)},
+                      {"failed_requests", errors},
+                      {"last_error", last_error}});
     }
     const json out = {{"bench", "serve_load"},
                       {"model", dir},

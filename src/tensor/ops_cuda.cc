@@ -8,6 +8,7 @@
 #include <cstdlib>
 
 #include "common/error.h"
+#include "tensor/cuda/gemv_mma.h"
 #include "tensor/cuda/kernels.h"
 #include "tensor/device_memory.h"
 #include "tensor/ops_cuda_check.h"
@@ -30,13 +31,18 @@ const int32_t* upload_ids(const std::vector<int32_t>& ids, int64_t vocab, Tensor
   return holder.data<int32_t>();
 }
 
-// Rows up to which a quantized linear runs as per-row GEMVs: LATHE_CUDA_GEMV_ROWS, default 16.
-int64_t gemv_rows_limit() {
-  static const int64_t limit = [] {
+// Rows up to which a quantized linear runs as per-row GEMVs: LATHE_CUDA_GEMV_ROWS, default 16, or 32 where the
+// weights are unpacked once for 8 rows (4-bit g32/g64: gemv_mma_tokens.cu). H200, Qwen3-4B 4-bit decode step:
+// the shared-unpack GEMV beats dequantize + GEMM up to 32 rows (1,831 against 1,597 tok/s) and loses above
+// (64: 1,925 against 2,659), being bound by its mma work; LATHE_CUDA_GEMV_ROWS=256 keeps every row of a
+// decode batch bitwise its solo result at that cost. Prefill chunks take the GEMM.
+int64_t gemv_rows_limit(const cuda::QuantView& q) {
+  static const int64_t env = [] {
     const char* e = std::getenv("LATHE_CUDA_GEMV_ROWS");
-    return e ? std::max<int64_t>(1, std::atoll(e)) : int64_t{16};
+    return e ? std::max<int64_t>(1, std::atoll(e)) : int64_t{0};
   }();
-  return limit;
+  if (env > 0) return env;
+  return cuda::gemv_q_mma_tokens_covers(q) ? 32 : 16;
 }
 
 }  // namespace
@@ -58,7 +64,7 @@ Tensor linear(const Tensor& x_in, const Weight& w, const Tensor* bias, bool f32_
     // A batched decode step (few rows): the GEMV per row in one launch, weights from DRAM once, each row's
     // result bit-identical to its solo GEMV (batched greedy equals solo greedy). Above the limit the dequantized
     // GEMM's fixed cost (writing and reading the bf16 weights) is the cheaper one.
-    if (M <= gemv_rows_limit() && cuda::gemv_quantized_rows(q, x.raw(), x.dtype(), M, y.raw(), yt, b)) return y;
+    if (M <= gemv_rows_limit(q) && cuda::gemv_quantized_rows(q, x.raw(), x.dtype(), M, y.raw(), yt, b)) return y;
     // Prefill: dequantize once to the activation type, then a tensor-core GEMM. The scratch block returns to
     // the allocator's cache and is reused by the next layer of the same shape.
     Tensor wd = Tensor::empty({N, K}, x.dtype(), Device::CUDA);

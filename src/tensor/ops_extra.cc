@@ -106,7 +106,7 @@ bool batched_decode_enabled() {
   int v = g_batched_decode.load(std::memory_order_relaxed);
   if (v < 0) {
     const char* e = std::getenv("LATHE_BATCHED_DECODE");
-    v = e && e[0] == '1' ? 1 : 0;
+    v = e && e[0] == '0' ? 0 : 1;  // on unless LATHE_BATCHED_DECODE=0
     g_batched_decode.store(v, std::memory_order_relaxed);
   }
   return v == 1;

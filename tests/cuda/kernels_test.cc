@@ -77,16 +77,18 @@ INSTANTIATE_TEST_SUITE_P(Shapes, QuantLinear,
                                            QCase{4, 64, 1, 2560}, QCase{8, 64, 1, 3072}, QCase{4, 32, 1, 2048},
                                            QCase{8, 32, 1, 1792}));
 
-// Batched decode: up to 16 bf16 rows run the GEMV per row in one launch, each row bit-identical to its own
-// one-row GEMV (what makes batched greedy equal solo greedy in the linears).
+// Batched decode: bf16 rows run the GEMV per row in one launch (4-bit g32/g64: weights unpacked once per 8
+// rows), each row bit-identical to its own one-row GEMV (what makes batched greedy equal solo greedy in the
+// linears), up to linear()'s GEMV row limit (16, or 32 where the rows share the unpacking).
 TEST(CudaOps, QuantLinearRowsEqualOneRowCalls) {
   LATHE_REQUIRE_GPU();
-  for (const auto& [bits, gs, K] :
-       std::vector<std::tuple<int, int, int64_t>>{{4, 64, 2560}, {8, 32, 1024}, {4, 64, 1344}, {8, 128, 2560}}) {
+  for (const auto& [bits, gs, K] : std::vector<std::tuple<int, int, int64_t>>{
+           {4, 64, 2560}, {8, 32, 1024}, {4, 64, 1344}, {8, 128, 2560}, {4, 32, 2048}, {4, 32, 800}}) {
     const int64_t N = 333;
     const Weight wd = on_device(random_quantized(N, K, bits, gs, 21));
     const Tensor bias = Tensor::from_floats(random_floats(static_cast<size_t>(N), 22), {N}).to(Device::CUDA);
-    for (int64_t M : {2, 9, 16}) {
+    for (int64_t M : {2, 9, 16, 25, 32}) {
+      if (M > 16 && !(bits == 4 && gs <= 64)) continue;  // the dequantized GEMM above 16 rows
       const Tensor x = Tensor::from_floats(random_floats(static_cast<size_t>(M * K), 23), {M, K}).to(DType::BF16);
       const Tensor xd = x.to(Device::CUDA);
       for (bool f32_out : {true, false}) {

@@ -19,47 +19,11 @@
 
 #include "tensor/cuda/common.cuh"
 #include "tensor/cuda/gemv_mma.h"
+#include "tensor/cuda/gemv_mma_common.cuh"
 
 namespace lathe::cuda {
 namespace {
-
-__device__ __forceinline__ void mma16816(float* d, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
-                                         uint32_t b1) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
-// Four nibbles of w at bits s, s+16 (as bf16 pairs ((w >> s) & 0x000F000F) | magic: magic 0x4300 gives 128 + q,
-// 0x4500 gives 2048 + 16·q, both exact in bf16 and in the products with bf16 activations.
-// One LOP3 for mask-and-or, written out: from C, ptxas folds the magic to an immediate and then needs two (one
-// immediate operand per instruction), which was 30% of the kernel's integer instructions.
-__device__ __forceinline__ uint32_t nib(uint32_t w, int s, uint32_t magic) {
-  uint32_t r;
-  asm("lop3.b32 %0, %1, 0x000F000F, %2, 0xEA;" : "=r"(r) : "r"(w >> s), "r"(magic));
-  return r;
-}
-
-template <int W>
-__device__ __forceinline__ void load_words(const uint32_t* p, uint32_t* out) {
-  if constexpr (W == 1) {
-    out[0] = __ldg(p);
-  } else if constexpr (W == 2) {
-    const uint2 v = __ldg(reinterpret_cast<const uint2*>(p));
-    out[0] = v.x;
-    out[1] = v.y;
-  } else {
-#pragma unroll
-    for (int i = 0; i < W / 4; ++i) {
-      const uint4 v = __ldg(reinterpret_cast<const uint4*>(p) + i);
-      out[4 * i] = v.x;
-      out[4 * i + 1] = v.y;
-      out[4 * i + 2] = v.z;
-      out[4 * i + 3] = v.w;
-    }
-  }
-}
+using namespace mma_detail;
 
 // kBits 4: word k of a lane holds 8 values, taken as pairs (j, j+4) in two mma steps. kBits 8: 4 values, the
 // pairs (0, 2) and (1, 3), each byte split into its low nibble (128 + lo) and high nibble (2048 + 16·hi), two
@@ -276,24 +240,12 @@ __global__ void __launch_bounds__(kMaxWarps * 32, kMinBlocks)
   }
 }
 
-// Warps per block: 4, or 5 or 6 where that splits the iterations evenly and 4 does not (Qwen3-4B's K = 2560:
-// 5 iterations, as 5 warps of 1 instead of 4 warps of 2, 1, 1, 1). Measured on the H200: 8 warps per block
-// (fewer blocks per SM at ~100 registers) lost up to 15% on the large matrices.
-int warps_for(int iters) {
-  int best = 4, waste = (iters + 3) / 4 * 4 - iters;
-  for (int w = 5; w <= 6; ++w) {
-    const int wst = (iters + w - 1) / w * w - iters;
-    if (wst < waste) best = w, waste = wst;
-  }
-  return best;
-}
-
 template <int kBits, int W, class TY>
 void launch(const QuantView& q, const __nv_bfloat16* x, TY* y, const float* bias, int tokens) {
   constexpr int kGroup = 128 * W / kBits;
   const int iters = static_cast<int>((q.cols / kGroup + 7) / 8);
   const unsigned blocks = static_cast<unsigned>((q.rows + 7) / 8 * tokens);
-  const unsigned threads = static_cast<unsigned>(32 * warps_for(iters));
+  const unsigned threads = static_cast<unsigned>(32 * gemv_mma_warps(iters));
   if (q.sb_bf16)
     launch_dependent(gemv_q_mma_kernel<kBits, W, true, TY, 8, 2>, blocks, threads, 0, q, x, y, bias, tokens);
   else
@@ -328,6 +280,13 @@ bool gemv_q_mma(const QuantView& q, const void* x, DType xt, void* y, DType yt, 
   if (off || xt != DType::BF16 || (q.bits == 8 && q.rows >= kMaxRows8) || tokens < 1 ||
       (q.rows + 7) / 8 * tokens >= (int64_t{1} << 31))
     return false;
+  // Several tokens of 4-bit weights: unpacked once per block for up to 8 tokens (gemv_mma_tokens.cu), each
+  // token's result still bitwise its one-token call's. LATHE_CUDA_GEMV_TOKENS=1: one token per block, as before.
+  static const int per_block = [] {
+    const char* e = std::getenv("LATHE_CUDA_GEMV_TOKENS");
+    return e ? std::atoi(e) : 8;
+  }();
+  if (tokens > 1 && per_block > 1 && gemv_q_mma_tokens(q, x, y, yt, bias, tokens, per_block)) return true;
   const auto* xb = static_cast<const __nv_bfloat16*>(x);
   const int n = static_cast<int>(tokens);
   if (yt == DType::BF16) return dispatch(q, xb, static_cast<__nv_bfloat16*>(y), bias, n);

@@ -9,4 +9,10 @@ namespace lathe::cuda {
 // y [tokens, N] row by row, each token's row bit-identical to a one-token call, weights read from DRAM ~once.
 bool gemv_q_mma(const QuantView& q, const void* x, DType xt, void* y, DType yt, const float* bias, int64_t tokens = 1);
 
+// The 4-bit GEMV over tokens ≥ 2 with the weights unpacked once per block for up to `per_block` (4 or 8)
+// tokens; every token's row bitwise what gemv_q_mma gives it alone. False where not covered (bf16 x only).
+bool gemv_q_mma_tokens_covers(const QuantView& q);
+bool gemv_q_mma_tokens(const QuantView& q, const void* x, void* y, DType yt, const float* bias, int64_t tokens,
+                       int per_block);
+
 }  // namespace lathe::cuda
