@@ -343,6 +343,10 @@ TEST(TrainConfigParse, NamesTheBadField) {
   EXPECT_NE(msg("{" + base + R"(, "batch_size": 1.5})").find("batch_size"), std::string::npos);
   EXPECT_NE(msg("{" + base + R"(, "target_modules": "q_proj"})").find("target_modules"), std::string::npos);
   EXPECT_NE(msg(R"({"data_dir": "d", "adapter_path": "o"})").find("model_dir"), std::string::npos);
+  EXPECT_DOUBLE_EQ(train::parse_train_config(ojson::parse("{" + base + R"(, "lora_dropout": 0.05})")).lora_dropout,
+                   0.05);
+  EXPECT_NE(msg("{" + base + R"(, "lora_dropout": 1})").find("lora_dropout"), std::string::npos);
+  EXPECT_NE(msg("{" + base + R"(, "lora_dropout": -0.1})").find("lora_dropout"), std::string::npos);
   const auto dpo = train::parse_train_config(ojson::parse("{" + base + R"(, "method": "dpo"})"));
   EXPECT_DOUBLE_EQ(dpo.learning_rate, 5e-5);
   EXPECT_EQ(dpo.lr_schedule, "cosine");
@@ -484,29 +488,74 @@ TEST(TrainLoop, GradientAccumulationAveragesMicroBatches) {
   for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(p.params[0].grad_b.data<float>()[i], want[i], 1e-6);
 }
 
+// With and without LoRA dropout: the masks are keyed by (seed, step, micro-batch), so redoing steps 11-17 after
+// the resume draws what the uninterrupted run drew.
 TEST(TrainLoop, ResumeFromACheckpointIsBitIdentical) {
+  for (const double p : {0.0, 0.5}) {
+    SCOPED_TRACE("lora_dropout " + std::to_string(p));
+    TempDir d;
+    fs::create_directories(d.str("data"));
+    write_sft_task(d.str("data"));
+    auto c = loop_config(d, train::Method::Sft);
+    c.iters = 30, c.save_every = 10, c.grad_accumulation_steps = 2, c.batch_size = 2, c.lora_dropout = p;
+    c.adapter_path = d.str("straight");
+    const LoopRun straight = run_loop(c);
+
+    c.adapter_path = d.str("resumed");
+    train::TrainHooks stop;
+    stop.stop_after_step = 17;  // killed between checkpoints: steps 11-17 are redone
+    run_loop(c, stop);
+    ASSERT_TRUE(train::latest_checkpoint(c.adapter_path));
+    EXPECT_EQ(fs::path(*train::latest_checkpoint(c.adapter_path)).filename(), "step-00000010");
+    EXPECT_FALSE(fs::exists(d.str("resumed/adapters.safetensors")));
+    const LoopRun resumed = run_loop(c);
+    EXPECT_EQ(resumed.summary.resumed_from, 10);
+    EXPECT_EQ(read_text_file(d.str("straight/adapters.safetensors")),
+              read_text_file(d.str("resumed/adapters.safetensors")));
+    EXPECT_EQ(straight.summary.last_val_loss, resumed.summary.last_val_loss);
+    // A different seed does not silently continue someone else's run.
+    c.seed = 8, c.lora.seed = 8;
+    EXPECT_THROW(run_loop(c), Error);
+  }
+}
+
+std::vector<double> train_losses(const LoopRun& r) {
+  std::vector<double> out;
+  for (const auto& e : r.events)
+    if (e.value("type", "") == "metric" && e.value("kind", "") == "train") out.push_back(e["loss"].get<double>());
+  return out;
+}
+
+TEST(TrainLoop, LoraDropoutIsSeededAndLeavesValidationAlone) {
   TempDir d;
   fs::create_directories(d.str("data"));
   write_sft_task(d.str("data"));
   auto c = loop_config(d, train::Method::Sft);
-  c.iters = 30, c.save_every = 10, c.grad_accumulation_steps = 2, c.batch_size = 2;
-  c.adapter_path = d.str("straight");
-  const LoopRun straight = run_loop(c);
-
-  c.adapter_path = d.str("resumed");
-  train::TrainHooks stop;
-  stop.stop_after_step = 17;  // killed between checkpoints: steps 11-17 are redone
-  run_loop(c, stop);
-  ASSERT_TRUE(train::latest_checkpoint(c.adapter_path));
-  EXPECT_EQ(fs::path(*train::latest_checkpoint(c.adapter_path)).filename(), "step-00000010");
-  EXPECT_FALSE(fs::exists(d.str("resumed/adapters.safetensors")));
-  const LoopRun resumed = run_loop(c);
-  EXPECT_EQ(resumed.summary.resumed_from, 10);
-  EXPECT_EQ(read_text_file(d.str("straight/adapters.safetensors")),
-            read_text_file(d.str("resumed/adapters.safetensors")));
-  // A different seed does not silently continue someone else's run.
-  c.seed = 8, c.lora.seed = 8;
-  EXPECT_THROW(run_loop(c), Error);
+  c.iters = 20, c.steps_per_report = 1, c.steps_per_eval = 10;
+  const LoopRun plain = run_loop(c);
+  c.lora_dropout = 0.5;
+  const LoopRun a = run_loop(c), b = run_loop(c);
+  EXPECT_EQ(train_losses(a), train_losses(b));  // same seed, same loss sequence
+  EXPECT_NE(train_losses(a), train_losses(plain));
+  EXPECT_EQ(a.summary.val_trajectory, b.summary.val_trajectory);
+  // Another seed draws other masks (it also reorders the data and re-inits A: losses differ from the first step).
+  c.seed = 9, c.lora.seed = 9;
+  EXPECT_NE(train_losses(run_loop(c)), train_losses(a));
+  // Validation runs no dropout: the same params give the same validation loss whatever lora_dropout says.
+  EXPECT_EQ(a.summary.first_val_loss, plain.summary.first_val_loss);
+  const train::Dataset data = train::load_dataset(c.data_dir, test_codec(), c.max_seq_length, false);
+  train::LoraParams params = a.params;
+  test::BigramLoraEngine engine(params, kVocab, random_base(11));
+  auto c0 = c;
+  c0.lora_dropout = 0;
+  EXPECT_EQ(train::evaluate(c0, data.valid, engine).loss, a.summary.last_val_loss);
+  EXPECT_EQ(train::evaluate(c, data.valid, engine).loss, a.summary.last_val_loss);
+  // The adapter records the real value, both spellings; the server's loader takes it (and never drops).
+  const auto cfg = ojson::parse(read_text_file(c.adapter_path + "/adapter_config.json"));
+  EXPECT_EQ(cfg["lora_parameters"]["dropout"], 0.5);
+  EXPECT_EQ(cfg["lora_dropout"], 0.5);
+  EXPECT_EQ(cfg["training"]["lora_dropout"], 0.5);
+  EXPECT_NO_THROW(lora::read_adapter(c.adapter_path));
 }
 
 }  // namespace

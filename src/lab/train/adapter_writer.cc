@@ -64,10 +64,11 @@ nlohmann::ordered_json adapter_config_json(const TrainConfig& config, const Lora
   j["base_model_name_or_path"] = config.model_dir;
   j["num_layers"] = config.lora.num_layers;
   // scale is the one the residual uses (rsLoRA already applied), so mlx-lm-style loaders need no flag.
-  j["lora_parameters"] = {{"rank", config.lora.rank}, {"scale", scale}, {"dropout", 0.0}, {"keys", nullptr}};
+  j["lora_parameters"] = {
+      {"rank", config.lora.rank}, {"scale", scale}, {"dropout", config.lora_dropout}, {"keys", nullptr}};
   j["r"] = config.lora.rank;
   j["lora_alpha"] = std::round(static_cast<double>(config.lora.rank) * scale);
-  j["lora_dropout"] = 0.0;
+  j["lora_dropout"] = config.lora_dropout;  // training only: a served adapter never drops
   j["target_modules"] = config.lora.target_modules;
   j["peft_type"] = "LORA";
   j["task_type"] = "CAUSAL_LM";

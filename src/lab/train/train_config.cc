@@ -124,9 +124,9 @@ TrainConfig parse_train_config(const ojson& c) {
   if (t.sft_scope != "full" && t.sft_scope != "response")
     throw Error(ErrorKind::InvalidArgument, "config field 'sft_scope' must be full or response");
   t.resume = bool_field(c, "resume", true);
-  // The reference trainer only applies dropout in its ORPO loop; lathe has none yet: refuse rather than ignore.
-  if (jobs::number_field(c, "lora_dropout", 0, 0, 1) != 0)
-    throw Error(ErrorKind::Unsupported, "config field 'lora_dropout': LoRA dropout is not implemented (use 0)");
+  t.lora_dropout = jobs::number_field(c, "lora_dropout", 0, 0, 1);
+  if (t.lora_dropout >= 1)  // every element dropped: the 1 / (1 - p) rescale is undefined
+    throw Error(ErrorKind::InvalidArgument, "config field 'lora_dropout' must be in [0, 1)");
   validate_train_config(t, false);
   return t;
 }
@@ -175,6 +175,7 @@ ojson TrainConfig::to_json() const {
   j["save_every"] = save_every;
   j["weight_decay"] = weight_decay;
   j["grad_clip_norm"] = grad_clip_norm;
+  j["lora_dropout"] = lora_dropout;
   j["val_max_examples"] = val_max_examples;
   if (method == Method::Dpo) j["dpo_beta"] = dpo_beta;
   if (method == Method::Orpo) j["orpo_lambda"] = orpo_lambda, j["sft_scope"] = sft_scope;

@@ -157,6 +157,7 @@ TrainSummary run_training(const TrainConfig& c, const Dataset& data, LoraParams&
                   {"batch_size", c.batch_size},
                   {"rank", c.lora.rank},
                   {"scale", c.lora.scale},
+                  {"lora_dropout", c.lora_dropout},
                   {"adapter_path", c.adapter_path}};
     if (c.method == Method::Orpo) meta["orpo_lambda"] = c.orpo_lambda, meta["sft_scope"] = c.sft_scope;
     if (sum.resumed_from > 0) meta["resumed_from"] = sum.resumed_from;
@@ -194,6 +195,8 @@ TrainSummary run_training(const TrainConfig& c, const Dataset& data, LoraParams&
     const double k = static_cast<double>(c.grad_accumulation_steps);
     for (int64_t m = 0; m < c.grad_accumulation_steps; ++m) {
       const auto batch = forward_batch(c, data.train, plan.batch(state.batches_seen++));
+      // Keyed by (seed, step, micro-batch): a resumed run redraws the very masks the uninterrupted one drew.
+      engine.dropout_next({c.lora_dropout, c.seed, step, m});
       LossResult l = method_loss(c, engine, batch);
       for (double& w : l.weight) w /= k;
       engine.backward(l.weight);
