@@ -326,6 +326,50 @@ TEST(TrainAdapter, RoundTripsThroughTheAdapterReader) {
   EXPECT_EQ(cfg_json["training"]["method"], "sft");
 }
 
+// rsLoRA (scale / sqrt(rank)) and plain: the written adapter reloads through the server's loader with the scale it
+// was trained with, read as mlx-lm (lora_parameters.scale) and, for PEFT tools, from r / lora_alpha / use_rslora.
+TEST(TrainAdapter, RsLoraReloadsWithTheTrainedScale) {
+  TempDir d;
+  lora::LinearSites sites;
+  sites.add("model.layers.0.self_attn.q_proj", 6, 10);
+  sites.add("model.layers.0.mlp.down_proj", 10, 12);
+  struct Case {
+    int64_t rank;
+    float scale;
+    bool rs;
+    float want;
+  };
+  for (const Case k : {Case{8, 1.0f, true, 0.35355339f}, Case{4, 2.0f, true, 1.0f}, Case{3, 2.5f, false, 2.5f}}) {
+    SCOPED_TRACE("rank " + std::to_string(k.rank) + (k.rs ? " rslora" : ""));
+    train::TrainConfig cfg;
+    cfg.model_dir = "/models/qwen3", cfg.lora.rank = k.rank, cfg.lora.scale = k.scale, cfg.lora.rs_lora = k.rs;
+    const train::LoraParams p = train::init_lora(sites, cfg.lora);
+    ASSERT_FLOAT_EQ(p.params[0].scale, k.want);
+    const std::string out = d.str("r" + std::to_string(k.rank));
+    train::write_adapter(out, cfg, p);
+    const lora::AdapterWeights w = lora::read_adapter(out);
+    ASSERT_EQ(w.factors.size(), 2u);
+    for (const auto& f : w.factors) EXPECT_EQ(f.scale, p.params[0].scale) << f.module;
+    // The PEFT reading of the same config: drop lora_parameters, the loader then goes by r / lora_alpha.
+    auto j = ojson::parse(read_text_file(out + "/adapter_config.json"));
+    EXPECT_EQ(j["use_rslora"], k.rs);
+    j.erase("lora_parameters");
+    const std::string peft = out + "-peft";
+    fs::create_directories(peft);
+    write_lines(peft + "/adapter_config.json", {j.dump()});
+    fs::copy_file(out + "/adapters.safetensors", peft + "/adapter_model.safetensors");
+    const lora::AdapterConfig pc = lora::read_adapter_config(peft);
+    EXPECT_EQ(pc.format, "peft");
+    EXPECT_EQ(pc.rslora, k.rs);
+    EXPECT_EQ(pc.scale, p.params[0].scale);
+  }
+  // The trainer's config takes PEFT's spelling too.
+  const std::string base = R"("model_dir": "m", "data_dir": "d", "adapter_path": "o")";
+  EXPECT_TRUE(train::parse_train_config(ojson::parse("{" + base + R"(, "use_rslora": true})")).lora.rs_lora);
+  EXPECT_THROW(train::parse_train_config(ojson::parse("{" + base + R"(, "use_rslora": true, "rs_lora": false})")),
+               Error);
+}
+
 TEST(TrainConfigParse, NamesTheBadField) {
   const auto msg = [](const std::string& text) {
     try {

@@ -45,6 +45,7 @@ std::vector<std::string> train_config_fields() {
           "rank",
           "scale",
           "rs_lora",
+          "use_rslora",
           "target_modules",
           "num_layers",
           "iters",
@@ -86,6 +87,12 @@ TrainConfig parse_train_config(const ojson& c) {
   t.lora.rank = int_field(c, "rank", 8, 1, 4096);
   t.lora.scale = static_cast<float>(jobs::number_field(c, "scale", 1.0, 0, 1e6));
   t.lora.rs_lora = bool_field(c, "rs_lora", false);
+  if (c.contains("use_rslora") && !c["use_rslora"].is_null()) {  // PEFT's spelling of the same switch
+    const bool peft = bool_field(c, "use_rslora", false);
+    if (c.contains("rs_lora") && !c["rs_lora"].is_null() && peft != t.lora.rs_lora)
+      throw Error(ErrorKind::InvalidArgument, "config fields 'rs_lora' and 'use_rslora' disagree");
+    t.lora.rs_lora = peft;
+  }
   if (c.contains("target_modules") && !c["target_modules"].is_null()) {
     const auto& tm = c["target_modules"];
     if (!tm.is_array() || tm.empty())
