@@ -557,7 +557,10 @@ TEST(TrainLoop, ResumeFromACheckpointIsBitIdentical) {
     EXPECT_EQ(read_text_file(d.str("straight/adapters.safetensors")),
               read_text_file(d.str("resumed/adapters.safetensors")));
     EXPECT_EQ(straight.summary.last_val_loss, resumed.summary.last_val_loss);
-    // A different seed does not silently continue someone else's run.
+    // A different seed or dropout does not silently continue someone else's run.
+    auto other = c;
+    other.lora_dropout = p > 0 ? 0.0 : 0.5;
+    EXPECT_THROW(run_loop(other), Error);
     c.seed = 8, c.lora.seed = 8;
     EXPECT_THROW(run_loop(c), Error);
   }

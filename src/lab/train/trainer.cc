@@ -133,6 +133,7 @@ TrainSummary run_training(const TrainConfig& c, const Dataset& data, LoraParams&
 
   TrainState state;
   state.seed = c.seed;
+  state.lora_dropout = c.lora_dropout;
   TrainSummary sum;
   if (c.resume)
     if (const auto ck = latest_checkpoint(c.adapter_path)) {
@@ -141,6 +142,10 @@ TrainSummary run_training(const TrainConfig& c, const Dataset& data, LoraParams&
         throw Error(ErrorKind::InvalidArgument, "the checkpoint " + *ck + " was trained with seed " +
                                                     std::to_string(state.seed) + ", this run has " +
                                                     std::to_string(c.seed) + " (resume: false starts over)");
+      if (state.lora_dropout != c.lora_dropout)
+        throw Error(ErrorKind::InvalidArgument, "the checkpoint " + *ck + " was trained with lora_dropout " +
+                                                    std::to_string(state.lora_dropout) + ", this run has " +
+                                                    std::to_string(c.lora_dropout) + " (resume: false starts over)");
       sum.resumed_from = state.step;
       emit(jobs::log_event("resuming from " + *ck + " (step " + std::to_string(state.step) + ")"));
     }
