@@ -18,7 +18,8 @@ struct TrainFlags {
   std::string model, data, adapter_path, method = "sft", lr_schedule, sft_scope = "full";
   int64_t iters = 100, rank = 8, batch_size = 1, grad_accum = 1, seed = 0, steps_per_eval = 50, steps_per_report = 10,
           save_every = 0, max_seq_length = 512, num_layers = -1, warmup = 0, val_max_examples = 256;
-  double learning_rate = -1, scale = 1.0, weight_decay = 0.01, grad_clip = 1.0, dpo_beta = 0.1, orpo_lambda = 0.1;
+  double learning_rate = -1, scale = 1.0, lora_dropout = 0, weight_decay = 0.01, grad_clip = 1.0, dpo_beta = 0.1,
+         orpo_lambda = 0.1;
   bool rs_lora = false, no_resume = false;
   std::vector<std::string> target_modules;
 };
@@ -32,6 +33,7 @@ jobs::json to_config(const TrainFlags& f) {
                   {"rank", f.rank},
                   {"scale", f.scale},
                   {"rs_lora", f.rs_lora},
+                  {"lora_dropout", f.lora_dropout},
                   {"num_layers", f.num_layers},
                   {"batch_size", f.batch_size},
                   {"grad_accumulation_steps", f.grad_accum},
@@ -71,6 +73,8 @@ Verb add_train(CLI::App& app) {
   cmd->add_option("--rank", f->rank, "LoRA rank")->capture_default_str();
   cmd->add_option("--scale", f->scale, "LoRA scale (mlx-lm lora_parameters.scale)")->capture_default_str();
   cmd->add_flag("--rs-lora", f->rs_lora, "rsLoRA: scale / sqrt(rank)");
+  cmd->add_option("--lora-dropout", f->lora_dropout, "dropout on the LoRA input in training, [0, 1)")
+      ->capture_default_str();
   cmd->add_option("--target-modules", f->target_modules, "module suffixes (default: the 7 attention/MLP linears)");
   cmd->add_option("--num-layers", f->num_layers, "train the last N blocks (-1: all)")->capture_default_str();
   cmd->add_option("--batch-size", f->batch_size, "sequences per micro-batch")->capture_default_str();

@@ -326,6 +326,50 @@ TEST(TrainAdapter, RoundTripsThroughTheAdapterReader) {
   EXPECT_EQ(cfg_json["training"]["method"], "sft");
 }
 
+// rsLoRA (scale / sqrt(rank)) and plain: the written adapter reloads through the server's loader with the scale it
+// was trained with, read as mlx-lm (lora_parameters.scale) and, for PEFT tools, from r / lora_alpha / use_rslora.
+TEST(TrainAdapter, RsLoraReloadsWithTheTrainedScale) {
+  TempDir d;
+  lora::LinearSites sites;
+  sites.add("model.layers.0.self_attn.q_proj", 6, 10);
+  sites.add("model.layers.0.mlp.down_proj", 10, 12);
+  struct Case {
+    int64_t rank;
+    float scale;
+    bool rs;
+    float want;
+  };
+  for (const Case k : {Case{8, 1.0f, true, 0.35355339f}, Case{4, 2.0f, true, 1.0f}, Case{3, 2.5f, false, 2.5f}}) {
+    SCOPED_TRACE("rank " + std::to_string(k.rank) + (k.rs ? " rslora" : ""));
+    train::TrainConfig cfg;
+    cfg.model_dir = "/models/qwen3", cfg.lora.rank = k.rank, cfg.lora.scale = k.scale, cfg.lora.rs_lora = k.rs;
+    const train::LoraParams p = train::init_lora(sites, cfg.lora);
+    ASSERT_FLOAT_EQ(p.params[0].scale, k.want);
+    const std::string out = d.str("r" + std::to_string(k.rank));
+    train::write_adapter(out, cfg, p);
+    const lora::AdapterWeights w = lora::read_adapter(out);
+    ASSERT_EQ(w.factors.size(), 2u);
+    for (const auto& f : w.factors) EXPECT_EQ(f.scale, p.params[0].scale) << f.module;
+    // The PEFT reading of the same config: drop lora_parameters, the loader then goes by r / lora_alpha.
+    auto j = ojson::parse(read_text_file(out + "/adapter_config.json"));
+    EXPECT_EQ(j["use_rslora"], k.rs);
+    j.erase("lora_parameters");
+    const std::string peft = out + "-peft";
+    fs::create_directories(peft);
+    write_lines(peft + "/adapter_config.json", {j.dump()});
+    fs::copy_file(out + "/adapters.safetensors", peft + "/adapter_model.safetensors");
+    const lora::AdapterConfig pc = lora::read_adapter_config(peft);
+    EXPECT_EQ(pc.format, "peft");
+    EXPECT_EQ(pc.rslora, k.rs);
+    EXPECT_EQ(pc.scale, p.params[0].scale);
+  }
+  // The trainer's config takes PEFT's spelling too.
+  const std::string base = R"("model_dir": "m", "data_dir": "d", "adapter_path": "o")";
+  EXPECT_TRUE(train::parse_train_config(ojson::parse("{" + base + R"(, "use_rslora": true})")).lora.rs_lora);
+  EXPECT_THROW(train::parse_train_config(ojson::parse("{" + base + R"(, "use_rslora": true, "rs_lora": false})")),
+               Error);
+}
+
 TEST(TrainConfigParse, NamesTheBadField) {
   const auto msg = [](const std::string& text) {
     try {
@@ -343,6 +387,10 @@ TEST(TrainConfigParse, NamesTheBadField) {
   EXPECT_NE(msg("{" + base + R"(, "batch_size": 1.5})").find("batch_size"), std::string::npos);
   EXPECT_NE(msg("{" + base + R"(, "target_modules": "q_proj"})").find("target_modules"), std::string::npos);
   EXPECT_NE(msg(R"({"data_dir": "d", "adapter_path": "o"})").find("model_dir"), std::string::npos);
+  EXPECT_DOUBLE_EQ(train::parse_train_config(ojson::parse("{" + base + R"(, "lora_dropout": 0.05})")).lora_dropout,
+                   0.05);
+  EXPECT_NE(msg("{" + base + R"(, "lora_dropout": 1})").find("lora_dropout"), std::string::npos);
+  EXPECT_NE(msg("{" + base + R"(, "lora_dropout": -0.1})").find("lora_dropout"), std::string::npos);
   const auto dpo = train::parse_train_config(ojson::parse("{" + base + R"(, "method": "dpo"})"));
   EXPECT_DOUBLE_EQ(dpo.learning_rate, 5e-5);
   EXPECT_EQ(dpo.lr_schedule, "cosine");
@@ -484,29 +532,77 @@ TEST(TrainLoop, GradientAccumulationAveragesMicroBatches) {
   for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(p.params[0].grad_b.data<float>()[i], want[i], 1e-6);
 }
 
+// With and without LoRA dropout: the masks are keyed by (seed, step, micro-batch), so redoing steps 11-17 after
+// the resume draws what the uninterrupted run drew.
 TEST(TrainLoop, ResumeFromACheckpointIsBitIdentical) {
+  for (const double p : {0.0, 0.5}) {
+    SCOPED_TRACE("lora_dropout " + std::to_string(p));
+    TempDir d;
+    fs::create_directories(d.str("data"));
+    write_sft_task(d.str("data"));
+    auto c = loop_config(d, train::Method::Sft);
+    c.iters = 30, c.save_every = 10, c.grad_accumulation_steps = 2, c.batch_size = 2, c.lora_dropout = p;
+    c.adapter_path = d.str("straight");
+    const LoopRun straight = run_loop(c);
+
+    c.adapter_path = d.str("resumed");
+    train::TrainHooks stop;
+    stop.stop_after_step = 17;  // killed between checkpoints: steps 11-17 are redone
+    run_loop(c, stop);
+    ASSERT_TRUE(train::latest_checkpoint(c.adapter_path));
+    EXPECT_EQ(fs::path(*train::latest_checkpoint(c.adapter_path)).filename(), "step-00000010");
+    EXPECT_FALSE(fs::exists(d.str("resumed/adapters.safetensors")));
+    const LoopRun resumed = run_loop(c);
+    EXPECT_EQ(resumed.summary.resumed_from, 10);
+    EXPECT_EQ(read_text_file(d.str("straight/adapters.safetensors")),
+              read_text_file(d.str("resumed/adapters.safetensors")));
+    EXPECT_EQ(straight.summary.last_val_loss, resumed.summary.last_val_loss);
+    // A different seed or dropout does not silently continue someone else's run.
+    auto other = c;
+    other.lora_dropout = p > 0 ? 0.0 : 0.5;
+    EXPECT_THROW(run_loop(other), Error);
+    c.seed = 8, c.lora.seed = 8;
+    EXPECT_THROW(run_loop(c), Error);
+  }
+}
+
+std::vector<double> train_losses(const LoopRun& r) {
+  std::vector<double> out;
+  for (const auto& e : r.events)
+    if (e.value("type", "") == "metric" && e.value("kind", "") == "train") out.push_back(e["loss"].get<double>());
+  return out;
+}
+
+TEST(TrainLoop, LoraDropoutIsSeededAndLeavesValidationAlone) {
   TempDir d;
   fs::create_directories(d.str("data"));
   write_sft_task(d.str("data"));
   auto c = loop_config(d, train::Method::Sft);
-  c.iters = 30, c.save_every = 10, c.grad_accumulation_steps = 2, c.batch_size = 2;
-  c.adapter_path = d.str("straight");
-  const LoopRun straight = run_loop(c);
-
-  c.adapter_path = d.str("resumed");
-  train::TrainHooks stop;
-  stop.stop_after_step = 17;  // killed between checkpoints: steps 11-17 are redone
-  run_loop(c, stop);
-  ASSERT_TRUE(train::latest_checkpoint(c.adapter_path));
-  EXPECT_EQ(fs::path(*train::latest_checkpoint(c.adapter_path)).filename(), "step-00000010");
-  EXPECT_FALSE(fs::exists(d.str("resumed/adapters.safetensors")));
-  const LoopRun resumed = run_loop(c);
-  EXPECT_EQ(resumed.summary.resumed_from, 10);
-  EXPECT_EQ(read_text_file(d.str("straight/adapters.safetensors")),
-            read_text_file(d.str("resumed/adapters.safetensors")));
-  // A different seed does not silently continue someone else's run.
-  c.seed = 8, c.lora.seed = 8;
-  EXPECT_THROW(run_loop(c), Error);
+  c.iters = 20, c.steps_per_report = 1, c.steps_per_eval = 10;
+  const LoopRun plain = run_loop(c);
+  c.lora_dropout = 0.5;
+  const LoopRun a = run_loop(c), b = run_loop(c);
+  EXPECT_EQ(train_losses(a), train_losses(b));  // same seed, same loss sequence
+  EXPECT_NE(train_losses(a), train_losses(plain));
+  EXPECT_EQ(a.summary.val_trajectory, b.summary.val_trajectory);
+  // Another seed draws other masks (it also reorders the data and re-inits A: losses differ from the first step).
+  c.seed = 9, c.lora.seed = 9;
+  EXPECT_NE(train_losses(run_loop(c)), train_losses(a));
+  // Validation runs no dropout: the same params give the same validation loss whatever lora_dropout says.
+  EXPECT_EQ(a.summary.first_val_loss, plain.summary.first_val_loss);
+  const train::Dataset data = train::load_dataset(c.data_dir, test_codec(), c.max_seq_length, false);
+  train::LoraParams params = a.params;
+  test::BigramLoraEngine engine(params, kVocab, random_base(11));
+  auto c0 = c;
+  c0.lora_dropout = 0;
+  EXPECT_EQ(train::evaluate(c0, data.valid, engine).loss, a.summary.last_val_loss);
+  EXPECT_EQ(train::evaluate(c, data.valid, engine).loss, a.summary.last_val_loss);
+  // The adapter records the real value, both spellings; the server's loader takes it (and never drops).
+  const auto cfg = ojson::parse(read_text_file(c.adapter_path + "/adapter_config.json"));
+  EXPECT_EQ(cfg["lora_parameters"]["dropout"], 0.5);
+  EXPECT_EQ(cfg["lora_dropout"], 0.5);
+  EXPECT_EQ(cfg["training"]["lora_dropout"], 0.5);
+  EXPECT_NO_THROW(lora::read_adapter(c.adapter_path));
 }
 
 }  // namespace

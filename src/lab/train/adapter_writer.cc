@@ -64,10 +64,18 @@ nlohmann::ordered_json adapter_config_json(const TrainConfig& config, const Lora
   j["base_model_name_or_path"] = config.model_dir;
   j["num_layers"] = config.lora.num_layers;
   // scale is the one the residual uses (rsLoRA already applied), so mlx-lm-style loaders need no flag.
-  j["lora_parameters"] = {{"rank", config.lora.rank}, {"scale", scale}, {"dropout", 0.0}, {"keys", nullptr}};
+  j["lora_parameters"] = {
+      {"rank", config.lora.rank}, {"scale", scale}, {"dropout", config.lora_dropout}, {"keys", nullptr}};
+  // PEFT's fields give the same scale: alpha / r, or with use_rslora alpha / sqrt(r) (alpha = the unscaled scale).
+  const double r = static_cast<double>(config.lora.rank);
+  const double alpha = config.lora.rs_lora ? static_cast<double>(config.lora.scale) : r * scale;
   j["r"] = config.lora.rank;
-  j["lora_alpha"] = std::round(static_cast<double>(config.lora.rank) * scale);
-  j["lora_dropout"] = 0.0;
+  if (alpha == std::round(alpha) && std::abs(alpha) < 1e15)
+    j["lora_alpha"] = static_cast<int64_t>(alpha);  // PEFT types it int; keep that when it is one
+  else
+    j["lora_alpha"] = alpha;
+  j["use_rslora"] = config.lora.rs_lora;
+  j["lora_dropout"] = config.lora_dropout;  // training only: a served adapter never drops
   j["target_modules"] = config.lora.target_modules;
   j["peft_type"] = "LORA";
   j["task_type"] = "CAUSAL_LM";

@@ -75,6 +75,8 @@ enum class Gate { SiLU, GeluTanh };
 Var gated(Tape& t, const Var& gate, const Var& up, Gate act);  // act(gate) * up
 // y = x · Wᵀ (+ bias) through a frozen weight [out, in]; dx flows back, W gets nothing.
 Var linear(Tape& t, const Var& x, const Weight& w, const Tensor* bias = nullptr);
+// y = x ⊙ mask (mask [rows * cols], e.g. dropout's 0 or 1 / (1 - p)); dx = dy ⊙ mask.
+Var masked(Tape& t, const Var& x, std::shared_ptr<const std::vector<float>> mask);
 // y = scale * (x · aᵀ) · bᵀ with trainable a [r, in], b [out, r]; adds into p.grad_a / p.grad_b in backward.
 Var lora(Tape& t, const Var& x, LoraParam& p);
 // Log-probabilities of targets through a frozen head [vocab, H] (+ final softcap when cap > 0): returns

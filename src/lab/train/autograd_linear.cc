@@ -54,6 +54,18 @@ Var linear(Tape& t, const Var& x, const Weight& w, const Tensor* bias) {
   return y;
 }
 
+Var masked(Tape& t, const Var& x, std::shared_ptr<const std::vector<float>> mask) {
+  LATHE_CHECK(mask && mask->size() == x->value.size(), "ag::masked: the mask does not cover the input");
+  Var y = make_var(x->rows, x->cols, x->requires_grad);
+  for (size_t i = 0; i < y->value.size(); ++i) y->value[i] = x->value[i] * (*mask)[i];
+  if (y->requires_grad)
+    t.record([x, y, mask] {
+      float* gx = x->g();
+      for (size_t i = 0; i < y->grad.size(); ++i) gx[i] += y->grad[i] * (*mask)[i];
+    });
+  return y;
+}
+
 Var lora(Tape& t, const Var& x, LoraParam& p) {
   const int64_t T = x->rows, r = p.a.dim(0), in = p.a.dim(1), out = p.b.dim(0);
   LATHE_CHECK(x->cols == in && p.b.dim(1) == r, "ag::lora: shapes of " + p.module);

@@ -6,6 +6,7 @@
 
 #include "common/error.h"
 #include "lab/train/autograd.h"
+#include "lab/train/lora_dropout.h"
 #include "model/layers/rope.h"
 #include "model/weights.h"
 
@@ -83,10 +84,17 @@ class CpuEngine : public LoraGradientEngine {
   CpuEngine(const Model& model, LoraParams& params);
   SequenceLogProbs forward(const std::vector<TrainSequence>& batch, bool with_adapter) override;
   void backward(const std::vector<double>& weight_per_sequence) override;
+  void dropout_next(const LoraDropout& d) override { pending_drop_ = d; }
 
  private:
-  ag::Var layer_forward(ag::Tape& t, size_t l, const ag::Var& h, const std::vector<int64_t>& pos, bool adapter);
-  ag::Var proj(ag::Tape& t, const LayerWeights& L, Site s, const ag::Var& x, bool adapter);
+  // Which LoRA branch a proj is: for its dropout mask (nullptr drop: the adapter without dropout).
+  struct Branch {
+    const LoraDropout* drop = nullptr;
+    int64_t seq = 0, layer = 0;
+  };
+  ag::Var layer_forward(ag::Tape& t, size_t l, const ag::Var& h, const std::vector<int64_t>& pos, bool adapter,
+                        const LoraDropout* drop, int64_t seq);
+  ag::Var proj(ag::Tape& t, const LayerWeights& L, Site s, const ag::Var& x, bool adapter, const Branch& br);
   ag::Var head_logprobs(ag::Tape& t, const ag::Var& h, const std::vector<int32_t>& targets);
 
   const Model& model_;
@@ -98,6 +106,8 @@ class CpuEngine : public LoraGradientEngine {
   std::vector<LayerWeights> layers_;
   float eps_ = 1e-6f;
   std::vector<SeqState> saved_;  // from the last forward(with_adapter=true)
+  LoraDropout pending_drop_;     // for the next forward(with_adapter=true)
+  LoraDropout saved_drop_;       // the one saved_ was computed with (backward's recompute replays its masks)
 };
 
 CpuEngine::CpuEngine(const Model& model, LoraParams& params)
@@ -166,21 +176,25 @@ CpuEngine::CpuEngine(const Model& model, LoraParams& params)
                 "LoRA param " + by_module.begin()->first + " names no trainable linear of this model");
 }
 
-ag::Var CpuEngine::proj(ag::Tape& t, const LayerWeights& L, Site s, const ag::Var& x, bool adapter) {
+ag::Var CpuEngine::proj(ag::Tape& t, const LayerWeights& L, Site s, const ag::Var& x, bool adapter, const Branch& br) {
   ag::Var y = ag::linear(t, x, L.w[s], L.bias[s].defined() ? &L.bias[s] : nullptr);
-  if (adapter && L.lora[s]) y = ag::add(t, y, ag::lora(t, x, *L.lora[s]));
-  return y;
+  if (!adapter || !L.lora[s]) return y;
+  ag::Var in = x;  // dropout on the LoRA input only; the base matmul above read x as it is
+  if (br.drop && br.drop->p > 0)
+    in = ag::masked(t, x, dropout_mask(dropout_stream(*br.drop, br.seq, br.layer, s), x->rows * x->cols, br.drop->p));
+  return ag::add(t, y, ag::lora(t, in, *L.lora[s]));
 }
 
 // Mirrors DecoderModel::forward_rows for one layer of one sequence.
-ag::Var CpuEngine::layer_forward(ag::Tape& t, size_t l, const ag::Var& h, const std::vector<int64_t>& pos,
-                                 bool adapter) {
+ag::Var CpuEngine::layer_forward(ag::Tape& t, size_t l, const ag::Var& h, const std::vector<int64_t>& pos, bool adapter,
+                                 const LoraDropout* drop, int64_t seq) {
   const LayerWeights& L = layers_[l];
+  const Branch br{drop, seq, static_cast<int64_t>(l)};
   const ModelConfig& c = cfg_;
   const bool p1 = spec_.norm_plus_one;
   const int64_t D = c.head_dim, H = c.hidden_size;
   const ag::Var x = ag::rms_norm(t, h, L.input_norm, eps_, p1, H);
-  ag::Var q = proj(t, L, kQ, x, adapter), k = proj(t, L, kK, x, adapter), v = proj(t, L, kV, x, adapter);
+  ag::Var q = proj(t, L, kQ, x, adapter, br), k = proj(t, L, kK, x, adapter, br), v = proj(t, L, kV, x, adapter, br);
   if (spec_.qk_norm) {
     q = ag::rms_norm(t, q, L.q_norm, eps_, p1, D);
     k = ag::rms_norm(t, k, L.k_norm, eps_, p1, D);
@@ -194,10 +208,10 @@ ag::Var CpuEngine::layer_forward(ag::Tape& t, size_t l, const ag::Var& h, const 
   as.scale = spec_.attn_scale > 0 ? spec_.attn_scale : 1.0f / std::sqrt(static_cast<float>(D));
   as.softcap = spec_.attn_softcap;
   as.window = L.window;
-  const ag::Var a = proj(t, L, kO, ag::attention(t, q, k, v, as), adapter);
+  const ag::Var a = proj(t, L, kO, ag::attention(t, q, k, v, as), adapter, br);
   auto mlp = [&](const ag::Var& in) {
-    const ag::Var g = proj(t, L, kGate, in, adapter), u = proj(t, L, kUp, in, adapter);
-    return proj(t, L, kDown, ag::gated(t, g, u, spec_.act), adapter);
+    const ag::Var g = proj(t, L, kGate, in, adapter, br), u = proj(t, L, kUp, in, adapter, br);
+    return proj(t, L, kDown, ag::gated(t, g, u, spec_.act), adapter, br);
   };
   if (spec_.sandwich) {
     const ag::Var h1 = ag::add(t, h, ag::rms_norm(t, a, L.post_attn_norm, eps_, p1, H));
@@ -216,6 +230,9 @@ ag::Var CpuEngine::head_logprobs(ag::Tape& t, const ag::Var& h, const std::vecto
 SequenceLogProbs CpuEngine::forward(const std::vector<TrainSequence>& batch, bool with_adapter) {
   SequenceLogProbs out;
   std::vector<SeqState> states;
+  // Only a forward with the adapter takes the pending dropout (DPO's reference forward comes first and leaves it).
+  LoraDropout drop;
+  if (with_adapter) std::swap(drop, pending_drop_);
   for (size_t si = 0; si < batch.size(); ++si) {
     const TrainSequence& seq = batch[si];
     const std::string which = "sequence " + std::to_string(si);
@@ -244,7 +261,7 @@ SequenceLogProbs CpuEngine::forward(const std::vector<TrainSequence>& batch, boo
     if (spec_.embed_scale != 1.0f) h = ag::scale(none, h, spec_.embed_scale);
     for (size_t l = 0; l < layers_.size(); ++l) {
       if (with_adapter) st.layer_in.push_back(h);
-      h = layer_forward(none, l, h, st.positions, with_adapter);
+      h = layer_forward(none, l, h, st.positions, with_adapter, &drop, static_cast<int64_t>(si));
     }
     if (with_adapter) st.layer_in.push_back(h);
     const ag::Var lp = head_logprobs(none, h, st.targets);
@@ -255,7 +272,7 @@ SequenceLogProbs CpuEngine::forward(const std::vector<TrainSequence>& batch, boo
     out.n_targets.push_back(n);
     if (with_adapter) states.push_back(std::move(st));
   }
-  if (with_adapter) saved_ = std::move(states);
+  if (with_adapter) saved_ = std::move(states), saved_drop_ = drop;
   return out;
 }
 
@@ -282,7 +299,7 @@ void CpuEngine::backward(const std::vector<double>& weight_per_sequence) {
       const ag::Var& in = st.layer_in[l];
       ag::Var x = ag::from_values(in->value, in->rows, in->cols, true);
       ag::Tape t;
-      ag::Var y = layer_forward(t, l, x, st.positions, true);
+      ag::Var y = layer_forward(t, l, x, st.positions, true, &saved_drop_, static_cast<int64_t>(si));
       y->grad = std::move(dh);
       t.backward();
       dh = std::move(x->grad);

@@ -37,6 +37,13 @@ struct SequenceLogProbs {
   std::vector<int64_t> n_targets;  // per sequence
 };
 
+// LoRA dropout for one training forward (lora_dropout.h): probability p (0: none) and the key its masks derive from.
+struct LoraDropout {
+  double p = 0;
+  uint64_t seed = 0;
+  int64_t step = 0, micro = 0;  // the optimizer step and the micro-batch within it
+};
+
 class LoraGradientEngine {
  public:
   virtual ~LoraGradientEngine() = default;
@@ -46,6 +53,9 @@ class LoraGradientEngine {
   // Backward of the last forward(with_adapter=true): adds sum_i weight[i] * d sum_logp_i / d theta to every
   // param's grad_a / grad_b. (SFT's token-mean NLL: weight[i] = -1 / total targets.)
   virtual void backward(const std::vector<double>& weight_per_sequence) = 0;
+  // Dropout for the next forward(with_adapter=true) and the backward that follows it, then none again: every
+  // other forward (validation, DPO's reference, `lathe train grads`) runs the LoRA branch without dropout.
+  virtual void dropout_next(const LoraDropout& dropout) = 0;
 };
 
 }  // namespace lathe::train

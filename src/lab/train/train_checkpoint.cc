@@ -57,6 +57,7 @@ std::string save_checkpoint(const std::string& adapter_path, const TrainConfig& 
   s["optimizer_steps"] = optimizer.steps();
   s["batches_seen"] = state.batches_seen;
   s["seed"] = state.seed;
+  s["lora_dropout"] = state.lora_dropout;
   s["tensors"] = m.size();
   const std::string text = s.dump(2) + "\n";
   write_file_atomic((tmp / "state.json").string(), text.data(), text.size());
@@ -90,6 +91,7 @@ TrainState load_checkpoint(const std::string& dir, LoraParams& params, AdamW& op
     st.step = s.at("step").get<int64_t>();
     st.batches_seen = s.at("batches_seen").get<int64_t>();
     st.seed = s.at("seed").get<uint64_t>();
+    st.lora_dropout = s.value("lora_dropout", 0.0);  // checkpoints from before dropout trained with none
     optimizer.set_steps(s.at("optimizer_steps").get<int64_t>());
   } catch (const nlohmann::json::exception& e) {
     throw Error(ErrorKind::Corrupt, state_path + ": " + e.what());

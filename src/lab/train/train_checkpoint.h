@@ -1,6 +1,6 @@
 // Training checkpoints: <adapter_path>/checkpoints/step-NNNNNNNN/ holding a mountable adapter (adapters.safetensors,
 // adapter_config.json), optimizer.safetensors (AdamW m / v per factor) and state.json (step, optimizer steps,
-// seed, the data cursor). The folder is written as step-N.tmp and renamed, so a kill never leaves half a
+// seed, lora_dropout, the data cursor). The folder is written as step-N.tmp and renamed, so a kill never leaves half a
 // checkpoint; resume takes the highest complete step. Resuming restores every bit the next step depends on.
 #pragma once
 #include <cstdint>
@@ -17,6 +17,7 @@ struct TrainState {
   int64_t step = 0;          // completed optimizer steps
   int64_t batches_seen = 0;  // the data cursor (BatchPlan index of the next micro-batch)
   uint64_t seed = 0;
+  double lora_dropout = 0;  // the masks' p: a resume with another would not redo the same steps
 };
 
 std::string save_checkpoint(const std::string& adapter_path, const TrainConfig& config, const LoraParams& params,

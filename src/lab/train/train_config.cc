@@ -45,6 +45,7 @@ std::vector<std::string> train_config_fields() {
           "rank",
           "scale",
           "rs_lora",
+          "use_rslora",
           "target_modules",
           "num_layers",
           "iters",
@@ -86,6 +87,12 @@ TrainConfig parse_train_config(const ojson& c) {
   t.lora.rank = int_field(c, "rank", 8, 1, 4096);
   t.lora.scale = static_cast<float>(jobs::number_field(c, "scale", 1.0, 0, 1e6));
   t.lora.rs_lora = bool_field(c, "rs_lora", false);
+  if (c.contains("use_rslora") && !c["use_rslora"].is_null()) {  // PEFT's spelling of the same switch
+    const bool peft = bool_field(c, "use_rslora", false);
+    if (c.contains("rs_lora") && !c["rs_lora"].is_null() && peft != t.lora.rs_lora)
+      throw Error(ErrorKind::InvalidArgument, "config fields 'rs_lora' and 'use_rslora' disagree");
+    t.lora.rs_lora = peft;
+  }
   if (c.contains("target_modules") && !c["target_modules"].is_null()) {
     const auto& tm = c["target_modules"];
     if (!tm.is_array() || tm.empty())
@@ -124,9 +131,9 @@ TrainConfig parse_train_config(const ojson& c) {
   if (t.sft_scope != "full" && t.sft_scope != "response")
     throw Error(ErrorKind::InvalidArgument, "config field 'sft_scope' must be full or response");
   t.resume = bool_field(c, "resume", true);
-  // The reference trainer only applies dropout in its ORPO loop; lathe has none yet: refuse rather than ignore.
-  if (jobs::number_field(c, "lora_dropout", 0, 0, 1) != 0)
-    throw Error(ErrorKind::Unsupported, "config field 'lora_dropout': LoRA dropout is not implemented (use 0)");
+  t.lora_dropout = jobs::number_field(c, "lora_dropout", 0, 0, 1);
+  if (t.lora_dropout >= 1)  // every element dropped: the 1 / (1 - p) rescale is undefined
+    throw Error(ErrorKind::InvalidArgument, "config field 'lora_dropout' must be in [0, 1)");
   validate_train_config(t, false);
   return t;
 }
@@ -175,6 +182,7 @@ ojson TrainConfig::to_json() const {
   j["save_every"] = save_every;
   j["weight_decay"] = weight_decay;
   j["grad_clip_norm"] = grad_clip_norm;
+  j["lora_dropout"] = lora_dropout;
   j["val_max_examples"] = val_max_examples;
   if (method == Method::Dpo) j["dpo_beta"] = dpo_beta;
   if (method == Method::Orpo) j["orpo_lambda"] = orpo_lambda, j["sft_scope"] = sft_scope;

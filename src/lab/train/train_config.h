@@ -35,6 +35,7 @@ struct TrainConfig {
   int64_t val_max_examples = 256;
   double dpo_beta = 0.1;
   double orpo_lambda = 0.1;
+  double lora_dropout = 0;         // LoRA-input dropout in training (lora_dropout.h); [0, 1)
   std::string sft_scope = "full";  // ORPO's NLL term: full | response
   bool resume = true;              // pick up the last checkpoint in adapter_path/checkpoints
 

@@ -133,6 +133,7 @@ TrainSummary run_training(const TrainConfig& c, const Dataset& data, LoraParams&
 
   TrainState state;
   state.seed = c.seed;
+  state.lora_dropout = c.lora_dropout;
   TrainSummary sum;
   if (c.resume)
     if (const auto ck = latest_checkpoint(c.adapter_path)) {
@@ -141,6 +142,10 @@ TrainSummary run_training(const TrainConfig& c, const Dataset& data, LoraParams&
         throw Error(ErrorKind::InvalidArgument, "the checkpoint " + *ck + " was trained with seed " +
                                                     std::to_string(state.seed) + ", this run has " +
                                                     std::to_string(c.seed) + " (resume: false starts over)");
+      if (state.lora_dropout != c.lora_dropout)
+        throw Error(ErrorKind::InvalidArgument, "the checkpoint " + *ck + " was trained with lora_dropout " +
+                                                    std::to_string(state.lora_dropout) + ", this run has " +
+                                                    std::to_string(c.lora_dropout) + " (resume: false starts over)");
       sum.resumed_from = state.step;
       emit(jobs::log_event("resuming from " + *ck + " (step " + std::to_string(state.step) + ")"));
     }
@@ -157,6 +162,7 @@ TrainSummary run_training(const TrainConfig& c, const Dataset& data, LoraParams&
                   {"batch_size", c.batch_size},
                   {"rank", c.lora.rank},
                   {"scale", c.lora.scale},
+                  {"lora_dropout", c.lora_dropout},
                   {"adapter_path", c.adapter_path}};
     if (c.method == Method::Orpo) meta["orpo_lambda"] = c.orpo_lambda, meta["sft_scope"] = c.sft_scope;
     if (sum.resumed_from > 0) meta["resumed_from"] = sum.resumed_from;
@@ -194,6 +200,8 @@ TrainSummary run_training(const TrainConfig& c, const Dataset& data, LoraParams&
     const double k = static_cast<double>(c.grad_accumulation_steps);
     for (int64_t m = 0; m < c.grad_accumulation_steps; ++m) {
       const auto batch = forward_batch(c, data.train, plan.batch(state.batches_seen++));
+      // Keyed by (seed, step, micro-batch): a resumed run redraws the very masks the uninterrupted one drew.
+      engine.dropout_next({c.lora_dropout, c.seed, step, m});
       LossResult l = method_loss(c, engine, batch);
       for (double& w : l.weight) w /= k;
       engine.backward(l.weight);
