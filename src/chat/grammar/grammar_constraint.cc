@@ -113,7 +113,7 @@ struct GrammarConstraint::Shared {
   explicit Shared(const Grammar& g) : graph(g) {}
   std::mutex mu;
   StateGraph graph;
-  std::unordered_map<std::string, std::vector<uint64_t>> masks;
+  std::unordered_map<std::string, std::shared_ptr<const std::vector<uint64_t>>> masks;
 };
 
 namespace {
@@ -126,10 +126,27 @@ class GrammarState : public ConstraintState {
   void mask(std::span<float> logits) override {
     if (!active_) return;
     load_bits();
+    const std::vector<uint64_t>& bits = *bits_;
     const size_t n = std::min(logits.size(), c_.trie().vocab_size());
-    for (size_t i = 0; i < n; ++i)
-      if (!((bits_[i >> 6] >> (i & 63)) & 1)) logits[i] = -std::numeric_limits<float>::infinity();
-    for (size_t i = n; i < logits.size(); ++i) logits[i] = -std::numeric_limits<float>::infinity();
+    constexpr float kOff = -std::numeric_limits<float>::infinity();
+    // A word at a time: inside strings most words are all ones and cost one test.
+    for (size_t w = 0; w * 64 < n; ++w) {
+      const uint64_t word = bits[w];
+      if (word == ~uint64_t{0}) continue;
+      const size_t end = std::min(n, w * 64 + 64);
+      for (size_t i = w * 64; i < end; ++i)
+        if (!((word >> (i & 63)) & 1)) logits[i] = kOff;
+    }
+    for (size_t i = n; i < logits.size(); ++i) logits[i] = kOff;
+  }
+
+  bool allows(int32_t id) override {
+    if (!active_) return true;
+    if (id < 0 || static_cast<size_t>(id) >= c_.trie().vocab_size()) return false;
+    if (token_fits(c_.grammar(), c_.trie(), state_, c_.options(), id)) return true;
+    // EOS where the output is complete; otherwise only the full mask can say (it is allowed in a dead end).
+    const auto& eos = c_.options().eos_ids;
+    return state_.accepting() && std::find(eos.begin(), eos.end(), id) != eos.end();
   }
 
   void accept(int32_t id) override {
@@ -152,20 +169,20 @@ class GrammarState : public ConstraintState {
     auto it = shared_.masks.find(key);
     if (it == shared_.masks.end()) {
       const std::vector<char> allowed = mask_of(shared_.graph, c_.grammar(), c_.trie(), state_, c_.options());
-      std::vector<uint64_t> bits((allowed.size() + 63) / 64, 0);
+      auto bits = std::make_shared<std::vector<uint64_t>>((allowed.size() + 63) / 64, 0);
       for (size_t i = 0; i < allowed.size(); ++i)
-        if (allowed[i]) bits[i >> 6] |= uint64_t{1} << (i & 63);
+        if (allowed[i]) (*bits)[i >> 6] |= uint64_t{1} << (i & 63);
       if (shared_.masks.size() >= kMaxCachedStates) shared_.masks.clear();
       it = shared_.masks.emplace(std::move(key), std::move(bits)).first;
     }
-    bits_ = it->second;
+    bits_ = it->second;  // shared, not copied: the cache may drop it while this row still reads it
   }
 
   const GrammarConstraint& c_;
   GrammarConstraint::Shared& shared_;
   StackSet state_;
   bool active_;
-  std::vector<uint64_t> bits_;
+  std::shared_ptr<const std::vector<uint64_t>> bits_;
 };
 
 }  // namespace
@@ -174,6 +191,18 @@ std::vector<char> allowed_tokens(const Grammar& g, const TokenTrie& trie, const 
                                  const ConstraintOptions& o) {
   StateGraph graph(g);
   return mask_of(graph, g, trie, s, o);
+}
+
+bool token_fits(const Grammar& g, const TokenTrie& trie, const StackSet& s, const ConstraintOptions& o, int32_t id) {
+  if (id < 0 || static_cast<size_t>(id) >= trie.vocab_size() || !s.can_continue()) return false;
+  // mask_of places a token the grammar may name by its text (special tokens only this way).
+  if (std::find(o.allowed_special.begin(), o.allowed_special.end(), id) != o.allowed_special.end() &&
+      accepts_text(g, s, trie.text(id)))
+    return true;
+  if (trie.is_special(id)) return false;
+  const std::vector<uint32_t>& text = trie.text(id);
+  // Outside the trie (no text, or only part of a character): the walk never reaches it.
+  return !text.empty() && accepts_text(g, s, text);
 }
 
 GrammarConstraint::GrammarConstraint(std::shared_ptr<const Grammar> g, std::shared_ptr<const TokenTrie> trie,
