@@ -1,6 +1,7 @@
 #include "chat/grammar/grammar_constraint.h"
 
 #include <algorithm>
+#include <bit>
 #include <limits>
 #include <mutex>
 #include <unordered_map>
@@ -12,6 +13,54 @@ namespace {
 
 constexpr size_t kMaxCachedStates = 1024;  // bitsets of vocab/8 bytes (19 KiB for 151k tokens)
 constexpr size_t kMaxGraphStates = 1 << 16;
+constexpr size_t kMaxCachedSteps = 1 << 19;  // (state, code point) pairs: a table of at most 16 MiB
+
+// (state, code point) → next state, open addressing: the walk asks this once per trie node, so it must cost one
+// probe, not a stack-top test per stack and a node-based hash lookup.
+class StepCache {
+ public:
+  static constexpr uint64_t kEmpty = ~uint64_t{0};
+  static constexpr int64_t kMiss = -2;
+
+  int64_t find(uint64_t key) const {
+    if (slots_.empty()) return kMiss;
+    for (size_t i = slot(key);; i = (i + 1) & (slots_.size() - 1)) {
+      if (slots_[i].key == key) return slots_[i].to;
+      if (slots_[i].key == kEmpty) return kMiss;
+    }
+  }
+  void put(uint64_t key, int64_t to) {
+    if (2 * (used_ + 1) > slots_.size()) grow();
+    size_t i = slot(key);
+    while (slots_[i].key != kEmpty) i = (i + 1) & (slots_.size() - 1);
+    slots_[i] = {key, static_cast<int32_t>(to)};
+    ++used_;
+  }
+  size_t size() const { return used_; }
+  void clear() {
+    slots_.clear();
+    used_ = 0;
+  }
+
+ private:
+  struct Slot {
+    uint64_t key = kEmpty;
+    int32_t to = 0;
+  };
+  size_t slot(uint64_t key) const { return static_cast<size_t>((key * 0x9E3779B97F4A7C15ull) >> shift_); }
+  void grow() {
+    std::vector<Slot> old = std::move(slots_);
+    const size_t n = old.empty() ? 1024 : old.size() * 2;
+    slots_.assign(n, Slot{});
+    shift_ = 64 - static_cast<unsigned>(std::countr_zero(n));
+    used_ = 0;
+    for (const Slot& e : old)
+      if (e.key != kEmpty) put(e.key, e.to);
+  }
+  std::vector<Slot> slots_;
+  size_t used_ = 0;
+  unsigned shift_ = 64;
+};
 
 bool accepts_text(const Grammar& g, StackSet s, const std::vector<uint32_t>& text) {
   for (uint32_t cp : text) {
@@ -33,14 +82,37 @@ class StateGraph {
     auto it = ids_.find(key);
     if (it != ids_.end()) return it->second;
     const uint32_t id = static_cast<uint32_t>(states_.size());
+    more_.push_back(s.can_continue());
     states_.push_back(std::move(s));
     ids_.emplace(std::move(key), id);
     return id;
   }
   const StackSet& state(uint32_t id) const { return states_[id]; }
+  bool can_continue(uint32_t id) const { return more_[id] != 0; }
 
   // The state after cp, or -1 when the grammar rejects it.
   int64_t next(uint32_t id, uint32_t cp) {
+    const uint64_t step = (static_cast<uint64_t>(id) << 32) | cp;
+    int64_t to = steps_.find(step);
+    if (to == StepCache::kMiss) {
+      to = next_by_signature(id, cp);
+      if (steps_.size() < kMaxCachedSteps) steps_.put(step, to);
+    }
+    return to;
+  }
+
+  // Between walks (ids held by a walk stay valid during it): forget everything past the size bound.
+  void trim() {
+    if (states_.size() <= kMaxGraphStates && steps_.size() < kMaxCachedSteps) return;
+    states_.clear();
+    more_.clear();
+    ids_.clear();
+    trans_.clear();
+    steps_.clear();
+  }
+
+ private:
+  int64_t next_by_signature(uint32_t id, uint32_t cp) {
     const StackSet& s = states_[id];
     const auto& stacks = s.stacks();
     uint64_t sig;
@@ -62,28 +134,21 @@ class StateGraph {
     return to;
   }
 
-  // Between walks (ids held by a walk stay valid during it): forget everything past the size bound.
-  void trim() {
-    if (states_.size() <= kMaxGraphStates) return;
-    states_.clear();
-    ids_.clear();
-    trans_.clear();
-  }
-
- private:
   const Grammar& g_;
   std::vector<StackSet> states_;
+  std::vector<char> more_;  // per state: can another code point follow?
+  StepCache steps_;
   std::unordered_map<std::string, uint32_t> ids_;
   std::unordered_map<uint64_t, int64_t> trans_;
 };
 
-void walk(StateGraph& graph, const TokenTrie& trie, uint32_t node, uint32_t state, std::vector<char>& allowed) {
-  for (const auto& [cp, child] : trie.nodes()[node].children) {
-    const int64_t next = graph.next(state, cp);
+void walk(StateGraph& graph, const TokenTrie::Flat& f, uint32_t node, uint32_t state, std::vector<char>& allowed) {
+  for (uint32_t child = f.child_at[node]; child < f.child_at[node + 1]; ++child) {
+    const int64_t next = graph.next(state, f.cp[child]);
     if (next < 0) continue;
-    for (int32_t id : trie.nodes()[child].tokens) allowed[static_cast<size_t>(id)] = 1;
-    if (!trie.nodes()[child].children.empty() && graph.state(static_cast<uint32_t>(next)).can_continue())
-      walk(graph, trie, child, static_cast<uint32_t>(next), allowed);
+    for (uint32_t k = f.token_at[child]; k < f.token_at[child + 1]; ++k) allowed[static_cast<size_t>(f.tokens[k])] = 1;
+    if (f.child_at[child + 1] > f.child_at[child] && graph.can_continue(static_cast<uint32_t>(next)))
+      walk(graph, f, child, static_cast<uint32_t>(next), allowed);
   }
 }
 
@@ -92,7 +157,7 @@ std::vector<char> mask_of(StateGraph& graph, const Grammar& g, const TokenTrie& 
   std::vector<char> allowed(trie.vocab_size(), 0);
   if (s.can_continue()) {
     graph.trim();
-    walk(graph, trie, 0, graph.intern(s), allowed);
+    walk(graph, trie.flat(), 0, graph.intern(s), allowed);
     for (int32_t id : o.allowed_special)
       if (id >= 0 && static_cast<size_t>(id) < allowed.size() && accepts_text(g, s, trie.text(id)))
         allowed[static_cast<size_t>(id)] = 1;
