@@ -1,7 +1,6 @@
 #include "chat/grammar/grammar_constraint.h"
 
 #include <algorithm>
-#include <bit>
 #include <limits>
 #include <mutex>
 #include <unordered_map>
@@ -13,55 +12,6 @@ namespace {
 
 constexpr size_t kMaxCachedStates = 1024;  // bitsets of vocab/8 bytes (19 KiB for 151k tokens)
 constexpr size_t kMaxGraphStates = 1 << 16;
-constexpr size_t kMaxCachedSteps = 1 << 19;  // (state, code point) pairs: a table of at most 16 MiB
-
-// (state, code point) → next state, open addressing: the walk asks this once per trie node, so it must cost one
-// probe, not a stack-top test per stack and a node-based hash lookup.
-class StepCache {
- public:
-  static constexpr uint64_t kEmpty = ~uint64_t{0};
-  static constexpr int64_t kMiss = -2;
-
-  int64_t find(uint64_t key) const {
-    if (slots_.empty()) return kMiss;
-    for (size_t i = slot(key);; i = (i + 1) & (slots_.size() - 1)) {
-      if (slots_[i].key == key) return slots_[i].to;
-      if (slots_[i].key == kEmpty) return kMiss;
-    }
-  }
-  void put(uint64_t key, int64_t to) {
-    if (2 * (used_ + 1) > slots_.size()) grow();
-    size_t i = slot(key);
-    while (slots_[i].key != kEmpty) i = (i + 1) & (slots_.size() - 1);
-    slots_[i] = {key, static_cast<int32_t>(to)};
-    ++used_;
-  }
-  size_t size() const { return used_; }
-  void clear() {
-    slots_.clear();
-    used_ = 0;
-  }
-
- private:
-  struct Slot {
-    uint64_t key = kEmpty;
-    int32_t to = 0;
-  };
-  size_t slot(uint64_t key) const { return static_cast<size_t>((key * 0x9E3779B97F4A7C15ull) >> shift_); }
-  void grow() {
-    std::vector<Slot> old = std::move(slots_);
-    const size_t n = old.empty() ? 1024 : old.size() * 2;
-    slots_.assign(n, Slot{});
-    shift_ = 64 - static_cast<unsigned>(std::countr_zero(n));
-    used_ = 0;
-    for (const Slot& e : old)
-      if (e.key != kEmpty) put(e.key, e.to);
-  }
-  std::vector<Slot> slots_;
-  size_t used_ = 0;
-  unsigned shift_ = 64;
-};
-
 bool accepts_text(const Grammar& g, StackSet s, const std::vector<uint32_t>& text) {
   for (uint32_t cp : text) {
     s = s.advance(g, cp);
@@ -92,27 +42,6 @@ class StateGraph {
 
   // The state after cp, or -1 when the grammar rejects it.
   int64_t next(uint32_t id, uint32_t cp) {
-    const uint64_t step = (static_cast<uint64_t>(id) << 32) | cp;
-    int64_t to = steps_.find(step);
-    if (to == StepCache::kMiss) {
-      to = next_by_signature(id, cp);
-      if (steps_.size() < kMaxCachedSteps) steps_.put(step, to);
-    }
-    return to;
-  }
-
-  // Between walks (ids held by a walk stay valid during it): forget everything past the size bound.
-  void trim() {
-    if (states_.size() <= kMaxGraphStates && steps_.size() < kMaxCachedSteps) return;
-    states_.clear();
-    more_.clear();
-    ids_.clear();
-    trans_.clear();
-    steps_.clear();
-  }
-
- private:
-  int64_t next_by_signature(uint32_t id, uint32_t cp) {
     const StackSet& s = states_[id];
     const auto& stacks = s.stacks();
     uint64_t sig;
@@ -134,10 +63,19 @@ class StateGraph {
     return to;
   }
 
+  // Between walks (ids held by a walk stay valid during it): forget everything past the size bound.
+  void trim() {
+    if (states_.size() <= kMaxGraphStates) return;
+    states_.clear();
+    more_.clear();
+    ids_.clear();
+    trans_.clear();
+  }
+
+ private:
   const Grammar& g_;
   std::vector<StackSet> states_;
   std::vector<char> more_;  // per state: can another code point follow?
-  StepCache steps_;
   std::unordered_map<std::string, uint32_t> ids_;
   std::unordered_map<uint64_t, int64_t> trans_;
 };
