@@ -2,13 +2,17 @@
 // 151k tokens) and the sampler step with and without it. A JSON answer to a schema is re-tokenized and fed token
 // by token, as decoding would: each step computes the mask (cold: a fresh state graph per step), then the sampler
 // step over 151k logits with the constraint, for a schema's first request and for the same schema again (masks
-// shared by grammar state, as serving runs it).
+// shared by grammar state, as serving runs it). Each sampler figure twice: with the chosen token's logprob wanted
+// (the full mask every step) and without (greedy checks only the token it picks; the server asks for the logprob
+// only when the request does). cpu_ figures are process CPU time, which a loaded machine inflates less.
 // Usage: grammar_mask [TOKENIZER_DIR]   (default: tests/fixtures/tokenizers/qwen3-real, .gz files accepted)
 #include <zlib.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <ctime>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -44,6 +48,7 @@ std::string read_maybe_gz(const std::string& path) {
 }
 
 double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
+double cpu_ms() { return 1e3 * static_cast<double>(std::clock()) / CLOCKS_PER_SEC; }
 
 }  // namespace
 
@@ -92,26 +97,39 @@ int main(int argc, char** argv) {
   // The sampler step over 151k logits, with the constraint (warm cache after the first pass) and without.
   std::vector<float> logits(tok->vocab_size());
   for (size_t i = 0; i < logits.size(); ++i) logits[i] = static_cast<float>((i * 2654435761u) % 1000) / 100.0f;
-  auto c = std::make_shared<grammar::GrammarConstraint>(g, trie, opt);
-  auto run = [&](bool constrained, int passes) {
+  struct Figure {
+    double wall_us, cpu_us;
+  };
+  auto run = [&](const std::shared_ptr<const grammar::GrammarConstraint>& c, bool want_logprob, int passes) {
     double total = 0;
+    const double cpu0 = cpu_ms();
     for (int p = 0; p < passes; ++p) {
       SamplingParams sp;
-      if (constrained) sp.constraint = c;
+      sp.constraint = c;
       Sampler sampler(sp, {eos});
       for (int32_t id : ids) {
         std::vector<float> l = logits;
         l[static_cast<size_t>(id)] = 100.0f;  // the answer's next token wins, so the walk follows the answer
         t0 = Clock::now();
-        sampler.sample(l, {});
+        const SampleResult r = sampler.sample(l, {}, 0, want_logprob);
         total += ms_since(t0);
+        if (r.token != id) {
+          std::fprintf(stderr, "sampled %d where the answer has %d\n", r.token, id);
+          std::exit(1);
+        }
       }
     }
-    return total / (passes * static_cast<double>(ids.size()));
+    const double steps = passes * static_cast<double>(ids.size());
+    return Figure{1e3 * total / steps, 1e3 * (cpu_ms() - cpu0) / steps};
   };
-  const double plain = run(false, 3);
-  const double first = run(true, 1);        // the schema's first request: masks computed as decoding goes
-  const double constrained = run(true, 3);  // the same schema again: masks shared by grammar state
+  auto fresh = [&] { return std::make_shared<grammar::GrammarConstraint>(g, trie, opt); };
+  const Figure plain = run(nullptr, true, 3);
+  const Figure plain_fast = run(nullptr, false, 3);
+  const auto c = fresh();
+  const Figure first = run(c, true, 1);   // the schema's first request: masks computed as decoding goes
+  const Figure repeat = run(c, true, 3);  // the same schema again: masks shared by grammar state
+  const Figure fast_first = run(fresh(), false, 1);
+  const Figure fast_repeat = run(c, false, 3);
 
   nlohmann::ordered_json out = {{"bench", "grammar_mask"},
                                 {"vocab", tok->vocab_size()},
@@ -121,11 +139,22 @@ int main(int argc, char** argv) {
                                 {"mask_cold_mean_us", 1e3 * cold_ms / static_cast<double>(ids.size())},
                                 {"mask_cold_max_us", 1e3 * cold_max},
                                 {"mean_allowed_tokens", allowed_sum / ids.size()},
-                                {"sample_us_plain", 1e3 * plain},
-                                {"sample_us_first_request", 1e3 * first},
-                                {"sample_us_repeat_request", 1e3 * constrained},
-                                {"overhead_us_per_token_first", 1e3 * (first - plain)},
-                                {"overhead_us_per_token_repeat", 1e3 * (constrained - plain)}};
+                                {"sample_us_plain", plain.wall_us},
+                                {"sample_us_plain_no_logprob", plain_fast.wall_us},
+                                {"sample_us_first_request", first.wall_us},
+                                {"sample_us_repeat_request", repeat.wall_us},
+                                {"sample_us_first_request_no_logprob", fast_first.wall_us},
+                                {"sample_us_repeat_request_no_logprob", fast_repeat.wall_us},
+                                {"overhead_us_per_token_first", first.wall_us - plain.wall_us},
+                                {"overhead_us_per_token_repeat", repeat.wall_us - plain.wall_us},
+                                {"overhead_us_per_token_first_no_logprob", fast_first.wall_us - plain_fast.wall_us},
+                                {"overhead_us_per_token_repeat_no_logprob", fast_repeat.wall_us - plain_fast.wall_us},
+                                {"cpu_us_plain", plain.cpu_us},
+                                {"cpu_us_plain_no_logprob", plain_fast.cpu_us},
+                                {"cpu_us_first_request", first.cpu_us},
+                                {"cpu_us_repeat_request", repeat.cpu_us},
+                                {"cpu_us_first_request_no_logprob", fast_first.cpu_us},
+                                {"cpu_us_repeat_request_no_logprob", fast_repeat.cpu_us}};
   std::printf("%s\n", out.dump(2).c_str());
   return 0;
 }

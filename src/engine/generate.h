@@ -28,6 +28,7 @@ struct GenerateOptions {
   std::vector<int32_t> eos_ids;
   std::vector<std::string> stop;
   int top_logprobs = 0;
+  bool logprob = true;  // the chosen token's logprob is wanted (false lets a greedy constrained step skip its mask)
   int prefill_chunk = 2048;
   const std::atomic<bool>* cancel = nullptr;             // set by another thread to stop at the next token
   std::shared_ptr<const lora::ForwardContext> adapters;  // [lora] the request's pinned adapter set; null = none

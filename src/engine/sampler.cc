@@ -39,6 +39,24 @@ std::vector<size_t> order_desc(const std::vector<float>& x) {
   return idx;
 }
 
+// The first maximum of lp when it is also what greedy picks after a mask that keeps it and a log-softmax, or -1.
+// Masking only removes competitors; log-softmax subtracts one constant, whose rounding could merge values closer
+// than a few ulps of its result (|result| ≤ log(vocab) near the top, so below 1e-5): an earlier entry that close
+// could then win the tie, and the caller builds the mask instead.
+int64_t unmasked_argmax_if_exact(const std::vector<float>& lp) {
+  size_t t = 0;
+  for (size_t i = 0; i < lp.size(); ++i) {
+    if (std::isnan(lp[i])) return -1;
+    if (lp[i] > lp[t]) t = i;
+  }
+  const float m = lp[t];
+  if (!std::isfinite(m)) return -1;
+  constexpr float kTieMargin = 1e-4f;
+  for (size_t i = 0; i < t; ++i)
+    if (lp[i] >= m - kTieMargin) return -1;
+  return static_cast<int64_t>(t);
+}
+
 }  // namespace
 
 void SamplingParams::validate() const {
@@ -108,13 +126,25 @@ Sampler::Sampler(SamplingParams params, std::vector<int32_t> xtc_exempt)
   if (p_.constraint) constraint_ = p_.constraint->start();
 }
 
-SampleResult Sampler::sample(std::span<const float> logits, std::span<const int32_t> history, int top_logprobs) {
+SampleResult Sampler::sample(std::span<const float> logits, std::span<const int32_t> history, int top_logprobs,
+                             bool want_logprob) {
   if (logits.empty()) throw Error(ErrorKind::InvalidArgument, "sample: empty logits");
   std::vector<float> lp(logits.begin(), logits.end());
   apply_logits_processors(lp, p_, history);
+  SampleResult r;
+  // Greedy with nothing but the id wanted: the argmax, without the log-softmax pass, and under a constraint
+  // without its mask when the constraint allows that token (the common case).
+  if (p_.temperature == 0.0f && top_logprobs == 0 && !want_logprob) {
+    const int64_t t = unmasked_argmax_if_exact(lp);
+    if (t >= 0 && (!constraint_ || constraint_->allows(static_cast<int32_t>(t)))) {
+      ++step_;  // the step's draw is not used, but later steps keep their keys
+      r.token = static_cast<int32_t>(t);
+      if (constraint_) constraint_->accept(r.token);
+      return r;
+    }
+  }
   if (constraint_) constraint_->mask(lp);
   log_softmax(lp);
-  SampleResult r;
   if (top_logprobs > 0) {
     const auto idx = order_desc(lp);
     for (size_t i = 0; i < std::min(idx.size(), static_cast<size_t>(top_logprobs)); ++i)

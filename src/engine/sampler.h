@@ -19,7 +19,7 @@ struct TokenLogprob {
 
 struct SampleResult {
   int32_t token = 0;
-  float logprob = 0.0f;           // of the chosen token, after processors, before temperature/filters
+  float logprob = 0.0f;           // of the chosen token, after processors, before temperature/filters (0 if unwanted)
   std::vector<TokenLogprob> top;  // the top_logprobs most likely tokens at that point
 };
 
@@ -28,7 +28,10 @@ class Sampler {
   // xtc_exempt: tokens XTC never removes (EOS ids, newline).
   explicit Sampler(SamplingParams params, std::vector<int32_t> xtc_exempt = {});
 
-  SampleResult sample(std::span<const float> logits, std::span<const int32_t> history, int top_logprobs = 0);
+  // want_logprob false: SampleResult::logprob may be left 0, which lets a greedy step under a constraint check
+  // only the token it picks instead of building the whole mask (same token either way).
+  SampleResult sample(std::span<const float> logits, std::span<const int32_t> history, int top_logprobs = 0,
+                      bool want_logprob = true);
   const SamplingParams& params() const { return p_; }
 
  private:

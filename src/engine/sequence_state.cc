@@ -58,7 +58,7 @@ SampleResult SequenceState::sample(std::span<const float> logits) {
   // The host Sampler counts its own steps: once the device drew for this row it cannot take over.
   LATHE_CHECK(host_draws_ == steps_, "host sampling after device sampling for the same sequence");
   ++host_draws_;
-  return sampler_.sample(logits, history_, options_.top_logprobs);
+  return sampler_.sample(logits, history_, options_.top_logprobs, options_.logprob);
 }
 
 GeneratedToken SequenceState::accept(const SampleResult& s) {

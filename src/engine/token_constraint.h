@@ -13,6 +13,9 @@ class ConstraintState {
   virtual ~ConstraintState() = default;
   // Sets the logits of tokens that may not come next to -inf.
   virtual void mask(std::span<float> logits) = 0;
+  // A cheap check of one token against the same rule as mask(): true only when mask() would surely leave id
+  // allowed; false means "ask mask()" (the sampler then builds the full mask, so the result is the same).
+  virtual bool allows(int32_t /*id*/) { return false; }
   // The token that was chosen (always one mask() allowed).
   virtual void accept(int32_t id) = 0;
 };

@@ -103,6 +103,7 @@ std::shared_ptr<GenerationJob> submit(ServerContext& ctx, const PreparedGenerati
   o.sampling = p.settings.sampling;
   o.stop = p.settings.stop;
   o.top_logprobs = p.settings.top_logprobs;
+  o.logprob = p.settings.logprobs || p.settings.top_logprobs > 0;
   o.adapters = select_adapters(ctx, p.settings.adapter, p.settings.model);
   o.cache_salt = p.settings.cache_salt;
   return ctx.engine().submit(p.prompt, std::move(o), request_id);

@@ -43,4 +43,9 @@ class GrammarConstraint : public TokenConstraint {
 std::vector<char> allowed_tokens(const Grammar& g, const TokenTrie& trie, const class StackSet& state,
                                  const ConstraintOptions& o);
 
+// Whether the walk behind allowed_tokens reaches token id, from its text alone (EOS aside: it also depends on
+// whether anything else is allowed). A few advances instead of a vocabulary walk: the sampler's fast check.
+bool token_fits(const Grammar& g, const TokenTrie& trie, const class StackSet& state, const ConstraintOptions& o,
+                int32_t id);
+
 }  // namespace lathe::grammar

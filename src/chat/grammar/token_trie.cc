@@ -30,7 +30,11 @@ std::shared_ptr<const TokenTrie> TokenTrie::build(const Tokenizer& tok) {
   t->vocab_size_ = tok.vocab_size();
   t->text_.resize(t->vocab_size_);
   t->special_.assign(t->vocab_size_, 0);
-  t->nodes_.emplace_back();
+  struct Node {
+    std::vector<std::pair<uint32_t, uint32_t>> children;  // (code point, node), sorted
+    std::vector<int32_t> tokens;                          // tokens whose text ends here
+  };
+  std::vector<Node> nodes(1);
   static const std::string kReplacement = "\xEF\xBF\xBD";
   for (size_t i = 0; i < t->vocab_size_; ++i) {
     const int32_t id = static_cast<int32_t>(i);
@@ -50,21 +54,38 @@ std::shared_ptr<const TokenTrie> TokenTrie::build(const Tokenizer& tok) {
     if (!utf8_to_code_points(text, cps)) continue;
     uint32_t node = 0;
     for (uint32_t cp : cps) {
-      auto& ch = t->nodes_[node].children;
+      auto& ch = nodes[node].children;
       auto it = std::lower_bound(ch.begin(), ch.end(), std::make_pair(cp, 0u),
                                  [](const auto& a, const auto& b) { return a.first < b.first; });
       if (it != ch.end() && it->first == cp) {
         node = it->second;
       } else {
-        const uint32_t fresh = static_cast<uint32_t>(t->nodes_.size());
+        const uint32_t fresh = static_cast<uint32_t>(nodes.size());
         ch.insert(it, {cp, fresh});
-        t->nodes_.emplace_back();
+        nodes.emplace_back();
         node = fresh;
       }
     }
-    t->nodes_[node].tokens.push_back(id);
+    nodes[node].tokens.push_back(id);
     t->text_[i] = std::move(cps);
   }
+  // Breadth-first renumbering: order[k] is the build node that becomes node k.
+  Flat& f = t->flat_;
+  std::vector<uint32_t> order{0};
+  order.reserve(nodes.size());
+  f.cp.assign(nodes.size(), 0);
+  for (size_t k = 0; k < order.size(); ++k) {
+    const Node& n = nodes[order[k]];
+    f.child_at.push_back(static_cast<uint32_t>(order.size()));
+    f.token_at.push_back(static_cast<uint32_t>(f.tokens.size()));
+    f.tokens.insert(f.tokens.end(), n.tokens.begin(), n.tokens.end());
+    for (const auto& [cp, child] : n.children) {
+      f.cp[order.size()] = cp;
+      order.push_back(child);
+    }
+  }
+  f.child_at.push_back(static_cast<uint32_t>(order.size()));
+  f.token_at.push_back(static_cast<uint32_t>(f.tokens.size()));
   return t;
 }
 

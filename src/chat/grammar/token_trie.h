@@ -15,16 +15,20 @@ namespace lathe::grammar {
 
 class TokenTrie {
  public:
-  struct Node {
-    std::vector<std::pair<uint32_t, uint32_t>> children;  // (code point, node), sorted
-    std::vector<int32_t> tokens;                          // tokens whose text ends here
+  // Nodes numbered breadth first, so that a node's children are one contiguous, sorted run and the walk reads
+  // memory in order (a node per heap allocation made it a cache miss per node). Node 0 is the root.
+  struct Flat {
+    std::vector<uint32_t> cp;        // per node: the code point on the edge into it
+    std::vector<uint32_t> child_at;  // children of v: [child_at[v], child_at[v + 1])
+    std::vector<uint32_t> token_at;  // tokens whose text ends at v: tokens[token_at[v], token_at[v + 1])
+    std::vector<int32_t> tokens;
   };
 
   static std::shared_ptr<const TokenTrie> build(const Tokenizer& tok);
   // The trie of `tok`, built on first use and kept (a tokenizer lives as long as the server).
   static std::shared_ptr<const TokenTrie> of(const Tokenizer& tok);
 
-  const std::vector<Node>& nodes() const { return nodes_; }
+  const Flat& flat() const { return flat_; }
   size_t vocab_size() const { return vocab_size_; }
   // The code points of token id (empty for tokens outside the trie).
   const std::vector<uint32_t>& text(int32_t id) const { return text_[static_cast<size_t>(id)]; }
@@ -33,7 +37,7 @@ class TokenTrie {
   int32_t special_id(const std::string& content) const;
 
  private:
-  std::vector<Node> nodes_;
+  Flat flat_;
   std::vector<std::vector<uint32_t>> text_;
   std::vector<char> special_;
   std::vector<std::pair<std::string, int32_t>> specials_;
