@@ -331,7 +331,8 @@ void Scheduler::sample_rows(const Tensor& logits, const std::vector<Row*>& rows)
   std::vector<DeviceSampleRow> dev(rows.size());
   for (size_t i = 0; i < rows.size(); ++i) {
     const SequenceState& s = *rows[i]->seq;
-    dev[i] = {&s.options().sampling, s.seed(), s.steps(), s.history(), s.options().top_logprobs};
+    // A row that wants its token's logprob is not one the device argmax serves.
+    dev[i] = {&s.options().sampling, s.seed(), s.steps(), s.history(), s.options().top_logprobs, s.options().logprob};
   }
   if (!sample_on_device(logits, dev, sampled)) {
     // One copy of the step's logits to the host, then the rows sampled in parallel: each row's sampler,
