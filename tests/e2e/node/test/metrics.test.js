@@ -66,8 +66,13 @@ describe('/metrics', () => {
     const before = await scrape(ctx.server);
     const labels = { endpoint: '/v1/chat/completions', status: '200' };
     const r = await openaiClient(ctx.server).chat.completions.create({ model: 'demo', messages: hello, max_tokens: 32 });
-    const s = await settle((now) => value(now, REQUESTS, labels) > value(before, REQUESTS, labels));
-    assert.ok(s, 'lathe_requests_total{endpoint="/v1/chat/completions",status="200"} went up');
+    // The engine thread lowers the in-flight gauge just after it hands the last event to the HTTP worker, so
+    // the reply (and its request count) can be out first: wait for both.
+    const s = await settle(
+      (now) =>
+        value(now, REQUESTS, labels) > value(before, REQUESTS, labels) && value(now, 'lathe_requests_in_flight') === 0,
+    );
+    assert.ok(s, 'lathe_requests_total{endpoint="/v1/chat/completions",status="200"} went up and in-flight fell to 0');
     assert.equal(value(s, REQUESTS, labels) - value(before, REQUESTS, labels), 1);
     const d = (name) => value(s, name) - value(before, name);
     assert.equal(d('lathe_prompt_tokens_total'), r.usage.prompt_tokens);
