@@ -160,6 +160,7 @@ SsdScanReport SsdStore::scan() {
   r.entries = index_.size();
   r.bytes = bytes_;
   stats_.removed_invalid += r.removed_invalid;
+  stats_.removed_tmp += r.removed_tmp;
   return r;
 }
 

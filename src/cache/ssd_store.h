@@ -33,6 +33,7 @@ struct SsdStoreStats {
   size_t entries = 0;
   uint64_t bytes = 0;
   uint64_t hits = 0, misses = 0, spills = 0, write_failures = 0, removed_invalid = 0;
+  uint64_t removed_tmp = 0;  // unfinished writes (a crash mid-spill) deleted by scans
   double restore_ms_last = 0;
   double restore_mb_s_last = 0;
 };

@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cache/cache_identity.h"
 #include "cli/adapter_flags.h"
 #include "cli/device_flags.h"
 #include "cli/run_kv.h"
@@ -86,6 +87,7 @@ int run(const RunOptions& o) {
   const auto adapters = o.adapters.mount(*model, &selection);
   const lora::ForwardContext lora_ctx = selection.context();
   const lora::ScopedContext lora_scope(selection.slot >= 0 ? &lora_ctx : nullptr);
+  const std::string kv_ns = cache_namespace(lora_ctx.key, "");  // KV files keyed by the adapters' content
   const double load_ms = ms_since(t_load);
   const double rss_after_load = resident_mib();
   const double file_mib = static_cast<double>(model->checkpoint().total_file_bytes()) / (1024.0 * 1024.0);
@@ -93,7 +95,8 @@ int run(const RunOptions& o) {
   validate_cache_options(o.cache);
   CacheList cache = model->make_cache(o.cache);
   KvRestoreResult restored;
-  if (!o.load_kv.empty()) restored = restore_kv_for_prompt(*model, o.cache, o.load_kv, o.kv_verify, prompt, cache);
+  if (!o.load_kv.empty())
+    restored = restore_kv_for_prompt(*model, o.cache, o.load_kv, o.kv_verify, prompt, cache, kv_ns);
   const std::vector<int32_t> to_run(prompt.begin() + restored.reused, prompt.end());
 
   const bool want_logits = !o.logits_out.empty();
@@ -108,7 +111,7 @@ int run(const RunOptions& o) {
     w.write(o.logits_out);
   }
   KvSaveResult saved;
-  if (!o.save_kv.empty()) saved = save_kv_for_prompt(*model, o.cache, o.save_kv, prompt, cache);
+  if (!o.save_kv.empty()) saved = save_kv_for_prompt(*model, o.cache, o.save_kv, prompt, cache, kv_ns);
   const DeviceMemoryStats mem_before_decode = device_memory_stats();
   const auto& eos = model->config().eos_token_ids;
   std::vector<int32_t> generated;

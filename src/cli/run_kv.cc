@@ -13,8 +13,9 @@ double ms_since(Clock::time_point t) { return std::chrono::duration<double, std:
 }  // namespace
 
 KvRestoreResult restore_kv_for_prompt(Model& model, const CacheOptions& options, const std::string& path, bool verify,
-                                      const std::vector<int32_t>& prompt, CacheList& caches) {
-  const CacheIdentity id = cache_identity(model, options);
+                                      const std::vector<int32_t>& prompt, CacheList& caches, const std::string& ns) {
+  CacheIdentity id = cache_identity(model, options);
+  id.meta.ns = ns;
   const CacheLayout layout = probe_cache_layout(model, options);
   const auto t0 = Clock::now();
   KvLoadOptions lo;
@@ -44,8 +45,9 @@ KvRestoreResult restore_kv_for_prompt(Model& model, const CacheOptions& options,
 }
 
 KvSaveResult save_kv_for_prompt(const Model& model, const CacheOptions& options, const std::string& path,
-                                const std::vector<int32_t>& tokens, const CacheList& caches) {
-  const CacheIdentity id = cache_identity(model, options);
+                                const std::vector<int32_t>& tokens, const CacheList& caches, const std::string& ns) {
+  CacheIdentity id = cache_identity(model, options);
+  id.meta.ns = ns;
   const auto t0 = Clock::now();
   KvSaveResult r;
   r.file_bytes = save_kv_file(path, tokens, caches, id.meta);

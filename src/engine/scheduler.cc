@@ -30,13 +30,11 @@ struct Scheduler::Row {
 
   int64_t input_end() const { return static_cast<int64_t>(seq->history().size()); }
   const lora::ForwardContext* adapters() const { return seq->options().adapters.get(); }
-  std::string adapter_key() const { return adapters() ? adapters()->key : std::string(); }
-  // The RAM tier's namespace: adapter set and salt (a separator no adapter id contains).
-  std::string ram_key() const { return adapter_key() + '\n' + seq->options().cache_salt; }
-  // The SSD tier persists across restarts, so it keys by content, never by mount serials: rows under adapters
-  // stay out of it until adapters carry a content hash.
-  bool ssd_ok() const { return adapter_key().empty(); }
-  std::string ssd_ns() const { return cache_namespace("", seq->options().cache_salt); }
+  // The prompt-cache namespace, the same in RAM and on the SSD: the content hash of the adapter set (weights
+  // and scales in stacking order, never mount ids) and the salt. "" = the base model without a salt.
+  std::string cache_ns() const {
+    return cache_namespace(adapters() ? adapters()->key : std::string(), seq->options().cache_salt);
+  }
 };
 
 void SchedulerOptions::validate() const {
@@ -103,12 +101,11 @@ void Scheduler::enable_ssd(SsdStore& store, SsdTierOptions options) {
 }
 
 void Scheduler::spill(Idle& idle) {
-  if (!ssd_ || idle.spilled || !idle.ssd_ok || static_cast<int64_t>(idle.tokens.size()) < ssd_options_.min_tokens)
-    return;
+  if (!ssd_ || idle.spilled || static_cast<int64_t>(idle.tokens.size()) < ssd_options_.min_tokens) return;
   idle.spilled = true;
   SpillJob job;
   job.tokens = idle.tokens;
-  job.ns = idle.ssd_ns;
+  job.ns = idle.ns;
   if (ssd_options_.host_snapshot) {  // the writer thread never touches the device: it gets host copies
     auto host = std::make_shared<CacheList>(bundle_.make_cache());
     for (size_t i = 0; i < host->size(); ++i) {
@@ -139,9 +136,9 @@ CacheList Scheduler::take_idle(Idle& idle) {
 
 // Restores from the SSD tier when a file serves more of the row's input than RAM (ram_best tokens) does.
 bool Scheduler::try_ssd(Row& row, int64_t ram_best) {
-  if (!ssd_ || !row.ssd_ok()) return false;
+  if (!ssd_) return false;
   const std::vector<int32_t>& h = row.seq->history();
-  const std::string ns = row.ssd_ns();
+  const std::string ns = row.cache_ns();
   if (ssd_->lookup(h, ns).reused <= ram_best) return false;
   const auto t0 = Clock::now();
   SsdStore::Restored r = ssd_->restore(h, ns);
@@ -166,7 +163,7 @@ double Scheduler::housekeeping() {
       drop_idle(gone);
       continue;
     }
-    if (!it->spilled && it->ssd_ok) {
+    if (!it->spilled) {
       if (idle_s >= ssd_options_.write_behind_s)
         spill(*it);
       else
@@ -215,9 +212,9 @@ void Scheduler::attach_cache(Row& row) {
   size_t best_common = 0;
   // A resumed row that started from nothing replays from nothing: that recomputation is exact.
   const bool exact_replay = row.admitted_before && row.base == 0;
-  const std::string key = row.ram_key();
+  const std::string ns = row.cache_ns();
   for (auto it = idle_.begin(); it != idle_.end() && !exact_replay; ++it) {
-    if (it->ram_key != key) continue;  // KV computed under another adapter set, or another tenant's salt
+    if (it->ns != ns) continue;  // KV computed under another adapter set, or another tenant's salt
     size_t common = 0;
     while (common < it->tokens.size() && common + 1 < h.size() && it->tokens[common] == h[common]) ++common;
     const int64_t drop = static_cast<int64_t>(it->tokens.size() - common);
@@ -251,7 +248,7 @@ void Scheduler::attach_cache(Row& row) {
       ++cache_stats_.ssd_hits;
       cache_stats_.ssd_reused_tokens += row.fed;
     }
-    if (ssd_ && row.ssd_ok() && !from_ssd && !from_ram) ++cache_stats_.ssd_misses;
+    if (ssd_ && !from_ssd && !from_ram) ++cache_stats_.ssd_misses;
     row.base = row.fed;
     row.segments.clear();
   }
@@ -307,9 +304,7 @@ void Scheduler::keep_for_reuse(Row& row) {
   Idle kept;
   kept.cache = std::make_shared<CacheList>(std::move(row.cache));
   kept.tokens.assign(row.seq->history().begin(), row.seq->history().begin() + row.fed);
-  kept.ram_key = row.ram_key();
-  kept.ssd_ok = row.ssd_ok();
-  if (ssd_ && kept.ssd_ok) kept.ssd_ns = row.ssd_ns();
+  kept.ns = row.cache_ns();
   kept.since = Clock::now();
   row.has_cache = false;
   idle_.push_front(std::move(kept));

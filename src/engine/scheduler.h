@@ -112,10 +112,8 @@ class Scheduler {
   struct Idle {
     std::shared_ptr<CacheList> cache;  // shared with the SSD writer while busy
     std::vector<int32_t> tokens;       // what the cache holds
-    std::string ram_key;               // adapter set + cache salt it was computed under: reused only under it
-    bool ssd_ok = false;               // the SSD tier may hold it (under ssd_ns)
-    std::string ssd_ns;
-    bool spilled = false;  // handed to the writer already
+    std::string ns;                    // cache namespace (adapter set content + salt): reused only under it
+    bool spilled = false;              // handed to the writer already
     std::shared_ptr<std::atomic<bool>> busy = std::make_shared<std::atomic<bool>>(false);
     Clock::time_point since;
   };

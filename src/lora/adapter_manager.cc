@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cctype>
 
+#include "cache/cache_identity.h"
+#include "cache/content_hash.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "lora/adapter_file.h"
@@ -25,6 +27,19 @@ std::string trim(const std::string& s) {
 Tensor to_device(const Tensor& t, Device device, DType dtype) {
   if (device == Device::CPU) return t;  // the CPU computes in F32
   return (t.dtype() == dtype ? t : t.to(dtype)).to(device);
+}
+
+// One factor as the prompt cache sees it: where it attaches and what it adds there.
+std::string factor_digest(int site, const LoraFactor& f) {
+  Digest128 d;
+  d.add_int(site);
+  for (const Tensor* t : {&f.a, &f.b}) {
+    const Tensor c = t->contiguous();
+    for (int i = 0; i < c.ndim(); ++i) d.add_int(c.dim(i));
+    d.add(c.raw(), c.nbytes());
+  }
+  d.add(&f.scale, sizeof f.scale);
+  return d.hex();
 }
 
 }  // namespace
@@ -52,7 +67,8 @@ AdapterManager::AdapterManager(const Model& model)
     : AdapterManager(model.linear_sites(), model.config().load.device, model.config().load.dtype) {}
 
 static AdapterInfo info_of(const MountedAdapter& a) {
-  return {a.id, a.dir, a.format, a.base_model, a.rank, a.scale, a.modules, a.skipped, a.weights_bytes, a.device_bytes};
+  return {a.id,      a.dir,     a.format,        a.base_model,   a.rank,        a.scale,
+          a.modules, a.skipped, a.weights_bytes, a.device_bytes, a.content_hash};
 }
 
 std::shared_ptr<MountedAdapter> AdapterManager::build(const std::string& id, const std::string& dir,
@@ -70,6 +86,7 @@ std::shared_ptr<MountedAdapter> AdapterManager::build(const std::string& id, con
   m->weights_bytes = w.config.weights_bytes;
   m->skipped = w.skipped;
   size_t matched = 0;
+  std::vector<std::pair<int, std::string>> digests;  // (site, factor digest)
   const std::string base_hint = m->base_model.empty() ? "" : " (its config names base '" + m->base_model + "')";
   for (const LoraFactor& f : w.factors) {
     const int site = sites_->find(f.module);
@@ -91,6 +108,7 @@ std::shared_ptr<MountedAdapter> AdapterManager::build(const std::string& id, con
                       " in the base model: was it trained for another base model?" + base_hint);
     ++matched;
     if (!upload) continue;
+    digests.emplace_back(site, factor_digest(site, f));
     DeviceFactor d{to_device(f.a, device_, dtype_), to_device(f.b, device_, dtype_), f.scale};
     m->device_bytes += d.a.nbytes() + d.b.nbytes();
     m->factors.emplace_back(site, std::move(d));
@@ -99,6 +117,12 @@ std::shared_ptr<MountedAdapter> AdapterManager::build(const std::string& id, con
     throw Error(ErrorKind::InvalidArgument, "adapter '" + id + "': none of its " + std::to_string(w.factors.size()) +
                                                 " modules is a linear layer of the base model" + base_hint);
   m->modules = m->factors.size();
+  // Site order, so the file's tensor order (or its format: mlx-lm and PEFT of one adapter) does not matter.
+  std::sort(digests.begin(), digests.end());
+  Digest128 content;
+  content.add("lora-content-1");
+  for (const auto& [site, digest] : digests) content.add(digest);
+  m->content_hash = content.hex();
   return m;
 }
 
@@ -220,8 +244,11 @@ Selection AdapterManager::resolve(const std::string& spec) {
 
 ForwardContext Selection::context() const {
   ForwardContext c{table, slot, {}, {}};
-  if (const Slot* s = table ? table->slot(slot) : nullptr)
-    for (const auto& a : s->adapters) c.key += (c.key.empty() ? "" : "+") + a->id + "#" + std::to_string(a->serial);
+  if (const Slot* s = table ? table->slot(slot) : nullptr) {
+    std::vector<AdapterIdentity> set;
+    for (const auto& a : s->adapters) set.push_back({a->content_hash, a->scale});
+    c.key = adapter_set_hash(set);
+  }
   return c;
 }
 

@@ -28,6 +28,7 @@ struct AdapterInfo {
   int64_t rank = 0;
   float scale = 1.0f;
   size_t modules = 0, skipped = 0, weights_bytes = 0, device_bytes = 0;
+  std::string content_hash;  // what the prompt cache keys this adapter's KV by (see MountedAdapter)
 };
 
 // A resolved spec: the snapshot to pin for the request and its slot (-1 = base model).

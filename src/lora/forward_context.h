@@ -19,8 +19,9 @@ struct ForwardContext {
   std::shared_ptr<const SlotTable> table;
   int uniform_slot = -1;             // used when token_slots is empty
   std::vector<int32_t> token_slots;  // one per token of the forward's input rows (-1 = base)
-  // The prompt-cache namespace of a uniform context: its adapters' ids and mount serials ("" = base), so KV
-  // computed under one adapter set is never reused under another (nor under a re-mounted id).
+  // The prompt-cache key of a uniform context: the content hash of its adapter set (each adapter's weights and
+  // scale, in stacking order; "" = base), never ids or mount serials. KV computed under one set is reused by
+  // the same content mounted under any id or after a restart, and never under another set.
   std::string key;
 };
 

@@ -29,7 +29,10 @@ struct MountedAdapter {
   float scale = 1.0f;
   size_t weights_bytes = 0, device_bytes = 0;
   size_t modules = 0, skipped = 0;
-  uint64_t serial = 0;                                // unique per mount in this process
+  uint64_t serial = 0;  // unique per mount in this process
+  // What the factors compute, never where they came from: a 32-hex digest over every attached factor (its
+  // linear site, shapes, F32 values and scale, in site order). The prompt cache keys adapter KV by it.
+  std::string content_hash;
   std::vector<std::pair<int, DeviceFactor>> factors;  // (linear site, factor)
 };
 

@@ -102,6 +102,7 @@ json info_json(const lora::AdapterInfo& a, const std::string& default_spec) {
           {"skipped_modules", a.skipped},
           {"bytes", a.weights_bytes},
           {"device_bytes", a.device_bytes},
+          {"content_hash", a.content_hash},
           {"default", is_default}};
 }
 

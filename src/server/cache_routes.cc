@@ -29,6 +29,7 @@ std::vector<Route> cache_routes(ServerContext& ctx) {
                                  {"spills_queued", c.spills_queued},
                                  {"write_failures", s.write_failures},
                                  {"removed_invalid", s.removed_invalid},
+                                 {"removed_tmp", s.removed_tmp},
                                  {"restore_ms_last", s.restore_ms_last},
                                  {"restore_ms_avg", avg},
                                  {"read_mb_s_last", s.restore_mb_s_last}};

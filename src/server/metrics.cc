@@ -117,6 +117,8 @@ std::string Metrics::render() const {
              std::to_string(s.write_failures));
       scalar("lathe_ssd_cache_removed_invalid_total", "counter", "KV files deleted because they did not check out.",
              std::to_string(s.removed_invalid));
+      scalar("lathe_ssd_cache_removed_tmp_total", "counter", "Unfinished KV file writes deleted by the start scan.",
+             std::to_string(s.removed_tmp));
     }
   }
   out += "# HELP lathe_time_to_first_token_seconds Time from request arrival to the first generated token.\n";

@@ -85,6 +85,32 @@ TEST(KvFileCli, LoadKvGeneratesWhatAColdRunGenerates) {
   EXPECT_NE(o.out.find("belongs elsewhere"), std::string::npos) << o.out;
 }
 
+// A file saved under adapters carries their content's namespace: it loads under the same adapter from another
+// folder, and never without it or under another adapter.
+TEST(KvFileCli, AFileSavedUnderAdaptersLoadsOnlyUnderTheSameContent) {
+  kvtest::TempDir dir;
+  const std::string file = dir.path + "/p.lkv", adapters = test::fixtures_dir() + "/adapters/";
+  const std::string copy = dir.path + "/renamed-alpha";
+  fs::create_directories(copy);
+  for (const auto& e : fs::directory_iterator(adapters + "qwen3-alpha"))
+    fs::copy_file(e.path(), copy / e.path().filename());
+  const std::string m = " --model " + test::model_dir("qwen3-q4g64") + " --max-tokens 8 --ignore-eos";
+  std::vector<int32_t> ids;
+  for (int k = 0; k < 40; ++k) ids.push_back((5 + k * 13) % 600 + 1);
+  const std::vector<int32_t> head(ids.begin(), ids.begin() + 30);
+  const std::string alpha = " --adapter " + adapters + "qwen3-alpha";
+  const nlohmann::json cold = run_json("--ids " + ids_arg(ids) + m + alpha);
+  run_json("--ids " + ids_arg(head) + m + alpha + " --save-kv " + file);
+  const nlohmann::json warm = run_json("--ids " + ids_arg(ids) + m + " --adapter " + copy + " --load-kv " + file);
+  EXPECT_EQ(warm["kv_restored_tokens"], 30);
+  EXPECT_EQ(warm["generated"], cold["generated"]);
+  for (const std::string& other : {std::string(), " --adapter " + adapters + "qwen3-beta"}) {
+    const Output o = lathe_cmd("run --ids " + ids_arg(ids) + m + other + " --load-kv " + file);
+    EXPECT_EQ(o.status, 2) << other << o.out;
+    EXPECT_NE(o.out.find("belongs elsewhere: ns:"), std::string::npos) << o.out;
+  }
+}
+
 TEST(KvFileCli, CacheLsVerifyClear) {
   kvtest::TempDir dir;
   const std::string id(32, 'a');
