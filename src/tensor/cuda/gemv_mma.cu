@@ -173,25 +173,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32, kMinBlocks)
           }
         }
       }
-      // Lane (g, t) holds D[g][2t..2t+1] and D[g+8][2t..2t+1] of every pair; its useful ones are pair pm's,
-      // column 2t + e.
-      float lo[4], hi[4];
-#pragma unroll
-      for (int p = 0; p < 4; ++p) {
-        lo[p] = e ? d[p][1] : d[p][0];
-        hi[p] = e ? d[p][3] : d[p][2];
-      }
-      const float v[2] = {pm == 0   ? lo[0]
-                          : pm == 1 ? lo[1]
-                          : pm == 2 ? lo[2]
-                                    : lo[3],
-                          pm == 0   ? hi[0]
-                          : pm == 1 ? hi[1]
-                          : pm == 2 ? hi[2]
-                                    : hi[3]};
-      const float sx = e ? dx[1] : dx[0];
-#pragma unroll
-      for (int h = 0; h < 2; ++h) acc[h] = fmaf(st.s[h], v[h], fmaf(fmaf(-kOff, st.s[h], st.b[h]), sx, acc[h]));
+      fold_group_sums(d, dx, e, pm, st.s, st.b, kOff, acc);
     };
     const int full = groups / 8, iters = (groups + 7) / 8;
     int it = warp;
@@ -225,10 +207,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32, kMinBlocks)
   const int src = (g << 2) | ((t + (g >> 1)) & 3);
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    float v = __shfl_sync(0xffffffffu, acc[h], src);
-    v += __shfl_xor_sync(0xffffffffu, v, 4);
-    v += __shfl_xor_sync(0xffffffffu, v, 8);
-    v += __shfl_xor_sync(0xffffffffu, v, 16);
+    const float v = gather_row_sum(acc[h], src);
     if (lane < 4) part[warp][2 * lane + h] = v;
   }
   __syncthreads();

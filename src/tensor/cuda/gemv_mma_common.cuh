@@ -44,6 +44,40 @@ __device__ __forceinline__ void load_words(const uint32_t* p, uint32_t* out) {
   }
 }
 
+// Folds one iteration's mma sums into a lane's two row accumulators. Lane (g, t) holds D[g][2t..2t+1] and
+// D[g+8][2t..2t+1] of every row pair p; its useful ones are pair pm's, column 2t + e. The per-group scale s and
+// bias b apply as acc += s·D + (b − off·s)·Σx, Σx the lane's column of dx.
+__device__ __forceinline__ void fold_group_sums(const float (&d)[4][4], const float (&dx)[4], int e, int pm,
+                                                const float (&s)[2], const float (&b)[2], float off, float (&acc)[2]) {
+  float lo[4], hi[4];
+#pragma unroll
+  for (int p = 0; p < 4; ++p) {
+    lo[p] = e ? d[p][1] : d[p][0];
+    hi[p] = e ? d[p][3] : d[p][2];
+  }
+  const float v[2] = {pm == 0   ? lo[0]
+                      : pm == 1 ? lo[1]
+                      : pm == 2 ? lo[2]
+                                : lo[3],
+                      pm == 0   ? hi[0]
+                      : pm == 1 ? hi[1]
+                      : pm == 2 ? hi[2]
+                                : hi[3]};
+  const float sx = e ? dx[1] : dx[0];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) acc[h] = fmaf(s[h], v[h], fmaf(fmaf(-off, s[h], b[h]), sx, acc[h]));
+}
+
+// The sum over a warp's 8 slot lanes of one row's accumulator: lane (g, p) first takes pair p's sums from lane
+// src = (g, (p + g/2) mod 4); the result is valid in lanes 0..3 (rows 2·lane + h).
+__device__ __forceinline__ float gather_row_sum(float acc, int src) {
+  float v = __shfl_sync(0xffffffffu, acc, src);
+  v += __shfl_xor_sync(0xffffffffu, v, 4);
+  v += __shfl_xor_sync(0xffffffffu, v, 8);
+  v += __shfl_xor_sync(0xffffffffu, v, 16);
+  return v;
+}
+
 // Warps per block: 4, or 5 or 6 where that splits the iterations evenly and 4 does not (Qwen3-4B's K = 2560:
 // 5 iterations, as 5 warps of 1 instead of 4 warps of 2, 1, 1, 1). Measured on the H200: 8 warps per block
 // (fewer blocks per SM at ~100 registers) lost up to 15% on the large matrices.

@@ -139,23 +139,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1)
             mma16816(d[p], ua[k][m][p][0], ua[k][m][p][1], ua[k][m][p][2], ua[k][m][p][3], xp[2 * m], xp[2 * m + 1]);
         }
       }
-      float lo[4], hi[4];
-#pragma unroll
-      for (int p = 0; p < 4; ++p) {
-        lo[p] = e ? d[p][1] : d[p][0];
-        hi[p] = e ? d[p][3] : d[p][2];
-      }
-      const float v[2] = {pm == 0   ? lo[0]
-                          : pm == 1 ? lo[1]
-                          : pm == 2 ? lo[2]
-                                    : lo[3],
-                          pm == 0   ? hi[0]
-                          : pm == 1 ? hi[1]
-                          : pm == 2 ? hi[2]
-                                    : hi[3]};
-      const float sx = e ? dx[1] : dx[0];
-#pragma unroll
-      for (int h = 0; h < 2; ++h) acc[j][h] = fmaf(st.s[h], v[h], fmaf(fmaf(-kOff, st.s[h], st.b[h]), sx, acc[j][h]));
+      fold_group_sums(d, dx, e, pm, st.s, st.b, kOff, acc[j]);
     }
   };
   const int full = groups / 8, iters = (groups + 7) / 8;
@@ -174,10 +158,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1)
   for (int j = 0; j < kT; ++j) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      float v = __shfl_sync(0xffffffffu, acc[j][h], src);
-      v += __shfl_xor_sync(0xffffffffu, v, 4);
-      v += __shfl_xor_sync(0xffffffffu, v, 8);
-      v += __shfl_xor_sync(0xffffffffu, v, 16);
+      const float v = gather_row_sum(acc[j][h], src);
       if (lane < 4) part[j][warp][2 * lane + h] = v;
     }
   }
