@@ -8,12 +8,17 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "cache/cache_identity.h"
+#include "cache/cache_layout.h"
 #include "cache/content_hash.h"
 #include "cache/kv_file.h"
+#include "cache/ssd_store.h"
+#include "engine/model_bundle.h"
 #include "tensor/tensor.h"
 
 namespace lathe::kvtest {
@@ -33,6 +38,18 @@ struct TempDir {
   TempDir(const TempDir&) = delete;
   TempDir& operator=(const TempDir&) = delete;
 };
+
+// An SSD store over `dir` for the bundle's model and cache options (1 GiB cap), scanned like a server start.
+inline std::unique_ptr<SsdStore> open_ssd_store(ModelBundle& bundle, const std::string& dir) {
+  SsdStoreOptions o;
+  o.dir = dir;
+  o.max_bytes = 1ull << 30;
+  auto s = std::make_unique<SsdStore>(o, cache_identity(bundle.model(), bundle.cache_options()),
+                                      probe_cache_layout(bundle.model(), bundle.cache_options()),
+                                      [&bundle] { return bundle.make_cache(); });
+  s->scan();
+  return s;
+}
 
 inline std::vector<uint8_t> read_bytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

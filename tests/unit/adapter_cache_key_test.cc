@@ -108,16 +108,7 @@ struct Recorder : SequenceSink {
 
 TEST_F(AdapterCacheKeyTest, AnSsdEntryServesTheSameAdapterUnderAnotherMountAndNoOtherSet) {
   kvtest::TempDir dir;
-  auto store = [&] {
-    SsdStoreOptions o;
-    o.dir = dir.path;
-    o.max_bytes = 1ull << 30;
-    auto s = std::make_unique<SsdStore>(o, cache_identity(bundle_->model(), bundle_->cache_options()),
-                                        probe_cache_layout(bundle_->model(), bundle_->cache_options()),
-                                        [] { return bundle_->make_cache(); });
-    s->scan();
-    return s;
-  };
+  auto store = [&] { return kvtest::open_ssd_store(*bundle_, dir.path); };
   auto scheduler = [&](SsdStore* ssd) {
     SchedulerOptions o;
     o.kv_cache_bytes = 1 << 30;

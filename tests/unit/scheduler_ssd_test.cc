@@ -31,16 +31,7 @@ class SchedulerSsdTest : public ::testing::Test {
   static void SetUpTestSuite() { bundle_ = new ModelBundle(test::model_dir("qwen3-q4g64")); }
   static void TearDownTestSuite() { delete bundle_; }
 
-  std::unique_ptr<SsdStore> store() {
-    SsdStoreOptions o;
-    o.dir = dir_.path;
-    o.max_bytes = 1ull << 30;
-    auto s = std::make_unique<SsdStore>(o, cache_identity(bundle_->model(), bundle_->cache_options()),
-                                        probe_cache_layout(bundle_->model(), bundle_->cache_options()),
-                                        [] { return bundle_->make_cache(); });
-    s->scan();
-    return s;
-  }
+  std::unique_ptr<SsdStore> store() { return kvtest::open_ssd_store(*bundle_, dir_.path); }
   static std::unique_ptr<Scheduler> scheduler(SsdStore* ssd, int reuse_slots = 4) {
     SchedulerOptions o;
     o.kv_cache_bytes = 1 << 30;
