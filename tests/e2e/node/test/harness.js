@@ -208,6 +208,18 @@ export async function waitFor(predicate, { timeoutMs = 10000, intervalMs = 50 } 
 
 export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
+// A deterministic PRNG (mulberry32) in [0, 1), so a randomized test can be replayed with its seed.
+export function seededRandom(seed) {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
 // Writes `bytes` on a fresh socket to 127.0.0.1:port (half-closing after when asked) and resolves to everything
 // read until the server closes it (or timeoutMs), as latin1 text: for tests that speak raw HTTP.
 export function rawExchange(port, bytes, { halfClose = false, timeoutMs = 10000 } = {}) {

@@ -8,7 +8,17 @@ import fs from 'node:fs';
 import net from 'node:net';
 import { describe, test } from 'node:test';
 
-import { demoChatText, metricValue, request, rssBytes, scrape, sleep, useServer, waitFor } from './harness.js';
+import {
+  demoChatText,
+  metricValue,
+  request,
+  rssBytes,
+  scrape,
+  seededRandom,
+  sleep,
+  useServer,
+  waitFor,
+} from './harness.js';
 
 const MAX_BODY = 64 * 1024;
 const ctx = useServer({ args: ['--max-body-bytes', `${MAX_BODY}`, '--max-queue', '128'] });
@@ -188,18 +198,6 @@ function truncatedRequests() {
   return cases;
 }
 
-// A deterministic PRNG (mulberry32) so a failing storm can be replayed with the same seed.
-function rng(seed) {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-
 const WORDS = 'alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike november oscar papa'.split(' ');
 
 // One streaming client with a random disconnect point. Resolves to {kind, status, frames, outcome}.
@@ -250,7 +248,7 @@ function stormClient(port, random) {
 }
 
 async function storm(server, clients, seed) {
-  const random = rng(seed);
+  const random = seededRandom(seed);
   const results = await Promise.all(Array.from({ length: clients }, () => stormClient(server.port, random)));
   for (const r of results) {
     assert.notEqual(r.outcome, 'timeout', JSON.stringify(r));

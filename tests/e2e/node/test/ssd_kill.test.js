@@ -15,25 +15,13 @@ import path from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { after, describe, test } from 'node:test';
 
-import { BINARY, openaiClient, request, startServer } from './harness.js';
+import { BINARY, openaiClient, request, seededRandom, startServer } from './harness.js';
 
 const RUNS = Number(process.env.LATHE_SSD_KILL_RUNS ?? 8);
 const dirs = [];
 after(() => {
   for (const d of dirs) fs.rmSync(d, { recursive: true, force: true });
 });
-
-// A small deterministic PRNG (mulberry32), so a failing run can be repeated with its seed.
-function rng(seed) {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 // Three conversations, each at four lengths; a run asks new questions after them (a restore serves the prefix).
 const CONVERSATIONS = ['ocean tides', 'mountain trails', 'city lights'].map((topic) =>
@@ -84,7 +72,7 @@ describe('serve --ssd-cache under kill -9', () => {
   test(`${RUNS} kills during spills leave no file that loads wrong`, async (t) => {
     const seed = Number(process.env.LATHE_SSD_KILL_SEED ?? Date.now() % 100000);
     t.diagnostic(`seed ${seed}`);
-    const random = rng(seed);
+    const random = seededRandom(seed);
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'lathe-ssd-kill-'));
     dirs.push(dir);
 
