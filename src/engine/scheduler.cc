@@ -339,7 +339,14 @@ void Scheduler::sample_rows(const Tensor& logits, const std::vector<Row*>& rows)
     std::vector<size_t> parallel, serial;
     for (size_t i = 0; i < rows.size(); ++i)
       (rows[i]->seq->options().sampling.constraint ? serial : parallel).push_back(i);
+    // f32 logits are read in place; other types are converted a row at a time, inside the parallel loop.
+    const bool in_place = host.dtype() == DType::F32 && host.is_contiguous();
+    const size_t vocab = static_cast<size_t>(host.numel()) / rows.size();
     auto sample_one = [&](size_t i) {
+      if (in_place) {
+        sampled[i] = rows[i]->seq->sample(std::span<const float>(host.data<float>() + i * vocab, vocab));
+        return;
+      }
       const int64_t r = static_cast<int64_t>(i);
       const std::vector<float> row = host.slice(0, r, r + 1).to_floats();
       sampled[i] = rows[i]->seq->sample(std::span<const float>(row));
