@@ -183,7 +183,7 @@ Verb add_cache(CLI::App& app) {
   CLI::App* clr = cmd->add_subcommand("clear", "delete the stored entries (and unfinished .tmp writes)");
   clr->add_option("--dir", o->dir, "the SSD cache directory")->required();
   clr->add_option("--identity", o->identity, "only this identity's folder (32 hex digits)");
-  return {cmd, [o, ls, verify, clr] {
+  return {cmd, [o, ls, verify] {
             if (ls->parsed()) return list_or_verify(*o, false);
             if (verify->parsed()) return list_or_verify(*o, true);
             return clear(*o);

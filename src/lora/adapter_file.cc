@@ -166,7 +166,8 @@ AdapterWeights read_adapter(const std::string& dir) {
   };
   std::map<std::string, Pair> pairs;
   bool saw_mlx = false, saw_peft = false;
-  for (const auto& [name, info] : file->tensors()) {
+  for (const auto& [tensor_name, info] : file->tensors()) {
+    const std::string& name = tensor_name;  // clang before 16 cannot capture a structured binding
     auto ends = [&](const std::string& suf) {
       return name.size() > suf.size() && name.compare(name.size() - suf.size(), suf.size(), suf) == 0;
     };

@@ -26,7 +26,7 @@ class StepGraph {
   void reset();
   void* graph_ = nullptr;  // cuda::Graph
   std::vector<const void*> key_;
-  int64_t pos_ = 0;  // position of the captured step
+  [[maybe_unused]] int64_t pos_ = 0;  // position of the captured step (unused without CUDA)
   Tensor out_;
 };
 

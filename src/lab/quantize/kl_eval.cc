@@ -11,8 +11,8 @@ namespace lathe::lab {
 namespace {
 
 const char* const kPrompts[] = {
-    "The history of the printing press begins in the fifteenth century, when movable type changed how books were "
-    "made and who could read them.",
+    ("The history of the printing press begins in the fifteenth century, when movable type changed how books were "
+     "made and who could read them."),
     "def fibonacci(n):\n    a, b = 0, 1\n    for _ in range(n):\n        a, b = b, a + b\n    return a\n",
     "Question: A train leaves at 9:40 and arrives at 11:15. How long is the journey? Answer: one hour and",
 };
