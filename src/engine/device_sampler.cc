@@ -1,15 +1,21 @@
 #include "engine/device_sampler.h"
 
+#include "engine/logits_processors.h"
 #include "tensor/ops.h"
 
 namespace lathe {
 namespace {
 
-// A row the device argmax serves exactly: greedy with no logits processor and nothing but the id wanted.
-bool plain_greedy(const DeviceSampleRow& r) {
+// A row the device serves exactly: greedy, with any logits processors (logit_bias, penalties) but no grammar,
+// and nothing but the id wanted.
+bool device_greedy(const DeviceSampleRow& r) {
   const SamplingParams* p = r.params;
-  return p && p->temperature == 0.0f && p->repetition_penalty == 1.0f && p->presence_penalty == 0.0f &&
-         p->frequency_penalty == 0.0f && p->logit_bias.empty() && !p->constraint && r.top_logprobs == 0 && !r.logprob;
+  return p && p->temperature == 0.0f && !p->constraint && r.top_logprobs == 0 && !r.logprob;
+}
+
+bool has_processors(const SamplingParams& p) {
+  return p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f ||
+         !p.logit_bias.empty();
 }
 
 }  // namespace
@@ -19,8 +25,26 @@ bool sample_on_device(const Tensor& logits, std::span<const DeviceSampleRow> row
       logits.dim(0) != static_cast<int64_t>(rows.size()) || rows.empty())
     return false;
   for (const DeviceSampleRow& r : rows)
-    if (!plain_greedy(r)) return false;
-  const std::vector<int32_t> ids = argmax_rows(logits);  // one launch; only the ids come back
+    if (!device_greedy(r)) return false;
+  // The processors' edits of every row, at flat indices of the step's logits: a few hundred floats uploaded and
+  // changed in one launch on a copy (the caller's logits stay as the model gave them).
+  const size_t vocab = static_cast<size_t>(logits.dim(1));
+  std::vector<LogitEdit> edits;
+  for (size_t i = 0; i < rows.size(); ++i)
+    if (has_processors(*rows[i].params)) {
+      const std::vector<LogitEdit> e =
+          logit_edits(*rows[i].params, rows[i].history, vocab, static_cast<int64_t>(i * vocab));
+      edits.insert(edits.end(), e.begin(), e.end());
+    }
+  if (!edits.empty() && logits.dtype() != DType::F32) return false;  // the edit kernel is f32 (as the model's logits)
+  std::vector<int32_t> ids;
+  if (edits.empty()) {
+    ids = argmax_rows(logits);  // one launch; only the ids come back
+  } else {
+    Tensor edited = logits.clone();
+    apply_logit_edits(edited, edits);
+    ids = argmax_rows(edited);
+  }
   out.assign(rows.size(), SampleResult());
   for (size_t i = 0; i < rows.size(); ++i) out[i].token = ids[i];
   return true;

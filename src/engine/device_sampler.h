@@ -22,9 +22,10 @@ struct DeviceSampleRow {
 
 // logits: f32 [rows.size(), vocab]. Fills out (one result per row) and returns true, or returns false (out
 // untouched) when the logits are on the CPU or a row needs something the device path does not do.
-// Covered so far: greedy rows (temperature 0) without penalties, logit_bias or logprobs, as one argmax launch
-// over all rows with only the ids copied back. Host greedy takes the argmax of the log-softmax, the device the
-// argmax of the logits: the same token unless two logits a row apart round to one log-probability.
+// Covered so far: greedy rows (temperature 0) without a grammar or logprobs, with any logit_bias and repetition /
+// presence / frequency penalties (the host's edits, tensor/logit_edit.h, applied in one launch), then one argmax
+// launch over all rows with only the ids copied back. Host greedy takes the argmax of the log-softmax, the device
+// the argmax of the logits: the same token unless two logits a row apart round to one log-probability.
 bool sample_on_device(const Tensor& logits, std::span<const DeviceSampleRow> rows, std::vector<SampleResult>& out);
 
 }  // namespace lathe

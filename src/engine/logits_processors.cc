@@ -1,7 +1,6 @@
 #include "engine/logits_processors.h"
 
 #include <map>
-#include <set>
 
 namespace lathe {
 namespace {
@@ -12,26 +11,50 @@ std::span<const int32_t> window(std::span<const int32_t> h, int size) {
 bool in_vocab(int32_t id, size_t n) { return id >= 0 && static_cast<size_t>(id) < n; }
 }  // namespace
 
-void apply_logits_processors(std::vector<float>& logits, const SamplingParams& p, std::span<const int32_t> history) {
-  const size_t n = logits.size();
+std::vector<LogitEdit> logit_edits(const SamplingParams& p, std::span<const int32_t> history, size_t vocab,
+                                   int64_t offset) {
+  std::map<int32_t, LogitEdit> by_token;
   for (const auto& [id, bias] : p.logit_bias)
-    if (in_vocab(id, n)) logits[static_cast<size_t>(id)] += bias;
-  if (p.repetition_penalty != 1.0f) {
-    std::set<int32_t> seen;
+    if (in_vocab(id, vocab)) {
+      LogitEdit& e = by_token[id];
+      e.bias = bias;
+      e.has_bias = true;
+    }
+  if (p.repetition_penalty != 1.0f)
     for (int32_t id : window(history, p.repetition_context_size))
-      if (in_vocab(id, n) && seen.insert(id).second) {
-        float& l = logits[static_cast<size_t>(id)];
-        l = l < 0 ? l * p.repetition_penalty : l / p.repetition_penalty;
+      if (in_vocab(id, vocab)) {
+        LogitEdit& e = by_token[id];
+        e.repetition = p.repetition_penalty;
+        e.has_repetition = true;
       }
-  }
-  if (p.presence_penalty != 0.0f) {
-    std::set<int32_t> seen;
+  if (p.presence_penalty != 0.0f)
     for (int32_t id : window(history, p.presence_context_size))
-      if (in_vocab(id, n) && seen.insert(id).second) logits[static_cast<size_t>(id)] -= p.presence_penalty;
-  }
+      if (in_vocab(id, vocab)) {
+        LogitEdit& e = by_token[id];
+        e.presence = p.presence_penalty;
+        e.has_presence = true;
+      }
   if (p.frequency_penalty != 0.0f)
     for (int32_t id : window(history, p.frequency_context_size))
-      if (in_vocab(id, n)) logits[static_cast<size_t>(id)] -= p.frequency_penalty;
+      if (in_vocab(id, vocab)) {
+        LogitEdit& e = by_token[id];
+        e.frequency = p.frequency_penalty;
+        ++e.occurrences;
+      }
+  std::vector<LogitEdit> out;
+  out.reserve(by_token.size());
+  for (auto& [id, e] : by_token) {
+    e.index = offset + id;
+    out.push_back(e);
+  }
+  return out;
+}
+
+void apply_logits_processors(std::vector<float>& logits, const SamplingParams& p, std::span<const int32_t> history) {
+  for (const LogitEdit& e : logit_edits(p, history, logits.size())) {
+    float& l = logits[static_cast<size_t>(e.index)];
+    l = apply_logit_edit(l, e);
+  }
 }
 
 }  // namespace lathe

@@ -306,6 +306,18 @@ std::vector<int32_t> argmax_rows(const Tensor& x_in) {
   return out;
 }
 
+void apply_logit_edits(Tensor& x, const std::vector<LogitEdit>& edits) {
+  if (edits.empty()) return;
+  LATHE_ON_CUDA(x, gpu::apply_logit_edits(x, edits));
+  require_cpu(x, "apply_logit_edits");
+  LATHE_CHECK(x.dtype() == DType::F32 && x.is_contiguous(), "apply_logit_edits: expects contiguous F32");
+  float* p = x.data<float>();
+  for (const LogitEdit& e : edits) {
+    LATHE_CHECK(e.index >= 0 && e.index < x.numel(), "apply_logit_edits: index out of range");
+    p[e.index] = apply_logit_edit(p[e.index], e);
+  }
+}
+
 void copy_rows(Tensor& dst, int64_t dst_row, const Tensor& src_in, int64_t src_row, int64_t n) {
   if (n <= 0) return;
   LATHE_CHECK(dst.device() == src_in.device() && dst.dtype() == src_in.dtype() && dst.is_contiguous(),

@@ -8,6 +8,7 @@
 #include <optional>
 #include <vector>
 
+#include "tensor/logit_edit.h"
 #include "tensor/tensor.h"
 
 namespace lathe {
@@ -117,6 +118,8 @@ void scale_inplace(Tensor& x, float s);
 void softcap_inplace(Tensor& x, float cap);  // tanh(x / cap) * cap
 // Index of the largest value of each row of a [rows, cols] tensor (first on ties).
 std::vector<int32_t> argmax_rows(const Tensor& x);
+// x (contiguous F32) at each edit's flat index = apply_logit_edit(x, edit); indices distinct and in range.
+void apply_logit_edits(Tensor& x, const std::vector<LogitEdit>& edits);
 // Copies rows [src_row, src_row + n) of src (outer dim) to rows from dst_row of dst, on their device
 // (both on one device; equal types and row sizes; dst contiguous).
 void copy_rows(Tensor& dst, int64_t dst_row, const Tensor& src, int64_t src_row, int64_t n);

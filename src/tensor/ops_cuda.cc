@@ -198,6 +198,17 @@ std::vector<int32_t> argmax_rows(const Tensor& x_in) {
   return std::vector<int32_t>(host.data<int32_t>(), host.data<int32_t>() + x.dim(0));
 }
 
+void apply_logit_edits(Tensor& x, const std::vector<LogitEdit>& edits) {
+  LATHE_CHECK(x.dtype() == DType::F32 && x.is_contiguous(), "apply_logit_edits: expects contiguous F32");
+  for (const LogitEdit& e : edits)
+    LATHE_CHECK(e.index >= 0 && e.index < x.numel(), "apply_logit_edits: index out of range");
+  const size_t bytes = edits.size() * sizeof(LogitEdit);
+  Tensor dev = Tensor::empty({static_cast<int64_t>(bytes)}, DType::U8, Device::CUDA);
+  cuda::upload_async(dev.raw(), edits.data(), bytes);
+  cuda::apply_logit_edits(x.data<float>(), static_cast<const LogitEdit*>(dev.raw()),
+                          static_cast<int64_t>(edits.size()));
+}
+
 void copy_rows(void* dst, int64_t dst_row, const void* src_rows, int64_t n, size_t row_bytes) {
   LATHE_CHECK(row_bytes % 4 == 0, "copy_rows: row size must be a multiple of 4 bytes");
   cuda::copy_rows(dst, dst_row, src_rows, n, row_bytes);

@@ -118,7 +118,39 @@ TEST(CudaDeviceSampler, GreedyRowsMatchTheHostSampler) {
     const std::span<const float> row(host.data() + i * V, V);
     EXPECT_EQ(out[i].token, s.sample(row, {}).token) << "row " << i;
   }
-  rows[1].params = &penalised;
+  // Logits processors on the device: each row's token equals the host Sampler's over the same history, with a
+  // bias that moves the argmax and penalties over a history holding the unbiased winners.
+  std::vector<int32_t> history;
+  for (size_t i = 0; i < 3; ++i) history.push_back(out[i].token);
+  history.push_back(out[0].token);  // twice: the frequency penalty applies per occurrence
+  SamplingParams biased, all_of_them;
+  biased.logit_bias[out[0].token] = -100.0f;
+  biased.logit_bias[7] = 3.5f;
+  all_of_them = biased;
+  all_of_them.repetition_penalty = 1.3f;
+  all_of_them.presence_penalty = 0.7f;
+  all_of_them.frequency_penalty = 0.4f;
+  const SamplingParams* kinds[] = {&biased, &penalised, &all_of_them};
+  for (size_t i = 0; i < 3; ++i) {
+    rows[i].params = kinds[i];
+    rows[i].history = history;
+  }
+  std::vector<SampleResult> edited;
+  ASSERT_TRUE(sample_on_device(logits, rows, edited));
+  for (size_t i = 0; i < 3; ++i) {
+    Sampler s(*kinds[i]);
+    const std::span<const float> row(host.data() + i * V, V);
+    EXPECT_EQ(edited[i].token, s.sample(row, history).token) << "processed row " << i;
+  }
+  EXPECT_NE(edited[0].token, out[0].token) << "a -100 bias moves row 0 off its winner";
+  EXPECT_EQ(logits.to_floats(), host) << "the caller's logits are left as the model gave them";
+  for (auto& r : rows) {
+    r.params = &greedy;
+    r.history = {};
+  }
+  SamplingParams sampled;
+  sampled.temperature = 0.7f;
+  rows[1].params = &sampled;
   std::vector<SampleResult> untouched;
   EXPECT_FALSE(sample_on_device(logits, rows, untouched));
   EXPECT_TRUE(untouched.empty());

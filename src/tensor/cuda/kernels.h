@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "tensor/dtype.h"
+#include "tensor/logit_edit.h"
 
 namespace lathe::cuda {
 
@@ -49,6 +50,8 @@ void softcap_inplace(void* x, DType t, int64_t n, float cap);
 void convert(const void* in, DType it, void* out, DType ot, int64_t n);
 // Index of each row's maximum (first on ties) into out[rows] (device).
 void argmax_rows(const void* x, DType t, int64_t rows, int64_t cols, int32_t* out);
+// x[e.index] = apply_logit_edit(x[e.index], e) for n edits (device array, distinct indices) over f32 x.
+void apply_logit_edits(float* x, const LogitEdit* edits, int64_t n);
 
 // Host → device copy ordered on the stream through pinned staging: returns at once, src free to reuse (the
 // engine thread is the only caller). runtime.cc.
