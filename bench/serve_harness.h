@@ -127,8 +127,8 @@ class ServerProcess {
 // ---------------------------------------------------------------------------------------------------------
 // A minimal HTTP/1.1 client over one loopback connection per request: Connection: close, chunked or
 // Content-Length bodies. on_body sees the decoded body bytes as they arrive.
-inline void http_post(int port, const std::string& path, const std::string& body,
-                      const std::function<void(const char*, size_t)>& on_body) {
+inline void http_request(int port, const std::string& method, const std::string& path, const std::string& body,
+                         const std::function<void(const char*, size_t)>& on_body) {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
   if (fd < 0) throw std::runtime_error("socket failed");
   const int one = 1;
@@ -141,7 +141,7 @@ inline void http_post(int port, const std::string& path, const std::string& body
     close(fd);
     throw std::runtime_error("connect failed");
   }
-  const std::string req = "POST " + path +
+  const std::string req = method + " " + path +
                           " HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nConnection: close\r\n"
                           "Content-Length: " +
                           std::to_string(body.size()) + "\r\n\r\n" + body;
@@ -199,6 +199,18 @@ inline void http_post(int port, const std::string& path, const std::string& body
   }
   close(fd);
   if (status != 200) throw std::runtime_error("POST " + path + " answered " + std::to_string(status));
+}
+
+inline void http_post(int port, const std::string& path, const std::string& body,
+                      const std::function<void(const char*, size_t)>& on_body) {
+  http_request(port, "POST", path, body, on_body);
+}
+
+// GET a small body (e.g. /metrics) whole.
+inline std::string http_get(int port, const std::string& path) {
+  std::string out;
+  http_request(port, "GET", path, "", [&](const char* p, size_t n) { out.append(p, n); });
+  return out;
 }
 
 }  // namespace bench

@@ -6,7 +6,10 @@
 // Usage: serve_load --lathe build/lathe [--model DIR] [--clients 1,4] [--prompt-tokens 128]
 //                   [--max-tokens 64] [--rounds 1] [--serve-arg ARG ...]
 #include <algorithm>
+#include <array>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
@@ -58,6 +61,29 @@ Stream run_client(int port, const std::string& body) {
   return s;
 }
 
+// The engine's step-time counters from /metrics: steps, then seconds in steps, forward, sample, emit.
+std::array<double, 5> engine_counters(int port) {
+  const std::string text = bench::http_get(port, "/metrics");
+  std::array<double, 5> c{};
+  const char* keys[] = {"lathe_engine_steps_total ", "lathe_engine_seconds_total{phase=\"step\"} ",
+                        "lathe_engine_seconds_total{phase=\"forward\"} ",
+                        "lathe_engine_seconds_total{phase=\"sample\"} ", "lathe_engine_seconds_total{phase=\"emit\"} "};
+  for (size_t k = 0; k < c.size(); ++k) {
+    const size_t at = text.find(std::string("\n") + keys[k]);
+    if (at != std::string::npos) c[k] = std::atof(text.c_str() + at + 1 + std::strlen(keys[k]));
+  }
+  return c;
+}
+
+// Mean engine-thread milliseconds per step over a run, by phase (other = planning, admission, bookkeeping).
+json engine_split(const std::array<double, 5>& a, const std::array<double, 5>& b) {
+  const double steps = b[0] - a[0];
+  if (steps <= 0) return json::object();
+  auto ms = [&](size_t k) { return (b[k] - a[k]) * 1e3 / steps; };
+  return {{"steps", steps},     {"step_ms", ms(1)}, {"forward_ms", ms(2)},
+          {"sample_ms", ms(3)}, {"emit_ms", ms(4)}, {"other_ms", ms(1) - ms(2) - ms(3) - ms(4)}};
+}
+
 std::vector<int> eos_ids(const std::string& dir) {
   std::vector<int> ids;
   for (const char* f : {"/config.json", "/generation_config.json"}) {
@@ -89,6 +115,7 @@ int main(int argc, char** argv) {
   std::string lathe = "build/lathe", model;
   std::vector<int> clients = {1, 4};
   int prompt_tokens = 128, max_tokens = 64, rounds = 1;
+  double temperature = 0.0, top_p = 1.0;
   std::vector<std::string> serve_args;
   app.add_option("--lathe", lathe, "the lathe binary");
   app.add_option("--model", model, "checkpoint directory (default: the bundled demo model)");
@@ -96,6 +123,9 @@ int main(int argc, char** argv) {
   app.add_option("--prompt-tokens", prompt_tokens, "prompt length (token ids)")->check(CLI::PositiveNumber);
   app.add_option("--max-tokens", max_tokens, "tokens each client reads")->check(CLI::PositiveNumber);
   app.add_option("--rounds", rounds, "requests each client sends in turn")->check(CLI::PositiveNumber);
+  // Greedy by default (the device sampler's path); a temperature samples each client's own seeded stream.
+  app.add_option("--temperature", temperature, "sampling temperature of every request")->check(CLI::NonNegativeNumber);
+  app.add_option("--top-p", top_p, "top_p of every request")->check(CLI::Range(0.0, 1.0));
   app.add_option("--serve-arg", serve_args, "extra argument for lathe serve (repeatable)")->allow_extra_args(false);
   CLI11_PARSE(app, argc, argv);
 
@@ -114,8 +144,14 @@ int main(int argc, char** argv) {
     auto body_for = [&](int client, int round) {
       json prompt = json::array();
       for (int k = 0; k < prompt_tokens; ++k) prompt.push_back(5 + (client * 131 + round * 17 + k * 7) % 500);
-      return json{{"model", "m"},     {"prompt", prompt},   {"max_tokens", max_tokens},
-                  {"temperature", 0}, {"logit_bias", bias}, {"stream", true}}
+      return json{{"model", "m"},
+                  {"prompt", prompt},
+                  {"max_tokens", max_tokens},
+                  {"temperature", temperature},
+                  {"top_p", top_p},
+                  {"seed", client * 1000 + round},
+                  {"logit_bias", bias},
+                  {"stream", true}}
           .dump();
     };
     run_client(port, body_for(999, 0));  // warm-up: first-touch page faults, thread start
@@ -123,6 +159,7 @@ int main(int argc, char** argv) {
     json runs = json::array();
     for (int n : clients) {
       std::vector<std::vector<Stream>> per(static_cast<size_t>(n));
+      const std::array<double, 5> before = engine_counters(port);
       const auto t0 = Clock::now();
       std::vector<std::thread> threads;
       std::mutex errors_mu;
@@ -162,13 +199,16 @@ int main(int argc, char** argv) {
                       {"itl_ms_p50", percentile(itl, 0.5)},
                       {"itl_ms_p99", percentile(itl, 0.99)},
                       {"failed_requests", errors},
-                      {"last_error", last_error}});
+                      {"last_error", last_error},
+                      {"engine", engine_split(before, engine_counters(port))}});
     }
     const json out = {{"bench", "serve_load"},
                       {"model", dir},
                       {"prompt_tokens", prompt_tokens},
                       {"max_tokens", max_tokens},
                       {"rounds", rounds},
+                      {"temperature", temperature},
+                      {"top_p", top_p},
                       {"serve_args", serve_args},
                       {"runs", runs},
                       {"server_peak_rss_mib", static_cast<double>(peak_rss_kib(server.pid())) / 1024.0}};

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs on the device machine from the repository root, over what scripts/cuda_pack.sh put in .device/.
 # Usage: .device/cuda_device.sh test|kernels [--gemv-only]|gtest FILTER|e2e LIKE BITS GS|batched LIKE BITS GS B,B..
-# [ENV=VAL ..]|kvq LIKE BITS GS|peer LIKE ...;
+# [ENV=VAL ..]|serve LIKE BITS GS N,N.. [serve_load args]|kvq LIKE BITS GS|peer LIKE ...;
 # results go to $OUT
 # (or ./out).
 set -uo pipefail
@@ -45,6 +45,19 @@ case "$1" in
     b=$5
     shift 5
     env "$@" "$dev/bin/cuda_e2e" --model "$d" --batch "$b" | tee -a "$out/batched.jsonl"
+    ;;
+  serve)  # serve LIKE BITS GS CLIENTS [serve_load args ...]: bench/serve_load through `lathe serve --device cuda`
+    d=$(synth "$2" "$3" "$4")
+    # A synthetic checkpoint has no tokenizer: the real Qwen3 one from the fixtures (ids < its vocabulary).
+    for f in tokenizer.json tokenizer_config.json; do
+      [ -f "$d/$f" ] || zcat "tests/fixtures/tokenizers/qwen3-real/$f.gz" > "$d/$f"
+    done
+    c=$5
+    shift 5
+    "$dev/bin/serve_load" --lathe "$dev/bin/lathe" --model "$d" --clients "$c" --prompt-tokens 128 --max-tokens 128 \
+      --serve-arg=--device --serve-arg=cuda --serve-arg=--dtype --serve-arg=bf16 --serve-arg=--max-batch \
+      --serve-arg=128 --serve-arg=--max-batch-tokens --serve-arg=8192 --serve-arg=--max-queue --serve-arg=512 "$@" |
+      tee -a "$out/serve_load.jsonl"
     ;;
   kvq)  # quantized-KV quality and bytes per token (bench/cuda_kv_quant)
     shift

@@ -322,6 +322,7 @@ void Scheduler::finish(std::unique_ptr<Row> row, const std::string& reason) {
 
 void Scheduler::sample_rows(const Tensor& logits, const std::vector<Row*>& rows) {
   if (rows.empty()) return;
+  const auto sample_start = Clock::now();
   std::vector<SampleResult> sampled;
   std::vector<DeviceSampleRow> dev(rows.size());
   for (size_t i = 0; i < rows.size(); ++i) {
@@ -357,6 +358,7 @@ void Scheduler::sample_rows(const Tensor& logits, const std::vector<Row*>& rows)
     for (size_t i : serial) sample_one(i);
   }
   const auto now = Clock::now();
+  stats_.sample_seconds += std::chrono::duration<double>(now - sample_start).count();
   for (size_t i = 0; i < rows.size(); ++i) {
     Row& row = *rows[i];
     GenerateResult& r = row.seq->result();
@@ -366,9 +368,16 @@ void Scheduler::sample_rows(const Tensor& logits, const std::vector<Row*>& rows)
     }
     row.sink->on_token(row.seq->accept(sampled[i]));
   }
+  stats_.emit_seconds += std::chrono::duration<double>(Clock::now() - now).count();
 }
 
 void Scheduler::step() {
+  const auto step_start = Clock::now();
+  struct StepTimer {  // every return path counts the step's time
+    SchedulerStats& s;
+    Clock::time_point t0;
+    ~StepTimer() { s.step_seconds += std::chrono::duration<double>(Clock::now() - t0).count(); }
+  } step_timer{stats_, step_start};
   drop_cancelled();
   admit();
   // Rows grew by a token each last step: kept caches go first, then the newest rows wait again.
@@ -419,8 +428,10 @@ void Scheduler::step() {
   ++stats_.steps;
 
   try {
+    const auto forward_start = Clock::now();
     const Tensor logits = forward_grouped(batch, in_batch);
     const auto now = Clock::now();
+    stats_.forward_seconds += std::chrono::duration<double>(now - forward_start).count();
     for (Row* r : in_batch) {
       r->fed += r->planned;
       if (r->replaying()) {

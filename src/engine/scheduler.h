@@ -78,6 +78,10 @@ struct SchedulerStats {
   int64_t batch_rows = 0, batch_tokens = 0;  // of the last step
   int64_t kv_bytes_used = 0, kv_bytes_budget = 0;
   int64_t preemptions = 0, steps = 0;  // since start
+  // Engine-thread wall time since start: whole steps, and within them the forward call (on CUDA mostly the
+  // launches), sampling (on CUDA: the wait for the step to finish, then the sampler) and handing each row its
+  // token (detokenizer, stop strings, the sink). step − the three = planning, admission, KV bookkeeping.
+  double step_seconds = 0, forward_seconds = 0, sample_seconds = 0, emit_seconds = 0;
 };
 
 class Scheduler {

@@ -88,6 +88,25 @@ std::string Metrics::render() const {
   scalar("lathe_preemptions_total", "counter", "Running sequences set back to wait for KV room (recomputed later).",
          std::to_string(preemptions_.load()));
   {
+    std::array<double, 4> t;
+    int64_t steps;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      t = step_times_;
+      steps = steps_;
+    }
+    scalar("lathe_engine_steps_total", "counter", "Scheduler steps (forward passes) run.", std::to_string(steps));
+    char line[512];
+    std::snprintf(line, sizeof line,
+                  "# HELP lathe_engine_seconds_total Engine-thread wall time in scheduler steps (phase=\"step\") and "
+                  "in their forward calls, sampling and token hand-off.\n# TYPE lathe_engine_seconds_total counter\n"
+                  "lathe_engine_seconds_total{phase=\"step\"} %.6f\nlathe_engine_seconds_total{phase=\"forward\"} "
+                  "%.6f\nlathe_engine_seconds_total{phase=\"sample\"} %.6f\nlathe_engine_seconds_total{phase=\"emit\"} "
+                  "%.6f\n",
+                  t[0], t[1], t[2], t[3]);
+    out += line;
+  }
+  {
     const CacheTierStats c = cache_tiers();
     auto tiered = [&](const char* name, const char* type, const char* help, const std::string& ram,
                       const std::string& ssd) {

@@ -1,5 +1,6 @@
 // Server counters and latency histograms, rendered in the Prometheus text format for GET /metrics.
 #pragma once
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <map>
@@ -47,6 +48,12 @@ class Metrics {
     kv_used_.store(kv_used, std::memory_order_relaxed);
   }
   void set_preemptions(int64_t n) { preemptions_.store(n, std::memory_order_relaxed); }
+  // The engine thread's time split (SchedulerStats' *_seconds, cumulative).
+  void set_step_times(int64_t steps, double step, double forward, double sample, double emit) {
+    std::lock_guard<std::mutex> lock(mu_);
+    steps_ = steps;
+    step_times_ = {step, forward, sample, emit};
+  }
   void set_kv_budget(int64_t bytes) { kv_budget_.store(bytes, std::memory_order_relaxed); }
 
   // The engine thread's prompt-cache counters, and the SSD store (thread-safe) for its own.
@@ -71,8 +78,10 @@ class Metrics {
   std::atomic<int64_t> running_rows_{0}, waiting_rows_{0}, batch_rows_{0}, batch_tokens_{0}, kv_used_{0};
   std::atomic<int64_t> kv_budget_{0}, preemptions_{0};
   Histogram ttft_, itl_;
-  CacheTierStats cache_tiers_;     // under mu_
-  const SsdStore* ssd_ = nullptr;  // set once before serving
+  CacheTierStats cache_tiers_;          // under mu_
+  std::array<double, 4> step_times_{};  // under mu_: step, forward, sample, emit
+  int64_t steps_ = 0;                   // under mu_
+  const SsdStore* ssd_ = nullptr;       // set once before serving
 };
 
 }  // namespace lathe::server

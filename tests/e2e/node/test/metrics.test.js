@@ -53,6 +53,8 @@ describe('/metrics', () => {
       ['lathe_requests_in_flight', 'gauge'],
       ['lathe_time_to_first_token_seconds', 'histogram'],
       ['lathe_inter_token_latency_seconds', 'histogram'],
+      ['lathe_engine_steps_total', 'counter'],
+      ['lathe_engine_seconds_total', 'counter'],
     ])
       assert.match(text, new RegExp(`^# TYPE ${name} ${type}$`, 'm'), `# TYPE ${name} ${type}`);
     const s = parseMetrics(text);
@@ -84,6 +86,11 @@ describe('/metrics', () => {
     assertHistogram(s, 'lathe_inter_token_latency_seconds');
     assert.equal(value(s, 'lathe_queue_depth'), 0);
     assert.equal(value(s, 'lathe_requests_in_flight'), 0);
+    // A step per generated token (the counters are published after each step), and the phases fit inside them.
+    assert.ok(d('lathe_engine_steps_total') >= r.usage.completion_tokens - 1, 'engine steps counted (the last may be pending)');
+    const phase = (p) => value(s, 'lathe_engine_seconds_total', { phase: p });
+    assert.ok(phase('step') > 0 && phase('forward') > 0 && phase('emit') > 0, 'engine phase times moved');
+    assert.ok(phase('forward') + phase('sample') + phase('emit') <= phase('step') + 1e-6, 'phases within steps');
   });
 
   test('streaming, completions and messages requests are counted per endpoint', async () => {
