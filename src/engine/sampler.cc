@@ -1,7 +1,9 @@
 #include "engine/sampler.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <numeric>
 #include <random>
@@ -32,11 +34,66 @@ void log_softmax(std::vector<float>& x) {
   for (float& v : x) v -= lse;
 }
 
-std::vector<size_t> order_desc(const std::vector<float>& x) {
-  std::vector<size_t> idx(x.size());
-  std::iota(idx.begin(), idx.end(), 0);
-  std::stable_sort(idx.begin(), idx.end(), [&](size_t a, size_t b) { return x[a] > x[b]; });
-  return idx;
+// Entries ranked as a stable descending sort ranks them: larger value first, the lower index on ties. That is a
+// total order, so a plain (partial) sort of contiguous pairs gives the stable sort's order at a fraction of the
+// cost of sorting indices that point into the vocabulary. NaN ranks as -inf (a strict weak order even then).
+struct Ranked {
+  float v;
+  uint32_t i;
+};
+bool ranks_before(const Ranked& a, const Ranked& b) { return a.v > b.v || (a.v == b.v && a.i < b.i); }
+Ranked ranked(const std::vector<float>& x, size_t i) {
+  return {std::isnan(x[i]) ? kNegInf : x[i], static_cast<uint32_t>(i)};
+}
+
+// Sorts entries given in index order into that order. Many entries (a flat distribution leaves most of the
+// vocabulary to top_p) go through a stable LSD radix sort on the value's bits — ties keep their index order, as
+// the stable sort kept them — three passes over 151k entries instead of a comparison sort's ~17.
+void sort_ranked(std::vector<Ranked>& r) {
+  if (r.size() < 512) {
+    std::sort(r.begin(), r.end(), ranks_before);
+    return;
+  }
+  // Descending float order as ascending unsigned keys; -0 and +0 compare equal, so both map to +0's key.
+  auto key = [](float v) {
+    if (v == 0.0f) v = 0.0f;
+    uint32_t u;
+    std::memcpy(&u, &v, sizeof u);
+    u = (u & 0x80000000u) ? ~u : (u | 0x80000000u);  // ascending with v
+    return ~u;                                       // descending
+  };
+  std::vector<Ranked> tmp(r.size());
+  std::vector<uint32_t> keys(r.size()), tmp_keys(r.size());
+  for (size_t j = 0; j < r.size(); ++j) keys[j] = key(r[j].v);
+  for (const int shift : {0, 11, 22}) {
+    std::array<uint32_t, 2049> count{};
+    for (uint32_t k : keys) ++count[((k >> shift) & 0x7FFu) + 1];
+    for (size_t d = 1; d < count.size(); ++d) count[d] += count[d - 1];
+    for (size_t j = 0; j < r.size(); ++j) {
+      const uint32_t at = count[(keys[j] >> shift) & 0x7FFu]++;
+      tmp[at] = r[j];
+      tmp_keys[at] = keys[j];
+    }
+    r.swap(tmp);
+    keys.swap(tmp_keys);
+  }
+}
+
+// The first k indices of x in that order.
+std::vector<size_t> top_indices(const std::vector<float>& x, size_t k) {
+  k = std::min(k, x.size());
+  std::vector<Ranked> r(x.size());
+  for (size_t i = 0; i < x.size(); ++i) r[i] = ranked(x, i);
+  std::partial_sort(r.begin(), r.begin() + static_cast<std::ptrdiff_t>(k), r.end(), ranks_before);
+  std::vector<size_t> out(k);
+  for (size_t j = 0; j < k; ++j) out[j] = r[j].i;
+  return out;
+}
+
+// x = -inf everywhere but at the given entries.
+void keep_only(std::vector<float>& x, const std::vector<Ranked>& kept, size_t n) {
+  std::fill(x.begin(), x.end(), kNegInf);
+  for (size_t j = 0; j < n; ++j) x[kept[j].i] = kept[j].v;
 }
 
 // The first maximum of lp when it is also what greedy picks after a mask that keeps it and a log-softmax, or -1.
@@ -80,16 +137,29 @@ void SamplingParams::validate() const {
 }
 
 void filter_top_p(std::vector<float>& lp, float top_p) {
-  if (!(top_p > 0.0f && top_p < 1.0f)) return;
-  double mass = 0;
-  bool reached = false;
-  for (size_t i : order_desc(lp)) {
-    if (reached) {
-      lp[i] = kNegInf;
-      continue;
+  if (!(top_p > 0.0f && top_p < 1.0f) || lp.empty()) return;
+  // Walk the tokens from the most likely down, adding their probabilities (in double, in that order) until the
+  // mass reaches top_p; the rest become -inf. Only the walk's prefix needs sorting: first try the tokens within
+  // a few nats of the best (every other token ranks after all of them, so their sorted order is the full sort's
+  // first entries and the walk adds the same numbers in the same order); when the walk does not end inside
+  // them, sort everything.
+  float mx = kNegInf;
+  for (float v : lp)
+    if (v > mx) mx = v;  // NaN never is
+  for (const float window : {12.0f, std::numeric_limits<float>::infinity()}) {
+    const float cut = mx - window;  // -inf for the last window: every entry but NaN
+    std::vector<Ranked> cand;
+    for (size_t i = 0; i < lp.size(); ++i)
+      if (lp[i] >= cut) cand.push_back(ranked(lp, i));
+    sort_ranked(cand);
+    double mass = 0;
+    for (size_t j = 0; j < cand.size(); ++j) {
+      mass += std::exp(static_cast<double>(cand[j].v));
+      if (mass >= top_p) {
+        if (j + 1 < lp.size()) keep_only(lp, cand, j + 1);
+        return;
+      }
     }
-    mass += std::exp(static_cast<double>(lp[i]));
-    if (mass >= top_p) reached = true;
   }
 }
 
@@ -103,8 +173,14 @@ void filter_min_p(std::vector<float>& lp, float min_p) {
 
 void filter_top_k(std::vector<float>& lp, int k) {
   if (k <= 0 || static_cast<size_t>(k) >= lp.size()) return;
-  const auto idx = order_desc(lp);
-  for (size_t r = static_cast<size_t>(k); r < idx.size(); ++r) lp[idx[r]] = kNegInf;
+  // The k first in the stable descending order stay; the rest become -inf. After top_p most entries often are
+  // -inf already: when at most k are not, nothing changes.
+  std::vector<Ranked> finite;
+  for (size_t i = 0; i < lp.size(); ++i)
+    if (lp[i] != kNegInf) finite.push_back(ranked(lp, i));
+  if (finite.size() <= static_cast<size_t>(k)) return;
+  std::partial_sort(finite.begin(), finite.begin() + k, finite.end(), ranks_before);
+  keep_only(lp, finite, static_cast<size_t>(k));
 }
 
 void filter_xtc(std::vector<float>& lp, float threshold, std::span<const int32_t> exempt) {
@@ -146,8 +222,8 @@ SampleResult Sampler::sample(std::span<const float> logits, std::span<const int3
   if (constraint_) constraint_->mask(lp);
   log_softmax(lp);
   if (top_logprobs > 0) {
-    const auto idx = order_desc(lp);
-    for (size_t i = 0; i < std::min(idx.size(), static_cast<size_t>(top_logprobs)); ++i)
+    const auto idx = top_indices(lp, static_cast<size_t>(top_logprobs));
+    for (size_t i = 0; i < idx.size(); ++i)
       if (lp[idx[i]] != kNegInf) r.top.push_back({static_cast<int32_t>(idx[i]), lp[idx[i]]});
   }
   const uint64_t step_key = splitmix(seed_ ^ splitmix(step_++));

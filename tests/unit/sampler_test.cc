@@ -1,6 +1,7 @@
 // Sampler and logits processors: the documented properties, not just "runs".
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <set>
@@ -9,6 +10,7 @@
 #include "engine/logits_processors.h"
 #include "engine/sampler.h"
 #include "engine/stop_matcher.h"
+#include "tensor/ops.h"
 
 namespace lathe {
 namespace {
@@ -77,6 +79,70 @@ TEST(Filters, TopPKeepsSmallestSetWithEnoughMass) {
   for (size_t r = 0; r < order.size(); ++r) EXPECT_EQ(std::isinf(lp[order[r]]), r >= needed) << "rank " << r;
 }
 
+// The definitions the fast filters replaced: a stable descending sort of the whole vocabulary each time.
+namespace reference {
+std::vector<size_t> order_desc(const std::vector<float>& x) {
+  std::vector<size_t> idx(x.size());
+  for (size_t i = 0; i < idx.size(); ++i) idx[i] = i;
+  std::stable_sort(idx.begin(), idx.end(), [&](size_t a, size_t b) { return x[a] > x[b]; });
+  return idx;
+}
+void top_p(std::vector<float>& lp, float p) {
+  double mass = 0;
+  bool reached = false;
+  for (size_t i : order_desc(lp)) {
+    if (reached) {
+      lp[i] = -INFINITY;
+      continue;
+    }
+    mass += std::exp(static_cast<double>(lp[i]));
+    if (mass >= p) reached = true;
+  }
+}
+void top_k(std::vector<float>& lp, int k) {
+  const auto idx = order_desc(lp);
+  for (size_t r = static_cast<size_t>(k); r < idx.size(); ++r) lp[idx[r]] = -INFINITY;
+}
+}  // namespace reference
+
+// Peaked and flat distributions over a real-sized vocabulary, with ties (values rounded to a coarse grid) and
+// entries already -inf: the fast top-p / top-k keep exactly the reference's set, and sampling draws alike.
+TEST(Filters, FastTopPAndTopKEqualTheFullSortDefinition) {
+  uint64_t state = 12345;
+  auto next = [&] {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    return static_cast<double>(state >> 11) * 0x1.0p-53;
+  };
+  for (const float spread : {0.05f, 1.0f, 4.0f, 12.0f})
+    for (const bool coarse : {false, true}) {
+      std::vector<float> logits(20000);
+      for (size_t i = 0; i < logits.size(); ++i) {
+        float v = static_cast<float>((next() - 0.5) * 2 * spread + (i % 997 == 0 ? 3 * spread : 0));
+        if (coarse) v = std::round(v * 4) / 4;  // many exact ties
+        logits[i] = i % 50 == 7 ? -INFINITY : v;
+      }
+      const auto lp = log_probs(logits);
+      for (const float p : {0.1f, 0.5f, 0.9f, 0.95f, 0.999f}) {
+        auto fast = lp, slow = lp;
+        filter_top_p(fast, p);
+        reference::top_p(slow, p);
+        EXPECT_EQ(fast, slow) << "top_p " << p << " spread " << spread << " coarse " << coarse;
+      }
+      for (const int k : {1, 5, 40, 5000, 19999}) {
+        auto fast = lp, slow = lp;
+        filter_top_k(fast, k);
+        reference::top_k(slow, k);
+        EXPECT_EQ(fast, slow) << "top_k " << k << " spread " << spread << " coarse " << coarse;
+        auto after_p = lp;  // top_k after top_p: most entries -inf already
+        filter_top_p(after_p, 0.5f);
+        auto ref_after_p = after_p;
+        filter_top_k(after_p, k);
+        reference::top_k(ref_after_p, k);
+        EXPECT_EQ(after_p, ref_after_p) << "top_k " << k << " after top_p";
+      }
+    }
+}
+
 TEST(Filters, MinPThresholdIsRelativeToTheTopToken) {
   auto lp = log_probs(kLogits);
   const auto orig = lp;
@@ -132,6 +198,30 @@ TEST(Processors, PenaltyFormulas) {
   apply_logits_processors(n, w, hist);
   EXPECT_FLOAT_EQ(n[0], 0.0f);
   EXPECT_FLOAT_EQ(n[1], -1.0f);
+}
+
+// The device sampler's path: one step's edits at flat indices of [rows, vocab] change each row exactly as the
+// host processors change that row alone.
+TEST(Processors, StepEditsEqualPerRowProcessors) {
+  SamplingParams a, b;
+  a.logit_bias = {{2, -1.5f}, {0, 0.25f}};
+  a.repetition_penalty = 1.7f;
+  b.presence_penalty = 0.3f;
+  b.frequency_penalty = 0.45f;
+  b.logit_bias = {{4, 2.0f}};
+  const std::vector<int32_t> hist = {1, 3, 3, 4, 9, 3};  // 9 is outside a 5-token vocabulary: ignored
+  const std::vector<float> rows = {0.5f, -2.0f, 1.25f, 3.0f, -0.0f, -1.0f, 0.75f, 2.5f, -3.5f, 0.1f};
+  Tensor step = Tensor::from_floats(rows, {2, 5});
+  std::vector<LogitEdit> edits = logit_edits(a, hist, 5, 0);
+  const std::vector<LogitEdit> second = logit_edits(b, hist, 5, 5);
+  edits.insert(edits.end(), second.begin(), second.end());
+  apply_logit_edits(step, edits);
+  std::vector<float> ra(rows.begin(), rows.begin() + 5), rb(rows.begin() + 5, rows.end());
+  apply_logits_processors(ra, a, hist);
+  apply_logits_processors(rb, b, hist);
+  ra.insert(ra.end(), rb.begin(), rb.end());
+  EXPECT_EQ(step.to_floats(), ra);
+  EXPECT_FLOAT_EQ(ra[5 + 3], -3.5f - 0.3f - 0.45f * 3);  // presence once, frequency per occurrence
 }
 
 TEST(Processors, LogitBiasCanForceAToken) {
