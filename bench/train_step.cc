@@ -2,7 +2,10 @@
 // (random weights, 4-bit g64 or bf16, shape from flags), LoRA on all seven targets of every layer. Prints one
 // JSON line: tokens/s of a training step (forward + backward) and the process's peak RSS.
 //   train_step [--hidden 512] [--inter 1536] [--layers 4] [--heads 8] [--kv-heads 4] [--head-dim 64]
-//              [--vocab 8192] [--seq 256] [--batch 1] [--rank 16] [--bits 4|0] [--steps 3]
+//              [--vocab 8192] [--seq 256] [--batch 1] [--rank 16] [--bits 4|0] [--steps 3] [--mixed 0]
+// --mixed N: instead, N short examples (8 .. seq/2 tokens, seeded) as one micro-batch laid out three ways, one
+// line each: padded to the longest (pad tokens computed, no loss), ragged (each at its own length) and packed
+// (train_packing.h, rows of seq tokens); tokens/s counts real tokens only.
 #include <sys/resource.h>
 
 #include <chrono>
@@ -18,6 +21,8 @@
 #include "io/mapped_file.h"
 #include "io/safetensors.h"
 #include "lab/train/lora_engine_cpu.h"
+#include "lab/train/train_losses.h"
+#include "lab/train/train_packing.h"
 #include "model/model.h"
 #include "tensor/thread_pool.h"
 
@@ -51,9 +56,9 @@ void add_random(lathe::SafetensorsWriter& w, const std::string& name, DType dt, 
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::map<std::string, int64_t> f{{"hidden", 512}, {"inter", 1536},  {"layers", 4},   {"heads", 8},
-                                   {"kv-heads", 4}, {"head-dim", 64}, {"vocab", 8192}, {"seq", 256},
-                                   {"batch", 1},    {"rank", 16},     {"bits", 4},     {"steps", 3}};
+  std::map<std::string, int64_t> f{{"hidden", 512},  {"inter", 1536}, {"layers", 4}, {"heads", 8}, {"kv-heads", 4},
+                                   {"head-dim", 64}, {"vocab", 8192}, {"seq", 256},  {"batch", 1}, {"rank", 16},
+                                   {"bits", 4},      {"steps", 3},    {"mixed", 0}};
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i];
     if (k.rfind("--", 0) != 0 || !f.count(k.substr(2))) {
@@ -139,6 +144,58 @@ int main(int argc, char** argv) {
         params.params.push_back(std::move(p));
       }
     auto engine = lathe::train::make_cpu_lora_gradient_engine(*model, params);
+    if (f["mixed"] > 0) {
+      namespace tr = lathe::train;
+      std::vector<tr::Example> ex;
+      std::uniform_int_distribution<int64_t> len(8, std::max<int64_t>(8, f["seq"] / 2));
+      std::uniform_int_distribution<int32_t> tk(0, static_cast<int32_t>(V - 1));
+      int64_t real = 0;
+      for (int64_t i = 0; i < f["mixed"]; ++i) {
+        tr::Example e;
+        const int64_t n = len(g);
+        for (int64_t j = 0; j < n; ++j) e.seq.ids.push_back(tk(g));
+        e.seq.target.assign(e.seq.ids.size(), 1);
+        e.seq.target[0] = 0;
+        ex.push_back(std::move(e));
+        real += n;
+      }
+      std::vector<tr::TrainSequence> ragged, padded, packed;
+      size_t longest = 0;
+      for (const auto& e : ex) ragged.push_back(e.seq), longest = std::max(longest, e.seq.ids.size());
+      for (auto s : ragged) {
+        s.ids.resize(longest, 0), s.target.resize(longest, 0);  // pad tokens: computed, never a target
+        padded.push_back(std::move(s));
+      }
+      for (const auto& r : tr::pack_examples(ex, f["seq"])) packed.push_back(r.seq);
+      for (const auto& [name, batch] :
+           {std::pair{"padded", &padded}, std::pair{"ragged", &ragged}, std::pair{"packed", &packed}}) {
+        double best = 1e30, loss = 0;
+        int64_t computed = 0;
+        for (const auto& s : *batch) computed += static_cast<int64_t>(s.ids.size());
+        for (int64_t step = 0; step < f["steps"]; ++step) {
+          const auto t0 = std::chrono::steady_clock::now();
+          const tr::LossResult l = tr::sft_loss(engine->forward(*batch, true));
+          engine->backward(l.weight);
+          best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+          loss = l.loss;
+        }
+        nlohmann::json out = {{"bench", "train_step_mixed"},
+                              {"layout", name},
+                              {"threads", lathe::num_threads()},
+                              {"shape", f},
+                              {"examples", ex.size()},
+                              {"rows", batch->size()},
+                              {"real_tokens", real},
+                              {"computed_tokens", computed},
+                              {"tokens_per_s", static_cast<double>(real) / best},
+                              {"best_step_s", best},
+                              {"loss", loss}};
+        std::printf("%s\n", out.dump().c_str());
+        std::fflush(stdout);
+      }
+      std::filesystem::remove_all(dir);
+      return 0;
+    }
     std::vector<lathe::train::TrainSequence> batch(static_cast<size_t>(f["batch"]));
     std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(V - 1));
     for (auto& s : batch) {

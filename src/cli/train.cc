@@ -18,9 +18,9 @@ struct TrainFlags {
   std::string model, data, adapter_path, method = "sft", lr_schedule, sft_scope = "full";
   int64_t iters = 100, rank = 8, batch_size = 1, grad_accum = 1, seed = 0, steps_per_eval = 50, steps_per_report = 10,
           save_every = 0, max_seq_length = 512, num_layers = -1, warmup = 0, val_max_examples = 256;
-  double learning_rate = -1, scale = 1.0, lora_dropout = 0, weight_decay = 0.01, grad_clip = 1.0, dpo_beta = 0.1,
-         orpo_lambda = 0.1;
-  bool rs_lora = false, no_resume = false;
+  double learning_rate = -1, scale = 1.0, lora_dropout = 0, lora_plus_ratio = 1.0, weight_decay = 0.01, grad_clip = 1.0,
+         dpo_beta = 0.1, orpo_lambda = 0.1;
+  bool rs_lora = false, no_resume = false, pack = false;
   std::vector<std::string> target_modules;
 };
 
@@ -34,6 +34,7 @@ jobs::json to_config(const TrainFlags& f) {
                   {"scale", f.scale},
                   {"rs_lora", f.rs_lora},
                   {"lora_dropout", f.lora_dropout},
+                  {"lora_plus_ratio", f.lora_plus_ratio},
                   {"num_layers", f.num_layers},
                   {"batch_size", f.batch_size},
                   {"grad_accumulation_steps", f.grad_accum},
@@ -49,6 +50,7 @@ jobs::json to_config(const TrainFlags& f) {
                   {"dpo_beta", f.dpo_beta},
                   {"orpo_lambda", f.orpo_lambda},
                   {"sft_scope", f.sft_scope},
+                  {"pack", f.pack},
                   {"resume", !f.no_resume}};
   if (f.learning_rate >= 0) c["learning_rate"] = f.learning_rate;
   if (!f.lr_schedule.empty()) c["lr_schedule"] = f.lr_schedule;
@@ -75,6 +77,8 @@ Verb add_train(CLI::App& app) {
   cmd->add_flag("--rs-lora", f->rs_lora, "rsLoRA: scale / sqrt(rank)");
   cmd->add_option("--lora-dropout", f->lora_dropout, "dropout on the LoRA input in training, [0, 1)")
       ->capture_default_str();
+  cmd->add_option("--lora-plus-ratio", f->lora_plus_ratio, "LoRA+: B matrices learn at R x the lr of A (1: off)")
+      ->capture_default_str();
   cmd->add_option("--target-modules", f->target_modules, "module suffixes (default: the 7 attention/MLP linears)");
   cmd->add_option("--num-layers", f->num_layers, "train the last N blocks (-1: all)")->capture_default_str();
   cmd->add_option("--batch-size", f->batch_size, "sequences per micro-batch")->capture_default_str();
@@ -90,6 +94,7 @@ Verb add_train(CLI::App& app) {
   cmd->add_option("--dpo-beta", f->dpo_beta, "DPO beta")->capture_default_str();
   cmd->add_option("--orpo-lambda", f->orpo_lambda, "ORPO lambda")->capture_default_str();
   cmd->add_option("--sft-scope", f->sft_scope, "ORPO NLL term: full or response")->capture_default_str();
+  cmd->add_flag("--pack", f->pack, "sft: pack several examples into each row of max-seq-length tokens");
   cmd->add_flag("--no-resume", f->no_resume, "start over even if adapter-path has checkpoints");
   const Verb grads = add_train_grads(*cmd);
   return {cmd, [f, cmd, grads] {

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <set>
 
 #include "chat/chat_template.h"
@@ -240,6 +241,47 @@ TEST(TrainOptimizer, AdamWStepsMatchTheFormula) {
   EXPECT_EQ(opt.steps(), 2);
 }
 
+// LoRA+: two param groups. With the same grads, B moves ratio times as far as with ratio 1 (decay included) and
+// A moves exactly as with ratio 1.
+TEST(TrainOptimizer, LoraPlusScalesOnlyTheBStep) {
+  const auto make = [] {
+    train::LoraParams p = one_param({0.7f, -1.3f}, {0.5f, -0.25f});
+    p.params[0].b = Tensor::from_floats({0.4f, -0.9f}, {2, 1});
+    p.params[0].grad_b = Tensor::from_floats({-0.3f, 0.05f}, {2, 1});
+    return p;
+  };
+  const auto moved = [](const Tensor& before, const Tensor& after) {
+    std::vector<double> d;
+    for (int64_t i = 0; i < before.numel(); ++i) d.push_back(after.data<float>()[i] - before.data<float>()[i]);
+    return d;
+  };
+  const train::LoraParams start = make();
+  train::LoraParams base = make(), plus = make();
+  train::AdamWOptions o;
+  train::AdamW opt_base(base, o);
+  o.lora_plus_ratio = 16;
+  train::AdamW opt_plus(plus, o);
+  opt_base.step(base, 1e-3);  // one step: after it B differs, so later decay terms would differ too
+  opt_plus.step(plus, 1e-3);
+  const auto db = moved(start.params[0].b, base.params[0].b), dp = moved(start.params[0].b, plus.params[0].b);
+  for (size_t i = 0; i < db.size(); ++i) {
+    ASSERT_NE(db[i], 0.0);
+    EXPECT_NEAR(dp[i] / db[i], 16.0, 16.0 * 1e-4) << i;
+  }
+  for (int64_t i = 0; i < start.params[0].a.numel(); ++i)
+    EXPECT_EQ(plus.params[0].a.data<float>()[i], base.params[0].a.data<float>()[i]) << i;
+  // Bad ratios are refused with a message naming the option.
+  for (double bad : {0.0, -1.0, std::numeric_limits<double>::infinity(), std::nan("")}) {
+    o.lora_plus_ratio = bad;
+    try {
+      train::AdamW opt(base, o);
+      ADD_FAILURE() << "accepted " << bad;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("lora_plus_ratio"), std::string::npos);
+    }
+  }
+}
+
 TEST(TrainOptimizer, ClippingReportsThePreClipNorm) {
   train::LoraParams p = one_param({0, 0}, {3, 4});
   EXPECT_DOUBLE_EQ(train::clip_grad_norm(p, 1.0), 5.0);
@@ -391,6 +433,15 @@ TEST(TrainConfigParse, NamesTheBadField) {
                    0.05);
   EXPECT_NE(msg("{" + base + R"(, "lora_dropout": 1})").find("lora_dropout"), std::string::npos);
   EXPECT_NE(msg("{" + base + R"(, "lora_dropout": -0.1})").find("lora_dropout"), std::string::npos);
+  EXPECT_DOUBLE_EQ(train::parse_train_config(ojson::parse("{" + base + "}")).lora_plus_ratio, 1.0);
+  EXPECT_DOUBLE_EQ(train::parse_train_config(ojson::parse("{" + base + R"(, "lora_plus_ratio": 16})")).lora_plus_ratio,
+                   16.0);
+  EXPECT_NE(msg("{" + base + R"(, "lora_plus_ratio": 0})").find("lora_plus_ratio"), std::string::npos);
+  EXPECT_NE(msg("{" + base + R"(, "lora_plus_ratio": -2})").find("lora_plus_ratio"), std::string::npos);
+  EXPECT_NE(msg("{" + base + R"(, "lora_plus_ratio": "x"})").find("lora_plus_ratio"), std::string::npos);
+  EXPECT_TRUE(train::parse_train_config(ojson::parse("{" + base + R"(, "pack": true})")).pack);
+  EXPECT_NE(msg("{" + base + R"(, "pack": true, "method": "dpo"})").find("pack"), std::string::npos);
+  EXPECT_NE(msg("{" + base + R"(, "pack": 1})").find("pack"), std::string::npos);
   const auto dpo = train::parse_train_config(ojson::parse("{" + base + R"(, "method": "dpo"})"));
   EXPECT_DOUBLE_EQ(dpo.learning_rate, 5e-5);
   EXPECT_EQ(dpo.lr_schedule, "cosine");
@@ -603,6 +654,38 @@ TEST(TrainLoop, LoraDropoutIsSeededAndLeavesValidationAlone) {
   EXPECT_EQ(cfg["lora_dropout"], 0.5);
   EXPECT_EQ(cfg["training"]["lora_dropout"], 0.5);
   EXPECT_NO_THROW(lora::read_adapter(c.adapter_path));
+}
+
+TEST(TrainLoop, LoraPlusRatioReachesTheAdapterConfigAndChangesTraining) {
+  TempDir d;
+  fs::create_directories(d.str("data"));
+  write_sft_task(d.str("data"));
+  auto c = loop_config(d, train::Method::Sft);
+  c.iters = 5;
+  const LoopRun plain = run_loop(c);
+  c.lora_plus_ratio = 8;
+  const LoopRun plus = run_loop(c);
+  EXPECT_NE(train_losses(plus), train_losses(plain));
+  const auto cfg = ojson::parse(read_text_file(c.adapter_path + "/adapter_config.json"));
+  EXPECT_EQ(cfg["training"]["lora_plus_ratio"], 8.0);
+}
+
+TEST(TrainLoop, PackedSftLearnsAndReportsItsPacking) {
+  TempDir d;
+  fs::create_directories(d.str("data"));
+  write_sft_task(d.str("data"));
+  auto c = loop_config(d, train::Method::Sft);
+  c.pack = true;
+  c.max_seq_length = 64;
+  const LoopRun r = run_loop(c);
+  EXPECT_LT(r.summary.last_val_loss, 0.5 * r.summary.first_val_loss);
+  const auto lines = read_text_file(c.adapter_path + "/metrics.jsonl");
+  const ojson first = ojson::parse(lines.substr(0, lines.find('\n')));
+  ASSERT_TRUE(first.contains("packing")) << first.dump();
+  EXPECT_LT(first["packing"]["rows"].get<int64_t>(), first["packing"]["examples"].get<int64_t>());
+  EXPECT_LE(first["packing"]["pad_tokens"].get<int64_t>(), first["packing"]["unpacked_pad_tokens"].get<int64_t>());
+  const auto cfg = ojson::parse(read_text_file(c.adapter_path + "/adapter_config.json"));
+  EXPECT_EQ(cfg["training"]["pack"], true);
 }
 
 }  // namespace

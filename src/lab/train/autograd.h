@@ -69,6 +69,8 @@ struct AttnShape {
   int64_t heads = 0, kv_heads = 0, head_dim = 0;
   float scale = 1.0f, softcap = 0.0f;
   int64_t window = 0;
+  // Packed rows: row i attends to keys >= segment_start[i] only (block-diagonal causal). nullptr: one segment.
+  const std::vector<int64_t>* segment_start = nullptr;
 };
 Var attention(Tape& t, const Var& q, const Var& k, const Var& v, const AttnShape& s);
 enum class Gate { SiLU, GeluTanh };

@@ -1,9 +1,12 @@
-// Causal (optionally sliding-window, softcapped) GQA attention of one sequence with its backward. The forward
+// Causal (optionally sliding-window, softcapped, block-diagonal for packed rows) GQA attention of one sequence
+// with its backward. The forward
 // keeps only each (head, query) log-sum-exp; backward recomputes the probabilities from it (as flash attention
 // does), so memory stays O(T · heads) instead of O(T² · heads).
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <memory>
+#include <vector>
 
 #include "common/error.h"
 #include "lab/train/autograd.h"
@@ -15,7 +18,11 @@ namespace {
 struct Ctx {
   int64_t T, Hq, Hkv, D, rep, qc, kc;
   AttnShape s;
-  int64_t first_key(int64_t i) const { return s.window > 0 ? std::max<int64_t>(0, i - s.window + 1) : 0; }
+  std::shared_ptr<const std::vector<int64_t>> seg;  // a copy: the backward closure outlives the caller's vector
+  int64_t first_key(int64_t i) const {
+    const int64_t w = s.window > 0 ? std::max<int64_t>(0, i - s.window + 1) : 0;
+    return seg ? std::max(w, (*seg)[static_cast<size_t>(i)]) : w;
+  }
   // The score of query i (head h) against key j after scale and softcap; *th gets tanh for the softcap chain.
   float score(const float* q, const float* k, int64_t h, int64_t i, int64_t j, float* th) const {
     const float* qr = q + i * qc + h * D;
@@ -35,12 +42,21 @@ struct Ctx {
 }  // namespace
 
 Var attention(Tape& t, const Var& q, const Var& k, const Var& v, const AttnShape& s) {
-  Ctx c{q->rows, s.heads, s.kv_heads, s.head_dim, 0, q->cols, k->cols, s};
+  Ctx c{q->rows, s.heads, s.kv_heads, s.head_dim, 0, q->cols, k->cols, s, nullptr};
   LATHE_CHECK(s.heads > 0 && s.kv_heads > 0 && s.heads % s.kv_heads == 0, "ag::attention: heads");
   LATHE_CHECK(q->cols == s.heads * s.head_dim && k->cols == s.kv_heads * s.head_dim && v->cols == k->cols &&
                   k->rows == c.T && v->rows == c.T,
               "ag::attention: shapes");
   c.rep = s.heads / s.kv_heads;
+  if (s.segment_start) {
+    LATHE_CHECK(static_cast<int64_t>(s.segment_start->size()) == c.T, "ag::attention: segment starts");
+    for (int64_t i = 0; i < c.T; ++i) {
+      const int64_t st = (*s.segment_start)[static_cast<size_t>(i)];
+      LATHE_CHECK(st >= 0 && st <= i, "ag::attention: a segment starts after its row");
+    }
+    c.seg = std::make_shared<const std::vector<int64_t>>(*s.segment_start);
+    c.s.segment_start = nullptr;
+  }
   const int64_t T = c.T, D = c.D;
   Var y = make_var(T, q->cols, q->requires_grad || k->requires_grad || v->requires_grad);
   auto lse = std::make_shared<std::vector<float>>(static_cast<size_t>(c.Hq * T));

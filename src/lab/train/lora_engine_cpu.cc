@@ -75,8 +75,9 @@ struct LayerWeights {
 struct SeqState {
   std::vector<int32_t> ids;
   std::vector<int32_t> targets;
-  std::vector<int64_t> positions;
-  std::vector<ag::Var> layer_in;  // [layers + 1]: the last one is the final norm's input
+  std::vector<int64_t> positions;  // restart at 0 per packed example
+  std::vector<int64_t> seg_start;  // per row: the first row of its example (empty: one example)
+  std::vector<ag::Var> layer_in;   // [layers + 1]: the last one is the final norm's input
 };
 
 class CpuEngine : public LoraGradientEngine {
@@ -92,7 +93,7 @@ class CpuEngine : public LoraGradientEngine {
     const LoraDropout* drop = nullptr;
     int64_t seq = 0, layer = 0;
   };
-  ag::Var layer_forward(ag::Tape& t, size_t l, const ag::Var& h, const std::vector<int64_t>& pos, bool adapter,
+  ag::Var layer_forward(ag::Tape& t, size_t l, const ag::Var& h, const SeqState& st, bool adapter,
                         const LoraDropout* drop, int64_t seq);
   ag::Var proj(ag::Tape& t, const LayerWeights& L, Site s, const ag::Var& x, bool adapter, const Branch& br);
   ag::Var head_logprobs(ag::Tape& t, const ag::Var& h, const std::vector<int32_t>& targets);
@@ -186,8 +187,9 @@ ag::Var CpuEngine::proj(ag::Tape& t, const LayerWeights& L, Site s, const ag::Va
 }
 
 // Mirrors DecoderModel::forward_rows for one layer of one sequence.
-ag::Var CpuEngine::layer_forward(ag::Tape& t, size_t l, const ag::Var& h, const std::vector<int64_t>& pos, bool adapter,
+ag::Var CpuEngine::layer_forward(ag::Tape& t, size_t l, const ag::Var& h, const SeqState& st, bool adapter,
                                  const LoraDropout* drop, int64_t seq) {
+  const std::vector<int64_t>& pos = st.positions;
   const LayerWeights& L = layers_[l];
   const Branch br{drop, seq, static_cast<int64_t>(l)};
   const ModelConfig& c = cfg_;
@@ -208,6 +210,7 @@ ag::Var CpuEngine::layer_forward(ag::Tape& t, size_t l, const ag::Var& h, const 
   as.scale = spec_.attn_scale > 0 ? spec_.attn_scale : 1.0f / std::sqrt(static_cast<float>(D));
   as.softcap = spec_.attn_softcap;
   as.window = L.window;
+  if (!st.seg_start.empty()) as.segment_start = &st.seg_start;
   const ag::Var a = proj(t, L, kO, ag::attention(t, q, k, v, as), adapter, br);
   auto mlp = [&](const ag::Var& in) {
     const ag::Var g = proj(t, L, kGate, in, adapter, br), u = proj(t, L, kUp, in, adapter, br);
@@ -255,13 +258,31 @@ SequenceLogProbs CpuEngine::forward(const std::vector<TrainSequence>& batch, boo
         st.targets[static_cast<size_t>(j - 1)] = seq.ids[static_cast<size_t>(j)];
         ++n;
       }
-    for (int64_t r = 0; r < T; ++r) st.positions.push_back(r);
+    if (seq.segments.empty()) {
+      for (int64_t r = 0; r < T; ++r) st.positions.push_back(r);
+    } else {
+      // A packed row: positions restart and attention stays inside each example; no example predicts the next
+      // one's first token.
+      int64_t start = 0;
+      for (int64_t len : seq.segments) {
+        if (len <= 0 || len > T - start)
+          throw Error(ErrorKind::InvalidArgument,
+                      which + ": packed segment lengths must be positive and sum to " + std::to_string(T));
+        if (seq.target[static_cast<size_t>(start)])
+          throw Error(ErrorKind::InvalidArgument, which + ": the first token of a packed example cannot be a target");
+        for (int64_t r = 0; r < len; ++r) st.positions.push_back(r), st.seg_start.push_back(start);
+        start += len;
+      }
+      if (start != T)
+        throw Error(ErrorKind::InvalidArgument,
+                    which + ": packed segment lengths must be positive and sum to " + std::to_string(T));
+    }
     ag::Tape none(false);
     ag::Var h = ag::embedding(none, st.ids, embed_);
     if (spec_.embed_scale != 1.0f) h = ag::scale(none, h, spec_.embed_scale);
     for (size_t l = 0; l < layers_.size(); ++l) {
       if (with_adapter) st.layer_in.push_back(h);
-      h = layer_forward(none, l, h, st.positions, with_adapter, &drop, static_cast<int64_t>(si));
+      h = layer_forward(none, l, h, st, with_adapter, &drop, static_cast<int64_t>(si));
     }
     if (with_adapter) st.layer_in.push_back(h);
     const ag::Var lp = head_logprobs(none, h, st.targets);
@@ -299,7 +320,7 @@ void CpuEngine::backward(const std::vector<double>& weight_per_sequence) {
       const ag::Var& in = st.layer_in[l];
       ag::Var x = ag::from_values(in->value, in->rows, in->cols, true);
       ag::Tape t;
-      ag::Var y = layer_forward(t, l, x, st.positions, true, &saved_drop_, static_cast<int64_t>(si));
+      ag::Var y = layer_forward(t, l, x, st, true, &saved_drop_, static_cast<int64_t>(si));
       y->grad = std::move(dh);
       t.backward();
       dh = std::move(x->grad);

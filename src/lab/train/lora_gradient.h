@@ -26,10 +26,13 @@ struct LoraParams {
 };
 
 // One sequence: ids and, per position j, whether token j is a target (predicted from position j - 1; position 0
-// is never a target).
+// is never a target). A packed row (train_packing.h) holds several examples back to back: segments gives their
+// lengths in order (summing to ids.size()); each one attends only within itself, its positions restart at 0 and
+// its first token is never a target. Empty segments: one example.
 struct TrainSequence {
   std::vector<int32_t> ids;
   std::vector<uint8_t> target;
+  std::vector<int64_t> segments;
 };
 
 struct SequenceLogProbs {

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <string>
 
 #include "common/error.h"
 
@@ -20,6 +21,9 @@ void for_each_tensor(LoraParams& params, F f) {
 }  // namespace
 
 AdamW::AdamW(const LoraParams& params, AdamWOptions options) : o_(options) {
+  if (!std::isfinite(o_.lora_plus_ratio) || o_.lora_plus_ratio <= 0)
+    throw Error(ErrorKind::InvalidArgument,
+                "lora_plus_ratio must be a finite number > 0 (got " + std::to_string(o_.lora_plus_ratio) + ")");
   for (const auto& p : params.params) {
     m_.emplace_back(static_cast<size_t>(p.a.numel()), 0.0f);
     m_.emplace_back(static_cast<size_t>(p.b.numel()), 0.0f);
@@ -31,12 +35,15 @@ void AdamW::step(LoraParams& params, double lr) {
   ++t_;
   const double bc1 = 1.0 - std::pow(o_.beta1, static_cast<double>(t_));
   const double bc2 = 1.0 - std::pow(o_.beta2, static_cast<double>(t_));
-  const float decay = static_cast<float>(1.0 - lr * o_.weight_decay);
   const float b1 = static_cast<float>(o_.beta1), b2 = static_cast<float>(o_.beta2);
-  const float step = static_cast<float>(lr / bc1), inv_bc2 = static_cast<float>(1.0 / bc2);
+  const float inv_bc2 = static_cast<float>(1.0 / bc2);
   const float eps = static_cast<float>(o_.eps);
   for_each_tensor(params, [&](size_t k, Tensor& w, Tensor& g) {
     LATHE_CHECK(m_[k].size() == static_cast<size_t>(w.numel()), "optimizer state does not fit the parameters");
+    // Odd k is a B matrix (a0, b0, a1, b1, ...): its group's lr, decay included, is the LoRA+ multiple.
+    const double group_lr = k % 2 == 1 ? lr * o_.lora_plus_ratio : lr;
+    const float decay = static_cast<float>(1.0 - group_lr * o_.weight_decay);
+    const float step = static_cast<float>(group_lr / bc1);
     float* p = w.data<float>();
     const float* gr = g.data<float>();
     float* m = m_[k].data();

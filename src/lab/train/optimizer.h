@@ -1,5 +1,6 @@
 // AdamW with mlx semantics over the LoRA parameters: decoupled decay p <- p - lr*wd*p, then Adam with bias
-// correction, eps added after sqrt(v_hat); f32 state. Plus global-norm gradient clipping.
+// correction, eps added after sqrt(v_hat); f32 state. Plus global-norm gradient clipping. Two param groups:
+// the A matrices at lr, the B matrices at lr * lora_plus_ratio (LoRA+: eta_B = lambda * eta_A; 1 = plain LoRA).
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -10,6 +11,7 @@ namespace lathe::train {
 
 struct AdamWOptions {
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.01;
+  double lora_plus_ratio = 1.0;  // > 0 and finite (checked by the constructor)
 };
 
 class AdamW {

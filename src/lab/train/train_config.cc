@@ -66,7 +66,9 @@ std::vector<std::string> train_config_fields() {
           "orpo_lambda",
           "sft_scope",
           "resume",
-          "lora_dropout"};
+          "lora_dropout",
+          "lora_plus_ratio",
+          "pack"};
 }
 
 TrainConfig parse_train_config(const ojson& c) {
@@ -131,9 +133,13 @@ TrainConfig parse_train_config(const ojson& c) {
   if (t.sft_scope != "full" && t.sft_scope != "response")
     throw Error(ErrorKind::InvalidArgument, "config field 'sft_scope' must be full or response");
   t.resume = bool_field(c, "resume", true);
+  t.pack = bool_field(c, "pack", false);
   t.lora_dropout = jobs::number_field(c, "lora_dropout", 0, 0, 1);
   if (t.lora_dropout >= 1)  // every element dropped: the 1 / (1 - p) rescale is undefined
     throw Error(ErrorKind::InvalidArgument, "config field 'lora_dropout' must be in [0, 1)");
+  t.lora_plus_ratio = jobs::number_field(c, "lora_plus_ratio", 1, 0, 1e6);
+  if (t.lora_plus_ratio <= 0)  // a zero ratio freezes B at its zero init: the adapter would never learn
+    throw Error(ErrorKind::InvalidArgument, "config field 'lora_plus_ratio' must be > 0 (1: plain LoRA)");
   validate_train_config(t, false);
   return t;
 }
@@ -142,6 +148,8 @@ void validate_train_config(const TrainConfig& c, bool check_paths) {
   if (c.model_dir.empty()) throw Error(ErrorKind::InvalidArgument, "config field 'model_dir' is required");
   if (c.data_dir.empty()) throw Error(ErrorKind::InvalidArgument, "config field 'data_dir' is required");
   if (c.adapter_path.empty()) throw Error(ErrorKind::InvalidArgument, "config field 'adapter_path' is required");
+  if (c.pack && c.method != Method::Sft)  // preference losses need each branch's own log-prob row
+    throw Error(ErrorKind::InvalidArgument, "config field 'pack' is for method sft only");
   if (c.warmup > c.iters) throw Error(ErrorKind::InvalidArgument, "config field 'warmup' must not exceed 'iters'");
   if (!check_paths) return;
   std::error_code ec;
@@ -183,6 +191,8 @@ ojson TrainConfig::to_json() const {
   j["weight_decay"] = weight_decay;
   j["grad_clip_norm"] = grad_clip_norm;
   j["lora_dropout"] = lora_dropout;
+  j["lora_plus_ratio"] = lora_plus_ratio;
+  j["pack"] = pack;
   j["val_max_examples"] = val_max_examples;
   if (method == Method::Dpo) j["dpo_beta"] = dpo_beta;
   if (method == Method::Orpo) j["orpo_lambda"] = orpo_lambda, j["sft_scope"] = sft_scope;

@@ -35,8 +35,10 @@ struct TrainConfig {
   int64_t val_max_examples = 256;
   double dpo_beta = 0.1;
   double orpo_lambda = 0.1;
+  double lora_plus_ratio = 1;      // LoRA+: the B matrices' lr is this times the A matrices' (1: off); > 0
   double lora_dropout = 0;         // LoRA-input dropout in training (lora_dropout.h); [0, 1)
   std::string sft_scope = "full";  // ORPO's NLL term: full | response
+  bool pack = false;               // SFT: pack examples into rows of max_seq_length (train_packing.h)
   bool resume = true;              // pick up the last checkpoint in adapter_path/checkpoints
 
   nlohmann::ordered_json to_json() const;

@@ -14,6 +14,7 @@
 #include "lab/train/optimizer.h"
 #include "lab/train/train_checkpoint.h"
 #include "lab/train/train_losses.h"
+#include "lab/train/train_packing.h"
 
 namespace lathe::train {
 namespace {
@@ -123,8 +124,13 @@ TrainSummary run_training(const TrainConfig& c, const Dataset& data, LoraParams&
   if (ec) throw Error(ErrorKind::Io, "cannot create " + c.adapter_path + ": " + ec.message());
   AdamWOptions ao;
   ao.weight_decay = c.weight_decay;
+  ao.lora_plus_ratio = c.lora_plus_ratio;
   AdamW opt(params, ao);
-  const BatchPlan plan(data.train, c.batch_size, c.seed);
+  // Packed: batch_size rows of up to max_seq_length tokens, each holding several examples. Validation stays
+  // per example (its loss is a mean over examples).
+  const std::vector<Example> packed = c.pack ? pack_examples(data.train, c.max_seq_length) : std::vector<Example>{};
+  const std::vector<Example>& train_rows = c.pack ? packed : data.train;
+  const BatchPlan plan(train_rows, c.batch_size, c.seed);
   LrSchedule sched;
   sched.kind = c.lr_schedule;
   sched.peak = c.learning_rate;
@@ -163,9 +169,19 @@ TrainSummary run_training(const TrainConfig& c, const Dataset& data, LoraParams&
                   {"rank", c.lora.rank},
                   {"scale", c.lora.scale},
                   {"lora_dropout", c.lora_dropout},
+                  {"lora_plus_ratio", c.lora_plus_ratio},
+                  {"pack", c.pack},
                   {"adapter_path", c.adapter_path}};
     if (c.method == Method::Orpo) meta["orpo_lambda"] = c.orpo_lambda, meta["sft_scope"] = c.sft_scope;
     if (sum.resumed_from > 0) meta["resumed_from"] = sum.resumed_from;
+    if (c.pack) {
+      const PaddingStats before = padding_stats(data.train, c.batch_size, c.seed);
+      const PaddingStats after = padding_stats(train_rows, c.batch_size, c.seed);
+      meta["packing"] = {{"examples", data.train.size()},
+                         {"rows", after.rows},
+                         {"pad_tokens", after.pad_tokens},
+                         {"unpacked_pad_tokens", before.pad_tokens}};
+    }
     metrics.write(meta);
   }
   const auto report = [&](ojson e) {
@@ -199,7 +215,7 @@ TrainSummary run_training(const TrainConfig& c, const Dataset& data, LoraParams&
     double loss = 0, acc = 0, margin = 0;
     const double k = static_cast<double>(c.grad_accumulation_steps);
     for (int64_t m = 0; m < c.grad_accumulation_steps; ++m) {
-      const auto batch = forward_batch(c, data.train, plan.batch(state.batches_seen++));
+      const auto batch = forward_batch(c, train_rows, plan.batch(state.batches_seen++));
       // Keyed by (seed, step, micro-batch): a resumed run redraws the very masks the uninterrupted one drew.
       engine.dropout_next({c.lora_dropout, c.seed, step, m});
       LossResult l = method_loss(c, engine, batch);
