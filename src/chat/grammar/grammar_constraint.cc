@@ -66,11 +66,16 @@ class GrammarState : public ConstraintState {
     const std::vector<uint64_t>& bits = *bits_;
     const size_t n = std::min(logits.size(), c_.trie().vocab_size());
     constexpr float kOff = -std::numeric_limits<float>::infinity();
-    // A word at a time: inside strings most words are all ones and cost one test.
+    // A word at a time: inside strings most words are all ones and cost one test; between values most are all
+    // zeros and cost one fill.
     for (size_t w = 0; w * 64 < n; ++w) {
       const uint64_t word = bits[w];
       if (word == ~uint64_t{0}) continue;
       const size_t end = std::min(n, w * 64 + 64);
+      if (word == 0) {
+        std::fill(logits.begin() + static_cast<long>(w * 64), logits.begin() + static_cast<long>(end), kOff);
+        continue;
+      }
       for (size_t i = w * 64; i < end; ++i)
         if (!((word >> (i & 63)) & 1)) logits[i] = kOff;
     }
