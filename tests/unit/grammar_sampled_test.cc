@@ -72,7 +72,7 @@ TEST(GrammarSampled, TablesDrawTheSameTokensAsTheWalkAndTheOutputParses) {
       if (ended) {
         ++finished;
         EXPECT_TRUE(grammar_accepts(*g, json)) << json;
-        EXPECT_NO_THROW((void)ojson::parse(json)) << json;
+        EXPECT_TRUE(ojson::accept(json)) << json;
       } else {
         StackSet s = StackSet::start(*g);
         for (int32_t id : out)
