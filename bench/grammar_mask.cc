@@ -4,8 +4,12 @@
 // step over 151k logits with the constraint, for a schema's first request and for the same schema again (masks
 // shared by grammar state, as serving runs it). Each sampler figure twice: with the chosen token's logprob wanted
 // (the full mask every step) and without (greedy checks only the token it picks; the server asks for the logprob
-// only when the request does). cpu_ figures are process CPU time, which a loaded machine inflates less.
-// Usage: grammar_mask [TOKENIZER_DIR]   (default: tests/fixtures/tokenizers/qwen3-real, .gz files accepted)
+// only when the request does), and a sampled step (temperature 0.8, seeded: the full mask every step too). The
+// full-mask figures come twice, from the per-position token tables (token_tables.h, what serving runs) and from
+// the walk over the whole vocabulary they replaced (ConstraintOptions::tables = false), in the same run; the
+// bench checks the two masks agree on every state of the answer. cpu_ figures are process CPU time, which a loaded
+// machine inflates less. Usage: grammar_mask [TOKENIZER_DIR]   (default: tests/fixtures/tokenizers/qwen3-real, .gz
+// files accepted)
 #include <zlib.h>
 
 #include <algorithm>
@@ -23,6 +27,7 @@
 #include "chat/grammar/grammar_constraint.h"
 #include "chat/grammar/grammar_matcher.h"
 #include "chat/grammar/json_schema.h"
+#include "chat/grammar/token_tables.h"
 #include "engine/sampler.h"
 #include "tokenizer/tokenizer.h"
 
@@ -75,17 +80,30 @@ int main(int argc, char** argv) {
   const std::vector<int32_t> ids = tok->encode(answer);
   const int32_t eos = *tok->token_to_id("<|im_end|>");
   grammar::ConstraintOptions opt{{eos}, {}, -1};
+  grammar::ConstraintOptions walk_opt = opt;
+  walk_opt.tables = false;
 
   // Cold: the mask of every state computed from scratch.
+  // Tabled: the tables of one fresh TokenTables fill as the answer goes (a schema's first request).
   grammar::StackSet s = grammar::StackSet::start(*g);
-  double cold_ms = 0, cold_max = 0;
+  double cold_ms = 0, cold_max = 0, tabled_ms = 0, tabled_max = 0;
   size_t allowed_sum = 0;
+  grammar::TokenTables tables(*g, *trie);
   for (int32_t id : ids) {
     t0 = Clock::now();
     const auto mask = grammar::allowed_tokens(*g, *trie, s, opt);
     const double ms = ms_since(t0);
     cold_ms += ms;
     cold_max = std::max(cold_max, ms);
+    t0 = Clock::now();
+    const auto fast = grammar::allowed_tokens(*g, *trie, s, opt, &tables);
+    const double tms = ms_since(t0);
+    tabled_ms += tms;
+    tabled_max = std::max(tabled_max, tms);
+    if (fast != mask) {
+      std::fprintf(stderr, "the tabled mask differs from the full walk's\n");
+      return 1;
+    }
     allowed_sum += static_cast<size_t>(std::count(mask.begin(), mask.end(), 1));
     if (!mask[static_cast<size_t>(id)]) {
       std::fprintf(stderr, "token %d of the answer was masked out\n", id);
@@ -100,12 +118,15 @@ int main(int argc, char** argv) {
   struct Figure {
     double wall_us, cpu_us;
   };
-  auto run = [&](const std::shared_ptr<const grammar::GrammarConstraint>& c, bool want_logprob, int passes) {
+  auto run = [&](const std::shared_ptr<const grammar::GrammarConstraint>& c, bool want_logprob, int passes,
+                 float temperature = 0.0f) {
     double total = 0;
     const double cpu0 = cpu_ms();
     for (int p = 0; p < passes; ++p) {
       SamplingParams sp;
       sp.constraint = c;
+      sp.temperature = temperature;
+      sp.seed = 7;
       Sampler sampler(sp, {eos});
       for (int32_t id : ids) {
         std::vector<float> l = logits;
@@ -122,14 +143,27 @@ int main(int argc, char** argv) {
     const double steps = passes * static_cast<double>(ids.size());
     return Figure{1e3 * total / steps, 1e3 * (cpu_ms() - cpu0) / steps};
   };
-  auto fresh = [&] { return std::make_shared<grammar::GrammarConstraint>(g, trie, opt); };
+  auto fresh = [&](const grammar::ConstraintOptions& o) {
+    return std::make_shared<grammar::GrammarConstraint>(g, trie, o);
+  };
   const Figure plain = run(nullptr, true, 3);
   const Figure plain_fast = run(nullptr, false, 3);
-  const auto c = fresh();
+  const Figure plain_sampled = run(nullptr, false, 3, 0.8f);
+  const auto c = fresh(opt);
   const Figure first = run(c, true, 1);   // the schema's first request: masks computed as decoding goes
   const Figure repeat = run(c, true, 3);  // the same schema again: masks shared by grammar state
-  const Figure fast_first = run(fresh(), false, 1);
+  const Figure fast_first = run(fresh(opt), false, 1);
   const Figure fast_repeat = run(c, false, 3);
+  const auto cs = fresh(opt);
+  const Figure sampled_first = run(cs, false, 1, 0.8f);
+  const Figure sampled_repeat = run(cs, false, 3, 0.8f);
+  // The same full-mask steps with the vocabulary walk the tables replaced.
+  const auto w = fresh(walk_opt);
+  const Figure walk_first = run(w, true, 1);
+  const Figure walk_repeat = run(w, true, 3);
+  const auto ws = fresh(walk_opt);
+  const Figure walk_sampled_first = run(ws, false, 1, 0.8f);
+  const Figure walk_sampled_repeat = run(ws, false, 3, 0.8f);
 
   nlohmann::ordered_json out = {{"bench", "grammar_mask"},
                                 {"vocab", tok->vocab_size()},
@@ -138,6 +172,8 @@ int main(int argc, char** argv) {
                                 {"answer_tokens", ids.size()},
                                 {"mask_cold_mean_us", 1e3 * cold_ms / static_cast<double>(ids.size())},
                                 {"mask_cold_max_us", 1e3 * cold_max},
+                                {"mask_tabled_first_mean_us", 1e3 * tabled_ms / static_cast<double>(ids.size())},
+                                {"mask_tabled_first_max_us", 1e3 * tabled_max},
                                 {"mean_allowed_tokens", allowed_sum / ids.size()},
                                 {"sample_us_plain", plain.wall_us},
                                 {"sample_us_plain_no_logprob", plain_fast.wall_us},
@@ -149,6 +185,13 @@ int main(int argc, char** argv) {
                                 {"overhead_us_per_token_repeat", repeat.wall_us - plain.wall_us},
                                 {"overhead_us_per_token_first_no_logprob", fast_first.wall_us - plain_fast.wall_us},
                                 {"overhead_us_per_token_repeat_no_logprob", fast_repeat.wall_us - plain_fast.wall_us},
+                                {"cpu_us_plain_sampled", plain_sampled.cpu_us},
+                                {"cpu_us_sampled_first_request", sampled_first.cpu_us},
+                                {"cpu_us_sampled_repeat_request", sampled_repeat.cpu_us},
+                                {"cpu_us_walk_first_request", walk_first.cpu_us},
+                                {"cpu_us_walk_repeat_request", walk_repeat.cpu_us},
+                                {"cpu_us_walk_sampled_first_request", walk_sampled_first.cpu_us},
+                                {"cpu_us_walk_sampled_repeat_request", walk_sampled_repeat.cpu_us},
                                 {"cpu_us_plain", plain.cpu_us},
                                 {"cpu_us_plain_no_logprob", plain_fast.cpu_us},
                                 {"cpu_us_first_request", first.cpu_us},

@@ -1,6 +1,7 @@
 // The sampler's fast path under a grammar (check only the token greedy picks) against the full mask it skips:
 // over the real Qwen3 vocabulary, several grammars and many matcher states reached by random walks, a token
-// passes the cheap check exactly when the full mask allows it, and greedy sampling picks the same tokens both ways.
+// passes the cheap check exactly when the full mask allows it, the mask from the per-position token tables equals
+// the full walk's, and greedy sampling picks the same tokens both ways.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -11,6 +12,7 @@
 #include "chat/grammar/grammar_constraint.h"
 #include "chat/grammar/grammar_matcher.h"
 #include "chat/grammar/json_schema.h"
+#include "chat/grammar/token_tables.h"
 #include "engine/sampler.h"
 #include "tokenizer_fixtures.h"
 
@@ -66,10 +68,16 @@ TEST(GrammarFastCheck, MatchesTheFullMaskOnRandomStates) {
   std::mt19937 rng(1234);
   size_t states = 0, checked = 0;
   for (const Case& c : cases(tok, *trie)) {
+    TokenTables tables(*c.g, *trie);  // shared by the walks of one grammar, as by the requests of one schema
     for (int walk = 0; walk < 3; ++walk) {
       StackSet s = StackSet::start(*c.g);
       for (int step = 0; step < 12; ++step) {
         const std::vector<char> mask = allowed_tokens(*c.g, *trie, s, c.opt);
+        const std::vector<char> tabled = allowed_tokens(*c.g, *trie, s, c.opt, &tables);
+        for (size_t i = 0; i < vocab; ++i)
+          ASSERT_EQ(mask[i], tabled[i]) << c.name << ": tables differ on token " << i << " \""
+                                        << tok.decode(std::vector<int32_t>{static_cast<int32_t>(i)}) << "\" at step "
+                                        << step;
         ++states;
         // Every token on some states, a random sample and every allowed one (up to a bound) on the rest.
         std::vector<int32_t> ids;

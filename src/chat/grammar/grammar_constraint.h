@@ -1,7 +1,8 @@
 // A compiled grammar as the sampler's TokenConstraint: each step the row's grammar state yields the tokens
-// whose text it can take (a walk over the vocabulary trie, memoised per grammar state), EOS only where the
+// whose text it can take (from per-rule-position token tables, token_tables.h), EOS only where the
 // output so far is complete, and only EOS once nothing else can follow. Masks are kept per grammar state and
-// shared by all generations of one constraint (server/structured_output.cc reuses constraints by grammar text).
+// shared, with the tables, by all generations of one constraint (server/structured_output.cc reuses constraints by
+// grammar text).
 #pragma once
 #include <memory>
 #include <string>
@@ -19,6 +20,9 @@ struct ConstraintOptions {
   std::vector<int32_t> allowed_special;
   // When ≥ 0, the grammar applies only after this token has been generated (e.g. "</think>": reasoning first).
   int32_t start_after = -1;
+  // Masks from per-position token tables (token_tables.h); false walks the whole vocabulary per state, the
+  // reference the tables are tested and benchmarked against (same masks).
+  bool tables = true;
 };
 
 class GrammarConstraint : public TokenConstraint {
@@ -39,9 +43,12 @@ class GrammarConstraint : public TokenConstraint {
   std::shared_ptr<Shared> shared_;
 };
 
-// The allowed tokens of one grammar state (exposed for tests and the benchmark).
+class TokenTables;
+
+// The allowed tokens of one grammar state (exposed for tests and the benchmark): by a walk over the whole
+// vocabulary, or from per-position tables (token_tables.h; the same set) when given.
 std::vector<char> allowed_tokens(const Grammar& g, const TokenTrie& trie, const class StackSet& state,
-                                 const ConstraintOptions& o);
+                                 const ConstraintOptions& o, TokenTables* tables = nullptr);
 
 // Whether the walk behind allowed_tokens reaches token id, from its text alone (EOS aside: it also depends on
 // whether anything else is allowed). A few advances instead of a vocabulary walk: the sampler's fast check.

@@ -43,6 +43,13 @@ StackSet StackSet::start(const Grammar& g) {
   return s;
 }
 
+StackSet StackSet::of(const Grammar& g, Stack st) {
+  StackSet s;
+  s.add(g, std::move(st));
+  s.finish();
+  return s;
+}
+
 StackSet StackSet::advance(const Grammar& g, uint32_t cp) const {
   StackSet out;
   for (const Stack& s : stacks_) {

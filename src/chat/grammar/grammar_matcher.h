@@ -22,6 +22,8 @@ class StackSet {
 
   // The stacks before any input.
   static StackSet start(const Grammar& g);
+  // The set holding one stack (expanded like any other; token_tables.cc walks a rule position on its own).
+  static StackSet of(const Grammar& g, Stack s);
 
   // The stacks after one more code point; dead() when the grammar rejects it.
   StackSet advance(const Grammar& g, uint32_t cp) const;
@@ -30,6 +32,8 @@ class StackSet {
   // Can another code point follow (some stack is not finished)?
   bool can_continue() const;
   const std::vector<Stack>& stacks() const { return stacks_; }
+  // Expansion steps the advance that made this set took (against kMaxWork).
+  size_t work() const { return work_; }
   // A byte string naming this set (a cache key for masks).
   std::string key() const;
 
