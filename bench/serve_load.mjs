@@ -139,23 +139,21 @@ async function streamer() {
 }
 const streamers = Array.from({ length: STREAMS }, streamer);
 
-// /health every 100 ms.
-const latencies = [];
-let healthFailures = 0, rssPeak = 0;
+// /health every 100 ms from a process of its own (bench/health_probe.mjs), while this one samples RSS.
+let rssPeak = 0;
+const prober = spawn(process.execPath, [path.join(root, 'bench/health_probe.mjs'), `${base}/health`, String(seconds)], {
+  stdio: ['ignore', 'pipe', 'inherit'],
+});
+let probeOut = '';
+prober.stdout.on('data', (d) => (probeOut += d));
+const probed = new Promise((resolve) => prober.on('exit', resolve));
 const t0 = Date.now();
 while (Date.now() - t0 < seconds * 1000) {
-  const a = performance.now();
-  try {
-    const r = await fetch(`${base}/health`, { signal: AbortSignal.timeout(5000) });
-    await r.text();
-    if (r.status !== 200) ++healthFailures;
-  } catch {
-    ++healthFailures;
-  }
-  latencies.push(performance.now() - a);
   rssPeak = Math.max(rssPeak, rss(proc.pid));
   await sleep(100);
 }
+await probed;
+const { latencies, failures: healthFailures } = JSON.parse(probeOut);
 stop = true;
 await Promise.all(streamers);
 for (const s of sockets) s.destroy();

@@ -10,7 +10,7 @@ secs=${1:-20}
 shift || true
 phase=${LATHE_FUZZ_PHASE:-all}
 if [ "$phase" != run ]; then
-  cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE="-O1 -g" -DCMAKE_CXX_COMPILER=clang++ \
+  cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE="-O1 -gline-tables-only" -DCMAKE_CXX_COMPILER=clang++ \
     -DCMAKE_C_COMPILER=clang -DLATHE_FUZZ=ON -DLATHE_CUDA=OFF -DLATHE_BENCH=OFF ${LATHE_FUZZ_CMAKE_ARGS:-} >/dev/null
   cmake --build build-fuzz -j"$(nproc)" --target lathe_fuzz_targets
 fi

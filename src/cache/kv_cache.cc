@@ -4,7 +4,6 @@
 
 namespace lathe {
 namespace {
-constexpr int64_t kStep = 256;  // grow in steps so decode does not reallocate every token
 
 const Tensor& find_tensor(const CacheState& s, const char* name) {
   for (const auto& [n, t] : s.tensors)
@@ -27,7 +26,7 @@ KVView LayerCache::commit_direct() {
 
 void KVCache::reserve(int64_t tokens, const Tensor& like_k, const Tensor& like_v) {
   if (keys_.defined() && keys_.dim(0) >= tokens) return;
-  const int64_t cap = (tokens + kStep - 1) / kStep * kStep;
+  const int64_t cap = (tokens + kKvGrowStep - 1) / kKvGrowStep * kKvGrowStep;
   Tensor nk = Tensor::empty({cap, like_k.dim(1), like_k.dim(2)}, like_k.dtype(), like_k.device());
   Tensor nv = Tensor::empty({cap, like_v.dim(1), like_v.dim(2)}, like_v.dtype(), like_v.device());
   if (offset_ > 0) {

@@ -15,6 +15,9 @@
 
 namespace lathe {
 
+// Full KV caches grow in steps of this many rows, so decode does not reallocate every token.
+inline constexpr int64_t kKvGrowStep = 256;
+
 struct CacheState {
   std::string kind;                                     // "kv", "rotating", ...
   std::vector<std::pair<std::string, Tensor>> tensors;  // e.g. {"keys", ...}, {"values", ...}

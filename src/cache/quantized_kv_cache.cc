@@ -8,7 +8,6 @@
 namespace lathe {
 namespace {
 
-constexpr int64_t kStep = 256;  // grow in steps so decode does not reallocate every token
 const char* const kPartNames[] = {"keys", "keys_scales", "keys_biases", "values", "values_scales", "values_biases"};
 
 void check_geometry(int bits, int group_size) {
@@ -96,7 +95,7 @@ KVView QuantizedKVCache::update(const Tensor& k, const Tensor& v) {
   const int64_t T = k.dim(0);
   const RowTensors rows = quantize_kv(k, v, bits_, group_size_);
   if (!buf_.defined() || buf_.rows() < offset_ + T) {
-    RowTensors grown = RowTensors::empty_like(rows, (offset_ + T + kStep - 1) / kStep * kStep);
+    RowTensors grown = RowTensors::empty_like(rows, (offset_ + T + kKvGrowStep - 1) / kKvGrowStep * kKvGrowStep);
     if (offset_ > 0) grown.copy_from(0, buf_, 0, offset_);
     buf_ = grown;
   }
@@ -126,7 +125,7 @@ void QuantizedKVCache::restore(const CacheState& s) {
   offset_ = 0;
   if (off == 0) return;
   const RowTensors rows = get_parts(s, off);
-  buf_ = RowTensors::empty_like(rows, (off + kStep - 1) / kStep * kStep);
+  buf_ = RowTensors::empty_like(rows, (off + kKvGrowStep - 1) / kKvGrowStep * kKvGrowStep);
   buf_.copy_from(0, rows, 0, off);
   offset_ = off;
 }

@@ -158,9 +158,9 @@ class BpeSuffix : public Decoder {
   std::string suffix_;
 };
 
-class Sequence : public Decoder {
+class DecoderSequence : public Decoder {
  public:
-  explicit Sequence(std::vector<std::unique_ptr<Decoder>> steps) : steps_(std::move(steps)) {}
+  explicit DecoderSequence(std::vector<std::unique_ptr<Decoder>> steps) : steps_(std::move(steps)) {}
   std::vector<std::string> decode_chain(std::vector<std::string> tokens) const override {
     for (const auto& s : steps_) tokens = s->decode_chain(std::move(tokens));
     return tokens;
@@ -207,7 +207,7 @@ std::unique_ptr<Decoder> make_decoder(const JsonAt& spec) {
     std::vector<std::unique_ptr<Decoder>> steps;
     for (size_t i = 0; i < list.size(); ++i)
       if (auto d = make_decoder(list.at(i))) steps.push_back(std::move(d));
-    return std::make_unique<Sequence>(std::move(steps));
+    return std::make_unique<DecoderSequence>(std::move(steps));
   }
   spec.at("type").unsupported("unknown decoder type '" + type + "'");
 }

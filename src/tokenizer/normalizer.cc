@@ -83,9 +83,9 @@ class Strip : public Normalizer {
   bool left_, right_;
 };
 
-class Sequence : public Normalizer {
+class NormalizerSequence : public Normalizer {
  public:
-  explicit Sequence(std::vector<std::unique_ptr<Normalizer>> steps) : steps_(std::move(steps)) {}
+  explicit NormalizerSequence(std::vector<std::unique_ptr<Normalizer>> steps) : steps_(std::move(steps)) {}
   std::string normalize(std::string text) const override {
     for (const auto& s : steps_) text = s->normalize(std::move(text));
     return text;
@@ -116,7 +116,7 @@ std::unique_ptr<Normalizer> make_normalizer(const JsonAt& spec) {
     std::vector<std::unique_ptr<Normalizer>> steps;
     for (size_t i = 0; i < list.size(); ++i)
       if (auto n = make_normalizer(list.at(i))) steps.push_back(std::move(n));
-    return std::make_unique<Sequence>(std::move(steps));
+    return std::make_unique<NormalizerSequence>(std::move(steps));
   }
   spec.at("type").unsupported("unknown normalizer type '" + type + "'");
 }

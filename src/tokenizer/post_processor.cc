@@ -31,9 +31,9 @@ class Identity : public PostProcessor {
   std::vector<int32_t> process(std::vector<int32_t> ids) const override { return ids; }
 };
 
-class Sequence : public PostProcessor {
+class PostProcessorSequence : public PostProcessor {
  public:
-  explicit Sequence(std::vector<std::unique_ptr<PostProcessor>> steps) : steps_(std::move(steps)) {}
+  explicit PostProcessorSequence(std::vector<std::unique_ptr<PostProcessor>> steps) : steps_(std::move(steps)) {}
   std::vector<int32_t> process(std::vector<int32_t> ids) const override {
     for (const auto& s : steps_) ids = s->process(std::move(ids));
     return ids;
@@ -102,7 +102,7 @@ std::unique_ptr<PostProcessor> make_post_processor(const JsonAt& spec) {
     std::vector<std::unique_ptr<PostProcessor>> steps;
     for (size_t i = 0; i < list.size(); ++i)
       if (auto p = make_post_processor(list.at(i))) steps.push_back(std::move(p));
-    return std::make_unique<Sequence>(std::move(steps));
+    return std::make_unique<PostProcessorSequence>(std::move(steps));
   }
   spec.at("type").unsupported("unknown post-processor type '" + type + "'");
 }

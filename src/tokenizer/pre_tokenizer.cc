@@ -126,9 +126,9 @@ class Metaspace : public PreTokenizer {
   bool split_;
 };
 
-class Sequence : public PreTokenizer {
+class PreTokenizerSequence : public PreTokenizer {
  public:
-  explicit Sequence(std::vector<std::unique_ptr<PreTokenizer>> steps) : steps_(std::move(steps)) {}
+  explicit PreTokenizerSequence(std::vector<std::unique_ptr<PreTokenizer>> steps) : steps_(std::move(steps)) {}
   void split(std::string_view text, bool at_text_start, WordSink emit) const override {
     run(0, text, at_text_start, emit);
   }
@@ -200,14 +200,14 @@ std::unique_ptr<PreTokenizer> make_pre_tokenizer(const JsonAt& spec) {
     std::vector<std::unique_ptr<PreTokenizer>> steps;
     steps.push_back(std::make_unique<CharClassSplit>(unicode::is_whitespace, SplitBehavior::Removed));
     steps.push_back(std::make_unique<CharClassSplit>(unicode::is_punctuation, SplitBehavior::Isolated));
-    return std::make_unique<Sequence>(std::move(steps));
+    return std::make_unique<PreTokenizerSequence>(std::move(steps));
   }
   if (type == "Sequence") {
     const JsonAt list = spec.at("pretokenizers");
     std::vector<std::unique_ptr<PreTokenizer>> steps;
     for (size_t i = 0; i < list.size(); ++i)
       if (auto p = make_pre_tokenizer(list.at(i))) steps.push_back(std::move(p));
-    return std::make_unique<Sequence>(std::move(steps));
+    return std::make_unique<PreTokenizerSequence>(std::move(steps));
   }
   spec.at("type").unsupported("unknown pre-tokenizer type '" + type + "'");
 }

@@ -16,12 +16,12 @@ namespace lathe {
 namespace {
 using namespace testing_cuda;
 
-struct Case {
+struct BatchedCase {
   std::string model;
   DType act = DType::F32;
 };
 
-std::string case_name(const ::testing::TestParamInfo<Case>& i) {
+std::string case_name(const ::testing::TestParamInfo<BatchedCase>& i) {
   std::string s = i.param.model + (i.param.act == DType::BF16 ? "_bf16act" : "_f32act");
   std::replace(s.begin(), s.end(), '-', '_');
   return s;
@@ -31,7 +31,7 @@ std::vector<int32_t> part(const std::vector<int32_t>& v, size_t a, size_t b) {
   return {v.begin() + static_cast<std::ptrdiff_t>(a), v.begin() + static_cast<std::ptrdiff_t>(std::min(b, v.size()))};
 }
 
-class CudaBatched : public ::testing::TestWithParam<Case> {};
+class CudaBatched : public ::testing::TestWithParam<BatchedCase> {};
 
 TEST_P(CudaBatched, MixedRowsEqualSoloForwards) {
   LATHE_REQUIRE_GPU();
@@ -162,10 +162,12 @@ TEST(CudaDeviceSampler, GreedyRowsMatchTheHostSampler) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaBatched,
-                         ::testing::Values(Case{"llama-q4g64"}, Case{"qwen3-bf16"}, Case{"qwen3-q4g64"},
-                                           Case{"gemma3-q4g64"}, Case{"gemma4-bf16"}, Case{"gemma4moe-q4g64"},
-                                           Case{"qwen3_5-q4g64"}, Case{"qwen3-q4g64", DType::BF16},
-                                           Case{"gemma3-q4g64", DType::BF16}, Case{"qwen3_5-bf16", DType::BF16}),
+                         ::testing::Values(BatchedCase{"llama-q4g64"}, BatchedCase{"qwen3-bf16"},
+                                           BatchedCase{"qwen3-q4g64"}, BatchedCase{"gemma3-q4g64"},
+                                           BatchedCase{"gemma4-bf16"}, BatchedCase{"gemma4moe-q4g64"},
+                                           BatchedCase{"qwen3_5-q4g64"}, BatchedCase{"qwen3-q4g64", DType::BF16},
+                                           BatchedCase{"gemma3-q4g64", DType::BF16},
+                                           BatchedCase{"qwen3_5-bf16", DType::BF16}),
                          case_name);
 
 }  // namespace

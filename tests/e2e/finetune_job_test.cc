@@ -15,21 +15,12 @@
 #include "jobs/event_log.h"
 #include "jobs/job_runner.h"
 #include "support/fixtures.h"
+#include "support/job_test_util.h"
 
 namespace lathe::jobs {
 namespace {
 
 namespace fs = std::filesystem;
-
-JobRow wait_terminal(JobStore& s, const std::string& id, int timeout_ms = 60000) {
-  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
-  while (std::chrono::steady_clock::now() < until) {
-    const JobRow r = *s.get(id);
-    if (is_terminal(r.status)) return r;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  return *s.get(id);
-}
 
 TEST(FinetuneJob, RunsToDoneAndAZombieResumesFromItsCheckpoint) {
   const fs::path root = fs::temp_directory_path() / ("lathe_finetune_job_" + std::to_string(::getpid()));

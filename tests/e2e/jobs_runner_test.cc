@@ -10,6 +10,7 @@
 #include "common/error.h"
 #include "jobs/event_log.h"
 #include "jobs/job_runner.h"
+#include "support/job_test_util.h"
 
 namespace lathe::jobs {
 namespace {
@@ -26,16 +27,6 @@ struct TempDir {
 };
 
 RunnerOptions options(const TempDir& d) { return {d.path.string(), LATHE_BINARY, 500}; }
-
-JobRow wait_terminal(JobStore& s, const std::string& id, int timeout_ms = 30000) {
-  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
-  while (std::chrono::steady_clock::now() < until) {
-    const JobRow r = *s.get(id);
-    if (is_terminal(r.status)) return r;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  return *s.get(id);
-}
 
 std::vector<std::string> types(const std::vector<json>& events) {
   std::vector<std::string> t;

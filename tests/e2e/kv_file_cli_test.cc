@@ -18,31 +18,19 @@
 #include <nlohmann/json.hpp>
 
 #include "cache/kv_file.h"
+#include "support/cli_run.h"
 #include "support/fixtures.h"
 #include "support/kv_test_util.h"
 
 namespace lathe {
 namespace {
 
-namespace fs = std::filesystem;
-
-struct Output {
-  std::string out;
-  int status;
-};
-
-Output lathe_cmd(const std::string& args) {
-  const std::string cmd = std::string(LATHE_BINARY) + " --log-level error " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  Output o{"", -1};
-  if (!p) return o;
-  std::array<char, 4096> buf{};
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) o.out.append(buf.data(), n);
-  const int st = pclose(p);
-  o.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return o;
+// The binary at error log level, stderr merged (the tests read its refusals).
+testutil::CliOutput lathe_cmd(const std::string& args) {
+  return testutil::run_lathe("--log-level error " + args, true);
 }
+
+namespace fs = std::filesystem;
 
 std::string ids_arg(const std::vector<int32_t>& ids) {
   std::string s;
@@ -54,7 +42,7 @@ std::string ids_arg(const std::vector<int32_t>& ids) {
 }
 
 nlohmann::json run_json(const std::string& args) {
-  const Output o = lathe_cmd("run " + args + " --json");
+  const testutil::CliOutput o = lathe_cmd("run " + args + " --json");
   EXPECT_EQ(o.status, 0) << o.out;
   const size_t brace = o.out.rfind("\n{");
   return nlohmann::json::parse(o.out.substr(brace == std::string::npos ? 0 : brace + 1));
@@ -80,7 +68,8 @@ TEST(KvFileCli, LoadKvGeneratesWhatAColdRunGenerates) {
   }
   // A file from another model is refused with the field named.
   run_json("--ids 1,2,3,4 --model " + test::model_dir("qwen3-bf16") + " --save-kv " + file);
-  const Output o = lathe_cmd("run --ids 1,2,3,4,5 --model " + test::model_dir("qwen3-q8g32") + " --load-kv " + file);
+  const testutil::CliOutput o =
+      lathe_cmd("run --ids 1,2,3,4,5 --model " + test::model_dir("qwen3-q8g32") + " --load-kv " + file);
   EXPECT_EQ(o.status, 2);
   EXPECT_NE(o.out.find("belongs elsewhere"), std::string::npos) << o.out;
 }
@@ -105,7 +94,7 @@ TEST(KvFileCli, AFileSavedUnderAdaptersLoadsOnlyUnderTheSameContent) {
   EXPECT_EQ(warm["kv_restored_tokens"], 30);
   EXPECT_EQ(warm["generated"], cold["generated"]);
   for (const std::string& other : {std::string(), " --adapter " + adapters + "qwen3-beta"}) {
-    const Output o = lathe_cmd("run --ids " + ids_arg(ids) + m + other + " --load-kv " + file);
+    const testutil::CliOutput o = lathe_cmd("run --ids " + ids_arg(ids) + m + other + " --load-kv " + file);
     EXPECT_EQ(o.status, 2) << other << o.out;
     EXPECT_NE(o.out.find("belongs elsewhere: ns:"), std::string::npos) << o.out;
   }
@@ -121,7 +110,7 @@ TEST(KvFileCli, CacheLsVerifyClear) {
   kvtest::write_bytes(base + "/three.lkv.tmp", {1});
   kvtest::write_bytes(dir.path + "/unrelated.txt", {1});
 
-  Output ls = lathe_cmd("cache ls --dir " + dir.path + " --json");
+  testutil::CliOutput ls = lathe_cmd("cache ls --dir " + dir.path + " --json");
   ASSERT_EQ(ls.status, 0) << ls.out;
   nlohmann::json j = nlohmann::json::parse(ls.out);
   ASSERT_EQ(j["files"].size(), 3u);
@@ -132,7 +121,7 @@ TEST(KvFileCli, CacheLsVerifyClear) {
   b[b.size() - 1] ^= 0x40;  // the last tensor's last byte
   kvtest::write_bytes(base + "/two.lkv", b);
   EXPECT_EQ(lathe_cmd("cache ls --dir " + dir.path).status, 0);  // ls reads headers only
-  Output v = lathe_cmd("cache verify --dir " + dir.path);
+  testutil::CliOutput v = lathe_cmd("cache verify --dir " + dir.path);
   EXPECT_EQ(v.status, 1);
   EXPECT_NE(v.out.find("tensor hash mismatch"), std::string::npos) << v.out;
   EXPECT_EQ(lathe_cmd("cache verify --dir " + dir.path + " --delete-invalid").status, 1);

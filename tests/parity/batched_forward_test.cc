@@ -15,12 +15,12 @@
 namespace lathe {
 namespace {
 
-struct Case {
+struct BatchedCase {
   std::string model;
   int kv_bits = 0;
 };
 
-std::string case_name(const ::testing::TestParamInfo<Case>& info) {
+std::string case_name(const ::testing::TestParamInfo<BatchedCase>& info) {
   std::string n = info.param.model + (info.param.kv_bits ? "_kv" + std::to_string(info.param.kv_bits) : "");
   std::replace(n.begin(), n.end(), '-', '_');
   return n;
@@ -40,7 +40,7 @@ std::vector<float> row_of(const Tensor& logits, int64_t row) {
           all.begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(row + 1) * V)};
 }
 
-class BatchedForward : public ::testing::TestWithParam<Case> {
+class BatchedForward : public ::testing::TestWithParam<BatchedCase> {
  protected:
   void SetUp() override {
     model_ = load_model(testing::fixture_dir(GetParam().model));
@@ -164,9 +164,10 @@ TEST_P(BatchedForward, BadBatchesAreRejected) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, BatchedForward,
-                         ::testing::Values(Case{"llama-bf16"}, Case{"qwen3-bf16"}, Case{"gemma3-bf16"},
-                                           Case{"gemma4-bf16"}, Case{"gemma4moe-bf16"}, Case{"qwen3_5-bf16"},
-                                           Case{"qwen3-q4g64", 8}, Case{"gemma3-q4g64", 4}),
+                         ::testing::Values(BatchedCase{"llama-bf16"}, BatchedCase{"qwen3-bf16"},
+                                           BatchedCase{"gemma3-bf16"}, BatchedCase{"gemma4-bf16"},
+                                           BatchedCase{"gemma4moe-bf16"}, BatchedCase{"qwen3_5-bf16"},
+                                           BatchedCase{"qwen3-q4g64", 8}, BatchedCase{"gemma3-q4g64", 4}),
                          case_name);
 
 }  // namespace

@@ -2,7 +2,7 @@
 // f32 path on the quantized fixtures: next-token KL divergence and top-1 agreement over the `long` prompt
 // (40 positions; the first 20 by prefill, the rest one decode step at a time), and the greedy continuation of
 // the `chat` prompt. The tiny random fixtures have many near-tied logits, so top-1 is judged on the positions
-// whose exact top-1 leads by kTieMargin, and greedy must agree up to the first near-tie. Prints the figures
+// whose exact top-1 leads by kInt8TieMargin, and greedy must agree up to the first near-tie. Prints the figures
 // quoted in docs/benchmarks.md ("CPU: quality of the default path"). qwen3_5 (Gated DeltaNet layers) stays on
 // the exact kernels by default (model/weights.cc), so it must match exactly.
 #include <algorithm>
@@ -14,21 +14,14 @@
 
 #include "common/fixture_reference.h"
 #include "model/model.h"
+#include "support/test_util.h"
 
 namespace lathe {
 namespace {
 
-constexpr float kTieMargin = 5e-2f;
+using testutil::log_softmax;
 
-std::vector<double> log_softmax(const float* x, int64_t n) {
-  double mx = x[0];
-  for (int64_t i = 1; i < n; ++i) mx = std::max(mx, static_cast<double>(x[i]));
-  double sum = 0;
-  for (int64_t i = 0; i < n; ++i) sum += std::exp(x[i] - mx);
-  std::vector<double> out(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) out[static_cast<size_t>(i)] = x[i] - mx - std::log(sum);
-  return out;
-}
+constexpr float kInt8TieMargin = 5e-2f;
 
 Tensor prefill_then_decode(Model& m, const std::vector<int32_t>& ids) {
   CacheList caches = m.make_cache();
@@ -55,7 +48,7 @@ Greedy greedy_agreement(Model& exact, Model& fast, const std::vector<int32_t>& p
   for (int s = 0; s < steps; ++s) {
     std::vector<float> top(le);
     std::partial_sort(top.begin(), top.begin() + 2, top.end(), std::greater<float>());
-    if (top[0] - top[1] < kTieMargin) break;  // beyond a near-tie the continuations may fairly part
+    if (top[0] - top[1] < kInt8TieMargin) break;  // beyond a near-tie the continuations may fairly part
     ++g.decided;
     const int32_t te = argmax(le), tf = argmax(lf);
     if (te != tf) break;
@@ -90,7 +83,7 @@ TEST_P(CpuInt8Quality, KlTop1AndGreedyAgainstExact) {
     const float* gg = g.data() + t * V;
     std::vector<float> top(rr, rr + V);
     std::partial_sort(top.begin(), top.begin() + 2, top.end(), std::greater<float>());
-    if (top[0] - top[1] < kTieMargin) continue;
+    if (top[0] - top[1] < kInt8TieMargin) continue;
     ++decided;
     agree += (std::max_element(rr, rr + V) - rr) == (std::max_element(gg, gg + V) - gg) ? 1 : 0;
   }

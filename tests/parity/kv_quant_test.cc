@@ -2,7 +2,7 @@
 // divergence of the quantized-KV logits from the f32-KV logits at every position, and top-1 agreement, for
 // 4- and 8-bit KV with group sizes 32 and 64 (8-bit must agree on ≥ 99% of positions). Also prints the KV bytes
 // per token of each cache kind (docs/benchmarks.md, "KV cache kinds"). Top-1 agreement is reported over all
-// positions and over the positions whose reference top-1 is not a near-tie (see kTieMargin).
+// positions and over the positions whose reference top-1 is not a near-tie (see kKvQuantTieMargin).
 #include <cmath>
 #include <cstdio>
 #include <functional>
@@ -14,13 +14,16 @@
 #include "cache/ssm_cache.h"
 #include "common/fixture_reference.h"
 #include "model/model.h"
+#include "support/test_util.h"
 
 namespace lathe {
 namespace {
 
+using testutil::log_softmax;
+
 // The tiny random fixtures have many near-tied top-2 logits; a position counts as decided when the reference's
 // top-1 leads by at least this much (8-bit KV moves logits by ~1e-3 here).
-constexpr float kTieMargin = 1e-2f;
+constexpr float kKvQuantTieMargin = 1e-2f;
 
 struct KvQuality {
   double mean_kl = 0, max_kl = 0, top1 = 0;
@@ -29,16 +32,6 @@ struct KvQuality {
     return decided ? static_cast<double>(decided_agree) / static_cast<double>(decided) : 1.0;
   }
 };
-
-std::vector<double> log_softmax(const float* x, int64_t n) {
-  double mx = x[0];
-  for (int64_t i = 1; i < n; ++i) mx = std::max(mx, static_cast<double>(x[i]));
-  double sum = 0;
-  for (int64_t i = 0; i < n; ++i) sum += std::exp(x[i] - mx);
-  std::vector<double> out(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) out[static_cast<size_t>(i)] = x[i] - mx - std::log(sum);
-  return out;
-}
 
 KvQuality compare(const Tensor& ref, const Tensor& got) {
   const std::vector<float> r = ref.to_floats(), g = got.to_floats();
@@ -56,7 +49,7 @@ KvQuality compare(const Tensor& ref, const Tensor& got) {
     const bool agree = std::max_element(rr, rr + V) == rr + (std::max_element(gg, gg + V) - gg);
     std::vector<float> top(rr, rr + V);
     std::partial_sort(top.begin(), top.begin() + 2, top.end(), std::greater<float>());
-    const bool decided = top[0] - top[1] >= kTieMargin;
+    const bool decided = top[0] - top[1] >= kKvQuantTieMargin;
     q.top1 += agree ? 1.0 / static_cast<double>(T) : 0.0;
     q.decided += decided ? 1 : 0;
     q.decided_agree += decided && agree ? 1 : 0;

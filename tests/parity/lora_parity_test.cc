@@ -17,16 +17,16 @@ namespace {
 
 std::string adapters_dir(const std::string& name) { return test::fixtures_dir() + "/adapters/" + name; }
 
-struct Case {
+struct LoraCase {
   std::string arch;                   // qwen3 / gemma3
   std::vector<std::string> adapters;  // stacked in order
   std::string reference;              // logits_chat_<reference>
 };
 
-class LoraParity : public ::testing::TestWithParam<Case> {};
+class LoraParity : public ::testing::TestWithParam<LoraCase> {};
 
 TEST_P(LoraParity, RunWithAdaptersMatchesReference) {
-  const Case& c = GetParam();
+  const LoraCase& c = GetParam();
   const auto ref = nlohmann::json::parse(read_text_file(adapters_dir(c.arch + "-reference") + "/reference.json"));
   const auto refs = SafetensorsFile::open(adapters_dir(c.arch + "-reference") + "/reference.safetensors");
   const std::string base = ref["base"].get<std::string>();
@@ -51,12 +51,12 @@ TEST_P(LoraParity, RunWithAdaptersMatchesReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, LoraParity,
-                         ::testing::Values(Case{"qwen3", {"alpha"}, "alpha"}, Case{"qwen3", {"beta"}, "beta"},
-                                           Case{"qwen3", {"alpha", "beta"}, "alpha+beta"},
-                                           Case{"qwen3", {"alpha-peft"}, "alpha"}, Case{"gemma3", {"alpha"}, "alpha"},
-                                           Case{"gemma3", {"beta"}, "beta"},
-                                           Case{"gemma3", {"alpha", "beta"}, "alpha+beta"},
-                                           Case{"gemma3", {"alpha-peft"}, "alpha"}),
+                         ::testing::Values(LoraCase{"qwen3", {"alpha"}, "alpha"}, LoraCase{"qwen3", {"beta"}, "beta"},
+                                           LoraCase{"qwen3", {"alpha", "beta"}, "alpha+beta"},
+                                           LoraCase{"qwen3", {"alpha-peft"}, "alpha"},
+                                           LoraCase{"gemma3", {"alpha"}, "alpha"}, LoraCase{"gemma3", {"beta"}, "beta"},
+                                           LoraCase{"gemma3", {"alpha", "beta"}, "alpha+beta"},
+                                           LoraCase{"gemma3", {"alpha-peft"}, "alpha"}),
                          [](const auto& info) {
                            std::string n = info.param.arch;
                            for (const auto& a : info.param.adapters) n += "_" + a;

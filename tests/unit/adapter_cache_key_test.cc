@@ -89,7 +89,7 @@ TEST_F(AdapterCacheKeyTest, TheKeyIsTheContentNeverTheId) {
   EXPECT_NE(cache_namespace("", "tenant"), cache_namespace(alpha, "tenant"));
 }
 
-struct Recorder : SequenceSink {
+struct KeyRecorder : SequenceSink {
   std::vector<int32_t> ids;
   std::optional<GenerateResult> result;
   void on_token(const GeneratedToken& t) override {
@@ -127,7 +127,7 @@ TEST_F(AdapterCacheKeyTest, AnSsdEntryServesTheSameAdapterUnderAnotherMountAndNo
       const lora::Selection sel = m->resolve(spec);
       if (sel.slot >= 0) opt.adapters = std::make_shared<const lora::ForwardContext>(sel.context());
     }
-    auto rec = std::make_shared<Recorder>();
+    auto rec = std::make_shared<KeyRecorder>();
     s.add(prompt, opt, rec);
     for (int i = 0; i < 10000 && !s.idle(); ++i) s.step();
     EXPECT_TRUE(rec->result) << "the request finished: " << rec->error;

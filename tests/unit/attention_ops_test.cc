@@ -6,18 +6,13 @@
 
 #include "common/error.h"
 #include "model/layers/rope.h"
+#include "support/test_util.h"
 #include "tensor/ops.h"
 
 namespace lathe {
 namespace {
 
-std::vector<float> random_floats(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(0.f, 1.f);
-  std::vector<float> v(n);
-  for (auto& x : v) x = d(rng);
-  return v;
-}
+using testutil::random_floats;
 
 // Naive attention with explicit positions for reference.
 std::vector<float> naive(const std::vector<float>& q, const std::vector<float>& k, const std::vector<float>& v,

@@ -9,6 +9,7 @@
 #include <random>
 
 #include "quant/affine.h"
+#include "support/test_util.h"
 #include "tensor/cpu/cpu_features.h"
 #include "tensor/cpu/packed_quant.h"
 #include "tensor/ops.h"
@@ -16,15 +17,9 @@
 namespace lathe {
 namespace {
 
-std::vector<float> random_floats(size_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(0.f, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) x = d(rng);
-  return v;
-}
+using testutil::random_floats;
 
-struct Case {
+struct CpuInt8MatmulCase {
   int bits, group;
   int64_t K;
 };
@@ -38,7 +33,7 @@ class IsaScope {
   cpu::Isa saved_;
 };
 
-class Int8Matmul : public ::testing::TestWithParam<Case> {
+class Int8Matmul : public ::testing::TestWithParam<CpuInt8MatmulCase> {
  protected:
   void SetUp() override {
     const auto [bits, group, K] = GetParam();
@@ -113,8 +108,9 @@ TEST_P(Int8Matmul, ScalarAndAvx2Agree) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, Int8Matmul,
-                         ::testing::Values(Case{4, 32, 256}, Case{4, 64, 320}, Case{4, 128, 384}, Case{8, 32, 256},
-                                           Case{8, 64, 320}, Case{8, 128, 384}),
+                         ::testing::Values(CpuInt8MatmulCase{4, 32, 256}, CpuInt8MatmulCase{4, 64, 320},
+                                           CpuInt8MatmulCase{4, 128, 384}, CpuInt8MatmulCase{8, 32, 256},
+                                           CpuInt8MatmulCase{8, 64, 320}, CpuInt8MatmulCase{8, 128, 384}),
                          [](const auto& info) {
                            return std::to_string(info.param.bits) + "bit_g" + std::to_string(info.param.group);
                          });

@@ -21,18 +21,18 @@ namespace {
 
 using ojson = nlohmann::ordered_json;
 
-struct Case {
+struct GrammarFastCheckCase {
   std::string name;
   std::shared_ptr<const Grammar> g;
   ConstraintOptions opt;
 };
 
-std::vector<Case> cases(const Tokenizer& tok, const TokenTrie& trie) {
+std::vector<GrammarFastCheckCase> cases(const Tokenizer& tok, const TokenTrie& trie) {
   const int32_t eos = *tok.token_to_id("<|im_end|>");
   auto schema = [](const char* s) {
     return std::make_shared<const Grammar>(parse_gbnf(json_schema_to_gbnf(ojson::parse(s), "s")));
   };
-  std::vector<Case> out;
+  std::vector<GrammarFastCheckCase> out;
   out.push_back({"nested schema",
                  schema(R"({"type":"object","properties":{"name":{"type":"string"},"age":{"type":"integer"},
                    "tags":{"type":"array","items":{"type":"string"}},"address":{"type":"object","properties":{
@@ -53,9 +53,10 @@ item ::= "x" | "yz" | [A-Z] [A-Za-z ]*
                  {{eos}, {}, -1}});
   // A special token the grammar names by its text, and EOS that is allowed only at the end.
   const int32_t call = trie.special_id("<tool_call>");
-  Case tools{"special tokens",
-             std::make_shared<const Grammar>(parse_gbnf(R"(root ::= "<tool_call>" "{\"n\": " [0-9]{1,3} "}")")),
-             {{eos}, {}, -1}};
+  GrammarFastCheckCase tools{
+      "special tokens",
+      std::make_shared<const Grammar>(parse_gbnf(R"(root ::= "<tool_call>" "{\"n\": " [0-9]{1,3} "}")")),
+      {{eos}, {}, -1}};
   if (call >= 0) tools.opt.allowed_special.push_back(call);
   out.push_back(tools);
   return out;
@@ -67,7 +68,7 @@ TEST(GrammarFastCheck, MatchesTheFullMaskOnRandomStates) {
   const size_t vocab = tok.vocab_size();
   std::mt19937 rng(1234);
   size_t states = 0, checked = 0;
-  for (const Case& c : cases(tok, *trie)) {
+  for (const GrammarFastCheckCase& c : cases(tok, *trie)) {
     TokenTables tables(*c.g, *trie);  // shared by the walks of one grammar, as by the requests of one schema
     for (int walk = 0; walk < 3; ++walk) {
       StackSet s = StackSet::start(*c.g);
@@ -135,7 +136,7 @@ TEST(GrammarFastCheck, GreedyPicksTheSameTokensWithAndWithoutTheMask) {
   const size_t vocab = tok.vocab_size();
   std::mt19937 rng(99);
   size_t fast_steps = 0;
-  for (const Case& c : cases(tok, *trie)) {
+  for (const GrammarFastCheckCase& c : cases(tok, *trie)) {
     auto constraint = std::make_shared<GrammarConstraint>(c.g, trie, c.opt);
     SamplingParams p;
     p.constraint = constraint;

@@ -27,18 +27,18 @@ using kvtest::read_bytes;
 using kvtest::TempDir;
 using kvtest::write_bytes;
 
-struct Case {
+struct KvFileCase {
   std::string model;
   int kv_bits;
 };
 
-std::vector<Case> all_cases() {
-  std::vector<Case> out;
+std::vector<KvFileCase> all_cases() {
+  std::vector<KvFileCase> out;
   for (const auto& d : fs::directory_iterator(test::fixtures_dir() + "/models")) {
     if (!fs::exists(d.path() / "reference.json")) continue;
     for (int bits : {0, 8}) out.push_back({d.path().filename().string(), bits});
   }
-  std::sort(out.begin(), out.end(), [](const Case& a, const Case& b) {
+  std::sort(out.begin(), out.end(), [](const KvFileCase& a, const KvFileCase& b) {
     return a.model != b.model ? a.model < b.model : a.kv_bits < b.kv_bits;
   });
   return out;
@@ -46,14 +46,14 @@ std::vector<Case> all_cases() {
 
 std::vector<std::string> all_models() {
   std::vector<std::string> out;
-  for (const Case& c : all_cases())
+  for (const KvFileCase& c : all_cases())
     if (out.empty() || out.back() != c.model) out.push_back(c.model);
   return out;
 }
 
 // Prefill past the sliding window (rings wrap), decode a few tokens, save; load into fresh caches and decode
 // the same continuation on both.
-void round_trip(const Case& c) {
+void round_trip(const KvFileCase& c) {
   auto model = load_model(testing::fixture_dir(c.model));
   const std::vector<int32_t> ids = testing::Reference::load(c.model).prompt("long");
   CacheOptions opts;
@@ -120,7 +120,7 @@ INSTANTIATE_TEST_SUITE_P(FixtureModels, KvFileRoundTrip, ::testing::ValuesIn(all
 
 TEST(KvFile, EveryCacheKindIsCovered) {
   std::set<std::string> kinds;
-  for (const Case& c : all_cases()) {
+  for (const KvFileCase& c : all_cases()) {
     TempDir dir;
     auto model = load_model(testing::fixture_dir(c.model));
     CacheOptions opts;

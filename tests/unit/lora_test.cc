@@ -14,6 +14,7 @@
 #include "lora/batch_scope.h"
 #include "model/model.h"
 #include "support/fixtures.h"
+#include "support/test_dir.h"
 #include "tensor/ops.h"
 
 namespace lathe {
@@ -23,16 +24,9 @@ namespace fs = std::filesystem;
 std::string adapters_dir(const std::string& name) { return test::fixtures_dir() + "/adapters/" + name; }
 
 // A scratch directory per test, removed at the end.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    path = fs::temp_directory_path() / ("lathe_lora_" + std::to_string(::getpid()) + "_" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string str() const { return path.string(); }
+// A per-test directory under the temp dir.
+struct ScratchDir : testutil::TestDir {
+  ScratchDir() : TestDir("lora") {}
 };
 
 void write_text(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
@@ -96,7 +90,7 @@ TEST(LoraFiles, MlxAndPeftLayoutsGiveTheSameFactors) {
 }
 
 TEST(LoraFiles, PeftScaleRsLoraAndPatterns) {
-  TempDir t;
+  ScratchDir t;
   const std::string d = t.str() + "/p";
   fs::create_directories(d);
   write_text(d + "/adapter_config.json",
@@ -117,7 +111,7 @@ TEST(LoraFiles, PeftScaleRsLoraAndPatterns) {
 }
 
 TEST(LoraFiles, HalfPairTransposedAndCorruptFilesAreSpecificErrors) {
-  TempDir t;
+  ScratchDir t;
   write_mlx(t.str() + "/half", {{"model.layers.0.self_attn.q_proj.lora_a", {64, 4}}}, 4);
   try {
     lora::read_adapter(t.str() + "/half");
@@ -174,7 +168,7 @@ TEST(LoraManager, MountValidatesAgainstTheBaseAllOrNothing) {
     EXPECT_NE(std::string(e.what()).find("another base model"), std::string::npos) << e.what();
   }
   // Right layers, wrong shapes: the message names the module and both shapes.
-  TempDir t;
+  ScratchDir t;
   write_mlx(t.str() + "/wide",
             {{"model.layers.0.self_attn.q_proj.lora_a", {64, 4}},
              {"model.layers.0.self_attn.q_proj.lora_b", {4, 64}},

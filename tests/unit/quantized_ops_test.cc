@@ -9,18 +9,13 @@
 #include "common/error.h"
 
 #include "quant/affine.h"
+#include "support/test_util.h"
 #include "tensor/ops.h"
 
 namespace lathe {
 namespace {
 
-std::vector<float> random_floats(size_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(0.f, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) x = d(rng);
-  return v;
-}
+using testutil::random_floats;
 
 // f32 accumulation in a different order than the double reference: a bound relative to Σ|x·w|.
 double tolerance(const float* x, const float* w, int64_t K) {
@@ -29,12 +24,12 @@ double tolerance(const float* x, const float* w, int64_t K) {
   return 2e-6 * mag + 1e-6;
 }
 
-struct Case {
+struct QuantizedOpsCase {
   int bits, group;
   int64_t K;
 };
 
-class QuantizedMatmul : public ::testing::TestWithParam<Case> {};
+class QuantizedMatmul : public ::testing::TestWithParam<QuantizedOpsCase> {};
 
 TEST_P(QuantizedMatmul, MatchesDequantizedReference) {
   const auto [bits, group, K] = GetParam();
@@ -63,9 +58,11 @@ TEST_P(QuantizedMatmul, MatchesDequantizedReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllLayouts, QuantizedMatmul,
-                         ::testing::Values(Case{2, 32, 256}, Case{2, 64, 192}, Case{2, 128, 384}, Case{4, 32, 96},
-                                           Case{4, 32, 256}, Case{4, 64, 320}, Case{4, 128, 512}, Case{8, 32, 96},
-                                           Case{8, 64, 192}, Case{8, 128, 256}),
+                         ::testing::Values(QuantizedOpsCase{2, 32, 256}, QuantizedOpsCase{2, 64, 192},
+                                           QuantizedOpsCase{2, 128, 384}, QuantizedOpsCase{4, 32, 96},
+                                           QuantizedOpsCase{4, 32, 256}, QuantizedOpsCase{4, 64, 320},
+                                           QuantizedOpsCase{4, 128, 512}, QuantizedOpsCase{8, 32, 96},
+                                           QuantizedOpsCase{8, 64, 192}, QuantizedOpsCase{8, 128, 256}),
                          [](const auto& info) {
                            char name[64];
                            std::snprintf(name, sizeof name, "b%d_g%d_k%ld", info.param.bits, info.param.group,

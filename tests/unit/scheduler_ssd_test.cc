@@ -9,22 +9,13 @@
 #include "engine/scheduler.h"
 #include "support/fixtures.h"
 #include "support/kv_test_util.h"
+#include "support/sequence_recorder.h"
 
 namespace lathe {
 namespace {
 
 namespace fs = std::filesystem;
-
-struct Recorder : SequenceSink {
-  std::vector<int32_t> ids;
-  std::optional<GenerateResult> result;
-  std::exception_ptr error;
-  void on_token(const GeneratedToken& t) override {
-    if (t.id >= 0) ids.push_back(t.id);
-  }
-  void on_finish(GenerateResult r) override { result = std::move(r); }
-  void on_error(std::exception_ptr e) override { error = e; }
-};
+using testutil::Recorder;
 
 class SchedulerSsdTest : public ::testing::Test {
  protected:

@@ -10,27 +10,12 @@
 
 #include "engine/scheduler.h"
 #include "support/fixtures.h"
+#include "support/sequence_recorder.h"
 
 namespace lathe {
 namespace {
 
-struct Recorder : SequenceSink {
-  std::vector<int32_t> ids;
-  std::vector<float> logprobs;
-  std::string text;
-  std::optional<GenerateResult> result;
-  std::exception_ptr error;
-  void on_token(const GeneratedToken& t) override {
-    if (t.id >= 0) {
-      ids.push_back(t.id);
-      logprobs.push_back(t.sample.logprob);
-    }
-    text += t.text;
-  }
-  void on_finish(GenerateResult r) override { result = std::move(r); }
-  void on_error(std::exception_ptr e) override { error = e; }
-  bool done() const { return result.has_value() || error; }
-};
+using testutil::Recorder;
 
 struct Req {
   std::vector<int32_t> prompt;

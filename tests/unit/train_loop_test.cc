@@ -26,6 +26,7 @@
 #include "lab/train/train_losses.h"
 #include "lab/train/trainer.h"
 #include "lora/adapter_file.h"
+#include "support/test_dir.h"
 #include "train_test_engine.h"
 
 namespace lathe {
@@ -59,16 +60,9 @@ train::TextCodec test_codec() {
   return c;
 }
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    path = fs::temp_directory_path() / ("lathe_train_" + std::to_string(::getpid()) + "_" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string str(const std::string& sub = "") const { return (path / sub).string(); }
+// A per-test directory under the temp dir.
+struct ScratchDir : testutil::TestDir {
+  ScratchDir() : TestDir("train") {}
 };
 
 void write_lines(const std::string& path, const std::vector<std::string>& lines) {
@@ -133,7 +127,7 @@ TEST(TrainData, TruncatesSftOnTheRightAndPreferenceOnTheLeft) {
 }
 
 TEST(TrainData, BadRowsNameFileAndLine) {
-  TempDir d;
+  ScratchDir d;
   write_lines(d.str("train.jsonl"), {R"({"text": "ok"})", "", R"({"prompt": "no completion"})"});
   try {
     train::load_jsonl(d.str("train.jsonl"), test_codec(), 512, false);
@@ -337,7 +331,7 @@ TEST(TrainLoraInit, UniformAZeroBTargetsAndLastLayers) {
 // ---------------------------------------------------------------- adapter folder
 
 TEST(TrainAdapter, RoundTripsThroughTheAdapterReader) {
-  TempDir d;
+  ScratchDir d;
   lora::LinearSites sites;
   sites.add("model.layers.0.self_attn.q_proj", 6, 10);
   sites.add("model.layers.0.mlp.up_proj", 12, 10);
@@ -371,7 +365,7 @@ TEST(TrainAdapter, RoundTripsThroughTheAdapterReader) {
 // rsLoRA (scale / sqrt(rank)) and plain: the written adapter reloads through the server's loader with the scale it
 // was trained with, read as mlx-lm (lora_parameters.scale) and, for PEFT tools, from r / lora_alpha / use_rslora.
 TEST(TrainAdapter, RsLoraReloadsWithTheTrainedScale) {
-  TempDir d;
+  ScratchDir d;
   lora::LinearSites sites;
   sites.add("model.layers.0.self_attn.q_proj", 6, 10);
   sites.add("model.layers.0.mlp.down_proj", 10, 12);
@@ -475,7 +469,7 @@ void write_pref_task(const std::string& dir) {
   write_lines(dir + "/valid.jsonl", {rows[0], rows[1], rows[2]});
 }
 
-train::TrainConfig loop_config(const TempDir& d, train::Method method) {
+train::TrainConfig loop_config(const ScratchDir& d, train::Method method) {
   train::TrainConfig c;
   c.model_dir = "bigram";
   c.data_dir = d.str("data");
@@ -512,7 +506,7 @@ LoopRun run_loop(const train::TrainConfig& c, const train::TrainHooks& hooks = {
 }
 
 TEST(TrainLoop, SftLearnsTheTaughtAnswerAndWritesItsOutputs) {
-  TempDir d;
+  ScratchDir d;
   fs::create_directories(d.str("data"));
   write_sft_task(d.str("data"));
   const LoopRun r = run_loop(loop_config(d, train::Method::Sft));
@@ -542,7 +536,7 @@ TEST(TrainLoop, SftLearnsTheTaughtAnswerAndWritesItsOutputs) {
 
 TEST(TrainLoop, DpoAndOrpoMoveTheMarginTheRightWay) {
   for (const auto method : {train::Method::Dpo, train::Method::Orpo}) {
-    TempDir d;
+    ScratchDir d;
     fs::create_directories(d.str("data"));
     write_pref_task(d.str("data"));
     auto c = loop_config(d, method);
@@ -555,7 +549,7 @@ TEST(TrainLoop, DpoAndOrpoMoveTheMarginTheRightWay) {
 }
 
 TEST(TrainLoop, GradientAccumulationAveragesMicroBatches) {
-  TempDir d;
+  ScratchDir d;
   fs::create_directories(d.str("data"));
   write_sft_task(d.str("data"));
   // One step of batch 1 with k = 2 applies the mean of the two micro-batches' gradients: compare with the
@@ -588,7 +582,7 @@ TEST(TrainLoop, GradientAccumulationAveragesMicroBatches) {
 TEST(TrainLoop, ResumeFromACheckpointIsBitIdentical) {
   for (const double p : {0.0, 0.5}) {
     SCOPED_TRACE("lora_dropout " + std::to_string(p));
-    TempDir d;
+    ScratchDir d;
     fs::create_directories(d.str("data"));
     write_sft_task(d.str("data"));
     auto c = loop_config(d, train::Method::Sft);
@@ -625,7 +619,7 @@ std::vector<double> train_losses(const LoopRun& r) {
 }
 
 TEST(TrainLoop, LoraDropoutIsSeededAndLeavesValidationAlone) {
-  TempDir d;
+  ScratchDir d;
   fs::create_directories(d.str("data"));
   write_sft_task(d.str("data"));
   auto c = loop_config(d, train::Method::Sft);
@@ -657,7 +651,7 @@ TEST(TrainLoop, LoraDropoutIsSeededAndLeavesValidationAlone) {
 }
 
 TEST(TrainLoop, LoraPlusRatioReachesTheAdapterConfigAndChangesTraining) {
-  TempDir d;
+  ScratchDir d;
   fs::create_directories(d.str("data"));
   write_sft_task(d.str("data"));
   auto c = loop_config(d, train::Method::Sft);
@@ -671,7 +665,7 @@ TEST(TrainLoop, LoraPlusRatioReachesTheAdapterConfigAndChangesTraining) {
 }
 
 TEST(TrainLoop, PackedSftLearnsAndReportsItsPacking) {
-  TempDir d;
+  ScratchDir d;
   fs::create_directories(d.str("data"));
   write_sft_task(d.str("data"));
   auto c = loop_config(d, train::Method::Sft);

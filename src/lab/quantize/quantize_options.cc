@@ -38,10 +38,6 @@ int layer_index(const std::string& name) {
   return 0;
 }
 
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 }  // namespace
 
 QuantizeOptions parse_quantize_options(const jobs::json& c) {
@@ -94,8 +90,8 @@ void validate_quantize_paths(const QuantizeOptions& o) {
 }
 
 ModuleBits module_bits(const QuantizeOptions& o, const std::string& name, int num_layers) {
-  const bool head = ends_with(name, "lm_head");
-  const bool embed = ends_with(name, "embed_tokens");
+  const bool head = name.ends_with("lm_head");
+  const bool embed = name.ends_with("embed_tokens");
   if (o.recipe == "embed_8" && (head || embed)) return {8, o.group_size};
   const Mixed* m = find_mixed(o.recipe);
   if (!m) return {o.bits, o.group_size};

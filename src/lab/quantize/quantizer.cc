@@ -55,10 +55,6 @@ struct Planned {
   uint64_t bytes() const { return static_cast<uint64_t>(shape_numel(shape)) * dtype_size(dtype); }
 };
 
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 bool is_vision(const std::string& name) {
   return name.find("vision_tower") != std::string::npos || name.find("vision_model") != std::string::npos ||
          name.find("multi_modal_projector") != std::string::npos || name.rfind("visual.", 0) == 0;
@@ -206,7 +202,7 @@ jobs::JobResult quantize_checkpoint(const QuantizeOptions& o, const jobs::Emit& 
     if (t.info.dtype == DType::F64)
       throw Error(ErrorKind::Unsupported, "quantize: tensor " + t.name + " is F64 (bf16, f16 and f32 are read)");
     const bool eligible =
-        ends_with(t.name, ".weight") && t.info.shape.size() == 2 && is_float(t.info.dtype) && !is_vision(t.name);
+        t.name.ends_with(".weight") && t.info.shape.size() == 2 && is_float(t.info.dtype) && !is_vision(t.name);
     const std::string module = eligible ? t.name.substr(0, t.name.size() - 7) : "";
     const ModuleBits spec = eligible ? module_bits(o, module, num_layers) : ModuleBits{0, 0};
     if (!eligible || t.info.shape[1] % spec.group_size != 0) {

@@ -12,6 +12,8 @@ void linear_dense(const Tensor& x, const Tensor& w, Tensor& y);
 void linear_quantized(const Tensor& x, const QuantizedMatrix& w, Tensor& y);
 // Rows [row0, row0 + n) of a quantized matrix as f32, row-major into out[n * cols].
 void dequantize_rows(const QuantizedMatrix& w, int64_t row0, int64_t n, float* out);
+// The first n values of row `row` of a bf16/f16/f32 tensor (quantization scales or biases) as f32.
+void scale_row_to_f32(const Tensor& t, int64_t row, int64_t n, float* out);
 // One dense row (any float dtype) as f32.
 void dense_row_to_f32(const Tensor& w, int64_t row, float* out);
 

@@ -5,27 +5,13 @@
 #include <cstring>
 
 #include "common/error.h"
+#include "tensor/cpu/kernels.h"
 #include "tensor/ops.h"
 #include "tensor/thread_pool.h"
 
 namespace lathe {
 namespace cpu {
 namespace {
-
-void row_to_f32(const Tensor& t, int64_t row, int64_t n, float* out) {
-  const char* base =
-      static_cast<const char*>(t.raw()) + row * t.stride(0) * static_cast<int64_t>(dtype_size(t.dtype()));
-  const auto* h = reinterpret_cast<const uint16_t*>(base);
-  switch (t.dtype()) {
-    case DType::BF16:
-      for (int64_t i = 0; i < n; ++i) out[i] = bf16_to_f32(h[i]);
-      break;
-    case DType::F16:
-      for (int64_t i = 0; i < n; ++i) out[i] = f16_to_f32(h[i]);
-      break;
-    default: std::memcpy(out, base, static_cast<size_t>(n) * 4); break;
-  }
-}
 
 void pack_row4(const uint32_t* words, int64_t cols, uint8_t* out) {
   uint8_t e[64];
@@ -74,8 +60,8 @@ std::shared_ptr<const PackedQuant> pack_quantized(const QuantizedMatrix& q) {
         pack_row8(words, cols, out);
       float* s = p->scales.data() + r * p->groups;
       float* b = p->biases.data() + r * p->groups;
-      row_to_f32(q.scales, r, p->groups, s);
-      row_to_f32(q.biases, r, p->groups, b);
+      scale_row_to_f32(q.scales, r, p->groups, s);
+      scale_row_to_f32(q.biases, r, p->groups, b);
       if (q.bits == 8)
         for (int64_t g = 0; g < p->groups; ++g) b[g] += 128.0f * s[g];
     }

@@ -35,21 +35,6 @@ Geometry geometry(const QuantizedMatrix& q) {
   return g;
 }
 
-void row_to_f32(const Tensor& t, int64_t row, int64_t n, float* out) {
-  const int64_t es = static_cast<int64_t>(dtype_size(t.dtype()));
-  const char* base = static_cast<const char*>(t.raw()) + row * t.stride(0) * es;
-  switch (t.dtype()) {
-    case DType::BF16:
-      for (int64_t i = 0; i < n; ++i) out[i] = bf16_to_f32(reinterpret_cast<const uint16_t*>(base)[i]);
-      break;
-    case DType::F16:
-      for (int64_t i = 0; i < n; ++i) out[i] = f16_to_f32(reinterpret_cast<const uint16_t*>(base)[i]);
-      break;
-    case DType::F32: std::memcpy(out, base, static_cast<size_t>(n) * 4); break;
-    default: throw Error(ErrorKind::Unsupported, std::string("quantization scales of dtype ") + dtype_name(t.dtype()));
-  }
-}
-
 const uint32_t* row_words(const QuantizedMatrix& q, int64_t row) { return q.w.data<uint32_t>() + row * q.w.stride(0); }
 
 // Dequantizes one row (natural order) given its scales/biases in f32.
@@ -171,8 +156,8 @@ void gemv(const Geometry& g, const QuantizedMatrix& q, const float* x, float* y,
       const uint32_t* w[kRows];
       const float* s[kRows];
       for (int r = 0; r < rows; ++r) {
-        row_to_f32(q.scales, n + r, g.G, sc.data() + r * g.G);
-        row_to_f32(q.biases, n + r, g.G, bi.data() + r * g.G);
+        scale_row_to_f32(q.scales, n + r, g.G, sc.data() + r * g.G);
+        scale_row_to_f32(q.biases, n + r, g.G, bi.data() + r * g.G);
         w[r] = row_words(q, n + r);
         s[r] = sc.data() + r * g.G;
       }
@@ -205,12 +190,28 @@ void gemv(const Geometry& g, const QuantizedMatrix& q, const float* x, float* y,
 
 }  // namespace
 
+// Declared in kernels.h: the scales and biases of quantized weights come as bf16, f16 or f32.
+void scale_row_to_f32(const Tensor& t, int64_t row, int64_t n, float* out) {
+  const int64_t es = static_cast<int64_t>(dtype_size(t.dtype()));
+  const char* base = static_cast<const char*>(t.raw()) + row * t.stride(0) * es;
+  switch (t.dtype()) {
+    case DType::BF16:
+      for (int64_t i = 0; i < n; ++i) out[i] = bf16_to_f32(reinterpret_cast<const uint16_t*>(base)[i]);
+      break;
+    case DType::F16:
+      for (int64_t i = 0; i < n; ++i) out[i] = f16_to_f32(reinterpret_cast<const uint16_t*>(base)[i]);
+      break;
+    case DType::F32: std::memcpy(out, base, static_cast<size_t>(n) * 4); break;
+    default: throw Error(ErrorKind::Unsupported, std::string("quantization scales of dtype ") + dtype_name(t.dtype()));
+  }
+}
+
 void dequantize_rows(const QuantizedMatrix& q, int64_t row0, int64_t n, float* out) {
   const Geometry g = geometry(q);
   std::vector<float> sc(static_cast<size_t>(g.G)), bi(static_cast<size_t>(g.G));
   for (int64_t r = 0; r < n; ++r) {
-    row_to_f32(q.scales, row0 + r, g.G, sc.data());
-    row_to_f32(q.biases, row0 + r, g.G, bi.data());
+    scale_row_to_f32(q.scales, row0 + r, g.G, sc.data());
+    scale_row_to_f32(q.biases, row0 + r, g.G, bi.data());
     dequant_row(g, row_words(q, row0 + r), sc.data(), bi.data(), out + r * g.K);
   }
 }

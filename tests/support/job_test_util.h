@@ -1,0 +1,23 @@
+// Waiting on a job's row in the store, for the job runner's end-to-end tests.
+#pragma once
+#include <chrono>
+#include <string>
+#include <thread>
+
+#include "jobs/job_store.h"
+#include "jobs/job_types.h"
+
+namespace lathe::jobs {
+
+// The job's row once it is terminal, or as it stands after timeout_ms (the caller's expectation then fails).
+inline JobRow wait_terminal(JobStore& s, const std::string& id, int timeout_ms = 60000) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (std::chrono::steady_clock::now() < until) {
+    const JobRow r = *s.get(id);
+    if (is_terminal(r.status)) return r;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return *s.get(id);
+}
+
+}  // namespace lathe::jobs
