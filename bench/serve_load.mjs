@@ -159,6 +159,8 @@ await Promise.all(streamers);
 for (const s of sockets) s.destroy();
 await sleep(3000);
 const rssAfter = rss(proc.pid);
+// What the RAM prompt cache holds at the end (kept on purpose, up to --prompt-cache-bytes): part of "after".
+const cacheRam = await fetch(`${base}/v1/cache`).then((r) => r.json()).then((c) => c.ram).catch(() => null);
 proc.kill('SIGTERM');
 latencies.sort((a, b) => a - b);
 const pct = (p) => latencies[Math.min(latencies.length - 1, Math.floor(latencies.length * p))].toFixed(1);
@@ -169,6 +171,7 @@ console.log(
       health: { probes: latencies.length, failures: healthFailures, p50_ms: pct(0.5), p99_ms: pct(0.99), max_ms: latencies[latencies.length - 1].toFixed(1) },
       streams_completed: completed, streams_failed: failed, failures,
       rss_mb: { cold: (rssCold / 2 ** 20).toFixed(1), baseline: (rssBaseline / 2 ** 20).toFixed(1), peak: (rssPeak / 2 ** 20).toFixed(1), after: (rssAfter / 2 ** 20).toFixed(1) },
+      prompt_cache_ram_after: cacheRam,
     },
     null,
     1,

@@ -1,5 +1,9 @@
 #include "server/engine_service.h"
 
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
+
 #include <algorithm>
 #include <cstdio>
 
@@ -7,6 +11,15 @@
 #include "server/api_error.h"
 
 namespace lathe::server {
+namespace {
+
+void release_free_heap() {
+#if defined(__GLIBC__)
+  ::malloc_trim(0);  // every arena; pages in use stay, free ones are unmapped or madvise'd away
+#endif
+}
+
+}  // namespace
 
 GenerationJob::GenerationJob(std::vector<int32_t> prompt, GenerateOptions options, std::string request_id)
     : prompt_(std::move(prompt)),
@@ -205,11 +218,21 @@ void EngineService::finish_cancelled(GenerationJob& job) {
 
 void EngineService::loop() {
   const size_t max_rows = static_cast<size_t>(scheduler_.options().max_batch);
+  bool trimmed = true;  // nothing to give back before the first request
   for (;;) {
     std::vector<std::shared_ptr<GenerationJob>> take;
     {
       std::unique_lock lock(mu_);
       auto ready = [&] { return stopping_ || !queue_.empty() || !scheduler_.idle(); };
+      // Going idle after work: hand the heap's free pages back to the OS. glibc keeps what a burst of requests
+      // freed (per-thread arenas, the middle of the heap) mapped, so without this the resident size after a
+      // load stays tens of MB above the warm baseline although nothing is in use (issue #12's load check).
+      if (!ready() && !trimmed) {
+        lock.unlock();
+        release_free_heap();
+        lock.lock();
+        trimmed = true;
+      }
       // Idle: wake when the SSD tier's write-behind or demotion is due.
       for (double due = scheduler_.housekeeping(); !ready(); due = scheduler_.housekeeping()) {
         publish_cache_stats();
@@ -232,6 +255,7 @@ void EngineService::loop() {
       for (auto& job : take) live_.push_back(job.get());
       metrics_.set_queue_depth(static_cast<int64_t>(queue_.size()));
     }
+    trimmed = false;
     for (auto& job : take) {  // one cancelled meanwhile leaves at the step below, without running
       GenerateOptions opt = job->options_;
       opt.cancel = &job->cancel_;
