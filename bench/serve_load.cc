@@ -4,7 +4,7 @@
 // as clients see them, and the server's peak RSS. Prints one JSON line.
 //
 // Usage: serve_load --lathe build/lathe [--model DIR] [--clients 1,4] [--prompt-tokens 128]
-//                   [--max-tokens 64] [--rounds 1] [--serve-arg ARG ...]
+//                   [--max-tokens 64] [--rounds 1] [--json-schema FILE] [--serve-arg ARG ...]
 #include <algorithm>
 #include <array>
 #include <cstdio>
@@ -117,6 +117,7 @@ int main(int argc, char** argv) {
   int prompt_tokens = 128, max_tokens = 64, rounds = 1;
   double temperature = 0.0, top_p = 1.0;
   std::vector<std::string> serve_args;
+  std::string schema_file;
   app.add_option("--lathe", lathe, "the lathe binary");
   app.add_option("--model", model, "checkpoint directory (default: the bundled demo model)");
   app.add_option("--clients", clients, "concurrent clients, one run each")->delimiter(',');
@@ -126,6 +127,8 @@ int main(int argc, char** argv) {
   // Greedy by default (the device sampler's path); a temperature samples each client's own seeded stream.
   app.add_option("--temperature", temperature, "sampling temperature of every request")->check(CLI::NonNegativeNumber);
   app.add_option("--top-p", top_p, "top_p of every request")->check(CLI::Range(0.0, 1.0));
+  // Structured output (issue #18's benchmark): every request is held to this JSON schema by the grammar sampler.
+  app.add_option("--json-schema", schema_file, "a JSON schema file sent as response_format")->check(CLI::ExistingFile);
   app.add_option("--serve-arg", serve_args, "extra argument for lathe serve (repeatable)")->allow_extra_args(false);
   CLI11_PARSE(app, argc, argv);
 
@@ -139,20 +142,27 @@ int main(int argc, char** argv) {
     std::string dir = model;
     if (dir.empty()) dir = (std::filesystem::path(lathe).parent_path() / "../models/demo").string();
 
+    json response_format;  // null: unconstrained
+    if (!schema_file.empty()) {
+      std::ifstream in(schema_file);
+      response_format = {{"type", "json_schema"},
+                         {"json_schema", {{"name", "bench"}, {"strict", true}, {"schema", json::parse(in)}}}};
+    }
     json bias = json::object();
     for (int id : eos_ids(dir)) bias[std::to_string(id)] = -100;
     auto body_for = [&](int client, int round) {
       json prompt = json::array();
       for (int k = 0; k < prompt_tokens; ++k) prompt.push_back(5 + (client * 131 + round * 17 + k * 7) % 500);
-      return json{{"model", "m"},
-                  {"prompt", prompt},
-                  {"max_tokens", max_tokens},
-                  {"temperature", temperature},
-                  {"top_p", top_p},
-                  {"seed", client * 1000 + round},
-                  {"logit_bias", bias},
-                  {"stream", true}}
-          .dump();
+      json body = {{"model", "m"},
+                   {"prompt", prompt},
+                   {"max_tokens", max_tokens},
+                   {"temperature", temperature},
+                   {"top_p", top_p},
+                   {"seed", client * 1000 + round},
+                   {"logit_bias", bias},
+                   {"stream", true}};
+      if (!response_format.is_null()) body["response_format"] = response_format;
+      return body.dump();
     };
     run_client(port, body_for(999, 0));  // warm-up: first-touch page faults, thread start
 
@@ -210,6 +220,7 @@ int main(int argc, char** argv) {
                       {"temperature", temperature},
                       {"top_p", top_p},
                       {"serve_args", serve_args},
+                      {"json_schema", schema_file},
                       {"runs", runs},
                       {"server_peak_rss_mib", static_cast<double>(peak_rss_kib(server.pid())) / 1024.0}};
     std::printf("%s\n", out.dump().c_str());
