@@ -11,7 +11,7 @@ const std::string kReplacementChar = "\xEF\xBF\xBD";
 
 // Maps the GPT-2 byte characters back to bytes; a token holding any other character (an added token such as
 // "<|im_end|>\n") passes through as its own UTF-8. Bytes that do not form UTF-8 become U+FFFD.
-class ByteLevel : public Decoder {
+class ByteLevelDecoder : public Decoder {
  public:
   std::vector<std::string> decode_chain(std::vector<std::string> tokens) const override {
     std::string bytes;
@@ -34,9 +34,9 @@ class ByteLevel : public Decoder {
   }
 };
 
-class Metaspace : public Decoder {
+class MetaspaceDecoder : public Decoder {
  public:
-  Metaspace(std::string replacement, bool strip_first)
+  MetaspaceDecoder(std::string replacement, bool strip_first)
       : replacement_(std::move(replacement)), strip_first_(strip_first) {}
   std::vector<std::string> decode_chain(std::vector<std::string> tokens) const override {
     const Pattern rep = Pattern::literal(replacement_);
@@ -52,9 +52,9 @@ class Metaspace : public Decoder {
   bool strip_first_;
 };
 
-class Replace : public Decoder {
+class ReplaceDecoder : public Decoder {
  public:
-  Replace(Pattern pattern, std::string content) : pattern_(std::move(pattern)), content_(std::move(content)) {}
+  ReplaceDecoder(Pattern pattern, std::string content) : pattern_(std::move(pattern)), content_(std::move(content)) {}
   std::vector<std::string> decode_chain(std::vector<std::string> tokens) const override {
     for (auto& t : tokens) t = pattern_.replace_all(t, content_);
     return tokens;
@@ -66,7 +66,7 @@ class Replace : public Decoder {
 };
 
 // "<0xXX>" tokens become raw bytes; a run of them that is not valid UTF-8 becomes one U+FFFD per byte.
-class ByteFallback : public Decoder {
+class ByteFallbackDecoder : public Decoder {
  public:
   std::vector<std::string> decode_chain(std::vector<std::string> tokens) const override {
     std::vector<std::string> out;
@@ -108,7 +108,7 @@ class ByteFallback : public Decoder {
   static int parse_hex(char hi, char lo) { return hex(hi) < 0 || hex(lo) < 0 ? -1 : hex(hi) * 16 + hex(lo); }
 };
 
-class Fuse : public Decoder {
+class FuseDecoder : public Decoder {
  public:
   std::vector<std::string> decode_chain(std::vector<std::string> tokens) const override {
     std::string all;
@@ -118,9 +118,9 @@ class Fuse : public Decoder {
 };
 
 // Removes up to `start` leading and `stop` trailing copies of one character from every token.
-class Strip : public Decoder {
+class StripDecoder : public Decoder {
  public:
-  Strip(char32_t content, size_t start, size_t stop) : content_(content), start_(start), stop_(stop) {}
+  StripDecoder(char32_t content, size_t start, size_t stop) : content_(content), start_(start), stop_(stop) {}
   std::vector<std::string> decode_chain(std::vector<std::string> tokens) const override {
     for (auto& t : tokens) {
       size_t b = 0, e = t.size();
@@ -145,9 +145,9 @@ class Strip : public Decoder {
 };
 
 // Classic BPE end-of-word suffix: the suffix becomes a space, except on the last token.
-class BpeSuffix : public Decoder {
+class BpeSuffixDecoder : public Decoder {
  public:
-  explicit BpeSuffix(std::string suffix) : suffix_(std::move(suffix)) {}
+  explicit BpeSuffixDecoder(std::string suffix) : suffix_(std::move(suffix)) {}
   std::vector<std::string> decode_chain(std::vector<std::string> tokens) const override {
     const Pattern p = Pattern::literal(suffix_);
     for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = p.replace_all(tokens[i], i + 1 == tokens.size() ? "" : " ");
@@ -184,24 +184,24 @@ char32_t single_char(const JsonAt& v) {
 std::unique_ptr<Decoder> make_decoder(const JsonAt& spec) {
   if (spec.value().is_null()) return nullptr;
   const std::string type = spec.str("type");
-  if (type == "ByteLevel") return std::make_unique<ByteLevel>();
+  if (type == "ByteLevel") return std::make_unique<ByteLevelDecoder>();
   if (type == "Metaspace") {
     const JsonAt rep = spec.at("replacement");
     single_char(rep);
     bool strip_first = spec.boolean_or("add_prefix_space", true);  // legacy spelling
     if (spec.has("prepend_scheme")) strip_first = spec.str("prepend_scheme") != "never";
-    return std::make_unique<Metaspace>(rep.str(), strip_first);
+    return std::make_unique<MetaspaceDecoder>(rep.str(), strip_first);
   }
-  if (type == "Replace") return std::make_unique<Replace>(Pattern(spec.at("pattern")), spec.str("content"));
-  if (type == "ByteFallback") return std::make_unique<ByteFallback>();
-  if (type == "Fuse") return std::make_unique<Fuse>();
+  if (type == "Replace") return std::make_unique<ReplaceDecoder>(Pattern(spec.at("pattern")), spec.str("content"));
+  if (type == "ByteFallback") return std::make_unique<ByteFallbackDecoder>();
+  if (type == "Fuse") return std::make_unique<FuseDecoder>();
   if (type == "Strip") {
     const int64_t start = spec.integer_or("start", 0), stop = spec.integer_or("stop", 0);
     if (start < 0 || stop < 0) spec.fail("Strip start/stop must be non-negative");
-    return std::make_unique<Strip>(single_char(spec.at("content")), static_cast<size_t>(start),
-                                   static_cast<size_t>(stop));
+    return std::make_unique<StripDecoder>(single_char(spec.at("content")), static_cast<size_t>(start),
+                                          static_cast<size_t>(stop));
   }
-  if (type == "BPEDecoder") return std::make_unique<BpeSuffix>(spec.str_or("suffix", "</w>"));
+  if (type == "BPEDecoder") return std::make_unique<BpeSuffixDecoder>(spec.str_or("suffix", "</w>"));
   if (type == "Sequence") {
     const JsonAt list = spec.at("decoders");
     std::vector<std::unique_ptr<Decoder>> steps;

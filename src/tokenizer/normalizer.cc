@@ -9,28 +9,29 @@
 namespace lathe {
 namespace {
 
-class UnicodeForm : public Normalizer {
+class UnicodeFormNormalizer : public Normalizer {
  public:
-  explicit UnicodeForm(unicode::Form form) : form_(form) {}
+  explicit UnicodeFormNormalizer(unicode::Form form) : form_(form) {}
   std::string normalize(std::string text) const override { return unicode::normalize(text, form_); }
 
  private:
   unicode::Form form_;
 };
 
-class Lowercase : public Normalizer {
+class LowercaseNormalizer : public Normalizer {
  public:
   std::string normalize(std::string text) const override { return unicode::to_lower(text); }
 };
 
-class StripAccents : public Normalizer {
+class StripAccentsNormalizer : public Normalizer {
  public:
   std::string normalize(std::string text) const override { return unicode::strip_accents(text); }
 };
 
-class Replace : public Normalizer {
+class ReplaceNormalizer : public Normalizer {
  public:
-  Replace(Pattern pattern, std::string content) : pattern_(std::move(pattern)), content_(std::move(content)) {}
+  ReplaceNormalizer(Pattern pattern, std::string content)
+      : pattern_(std::move(pattern)), content_(std::move(content)) {}
   std::string normalize(std::string text) const override { return pattern_.replace_all(text, content_); }
 
  private:
@@ -38,18 +39,18 @@ class Replace : public Normalizer {
   std::string content_;
 };
 
-class Prepend : public Normalizer {
+class PrependNormalizer : public Normalizer {
  public:
-  explicit Prepend(std::string prefix) : prefix_(std::move(prefix)) {}
+  explicit PrependNormalizer(std::string prefix) : prefix_(std::move(prefix)) {}
   std::string normalize(std::string text) const override { return text.empty() ? text : prefix_ + text; }
 
  private:
   std::string prefix_;
 };
 
-class Append : public Normalizer {
+class AppendNormalizer : public Normalizer {
  public:
-  explicit Append(std::string suffix) : suffix_(std::move(suffix)) {}
+  explicit AppendNormalizer(std::string suffix) : suffix_(std::move(suffix)) {}
   std::string normalize(std::string text) const override { return text.empty() ? text : text + suffix_; }
 
  private:
@@ -57,9 +58,9 @@ class Append : public Normalizer {
 };
 
 // Strips Unicode whitespace from the left and/or right end.
-class Strip : public Normalizer {
+class StripNormalizer : public Normalizer {
  public:
-  Strip(bool left, bool right) : left_(left), right_(right) {}
+  StripNormalizer(bool left, bool right) : left_(left), right_(right) {}
   std::string normalize(std::string text) const override {
     size_t b = 0, e = text.size();
     if (left_) {
@@ -100,17 +101,17 @@ class NormalizerSequence : public Normalizer {
 std::unique_ptr<Normalizer> make_normalizer(const JsonAt& spec) {
   if (spec.value().is_null()) return nullptr;
   const std::string type = spec.str("type");
-  if (type == "NFC") return std::make_unique<UnicodeForm>(unicode::Form::NFC);
-  if (type == "NFD") return std::make_unique<UnicodeForm>(unicode::Form::NFD);
-  if (type == "NFKC") return std::make_unique<UnicodeForm>(unicode::Form::NFKC);
-  if (type == "NFKD") return std::make_unique<UnicodeForm>(unicode::Form::NFKD);
-  if (type == "Lowercase") return std::make_unique<Lowercase>();
-  if (type == "StripAccents") return std::make_unique<StripAccents>();
-  if (type == "Replace") return std::make_unique<Replace>(Pattern(spec.at("pattern")), spec.str("content"));
-  if (type == "Prepend") return std::make_unique<Prepend>(spec.str("prepend"));
-  if (type == "Append") return std::make_unique<Append>(spec.str("append"));
+  if (type == "NFC") return std::make_unique<UnicodeFormNormalizer>(unicode::Form::NFC);
+  if (type == "NFD") return std::make_unique<UnicodeFormNormalizer>(unicode::Form::NFD);
+  if (type == "NFKC") return std::make_unique<UnicodeFormNormalizer>(unicode::Form::NFKC);
+  if (type == "NFKD") return std::make_unique<UnicodeFormNormalizer>(unicode::Form::NFKD);
+  if (type == "Lowercase") return std::make_unique<LowercaseNormalizer>();
+  if (type == "StripAccents") return std::make_unique<StripAccentsNormalizer>();
+  if (type == "Replace") return std::make_unique<ReplaceNormalizer>(Pattern(spec.at("pattern")), spec.str("content"));
+  if (type == "Prepend") return std::make_unique<PrependNormalizer>(spec.str("prepend"));
+  if (type == "Append") return std::make_unique<AppendNormalizer>(spec.str("append"));
   if (type == "Strip")
-    return std::make_unique<Strip>(spec.boolean_or("strip_left", true), spec.boolean_or("strip_right", true));
+    return std::make_unique<StripNormalizer>(spec.boolean_or("strip_left", true), spec.boolean_or("strip_right", true));
   if (type == "Sequence") {
     const JsonAt list = spec.at("normalizers");
     std::vector<std::unique_ptr<Normalizer>> steps;

@@ -7,13 +7,13 @@ namespace lathe {
 namespace {
 
 // A single-sequence template: each item is either the sequence itself or a run of special token ids.
-class Template : public PostProcessor {
+class TemplatePostProcessor : public PostProcessor {
  public:
   struct Item {
     bool is_sequence;
     std::vector<int32_t> ids;
   };
-  explicit Template(std::vector<Item> items) : items_(std::move(items)) {}
+  explicit TemplatePostProcessor(std::vector<Item> items) : items_(std::move(items)) {}
   std::vector<int32_t> process(std::vector<int32_t> ids) const override {
     std::vector<int32_t> out;
     out.reserve(ids.size() + 4);
@@ -26,7 +26,7 @@ class Template : public PostProcessor {
   std::vector<Item> items_;
 };
 
-class Identity : public PostProcessor {
+class IdentityPostProcessor : public PostProcessor {
  public:
   std::vector<int32_t> process(std::vector<int32_t> ids) const override { return ids; }
 };
@@ -56,7 +56,7 @@ std::unique_ptr<PostProcessor> make_template(const JsonAt& spec) {
     }
   }
   const JsonAt single = spec.at("single");
-  std::vector<Template::Item> items;
+  std::vector<TemplatePostProcessor::Item> items;
   for (size_t i = 0; i < single.size(); ++i) {
     const JsonAt piece = single.at(i);
     std::string special_name;
@@ -79,14 +79,14 @@ std::unique_ptr<PostProcessor> make_template(const JsonAt& spec) {
     if (it == specials.end()) piece.fail("special token '" + special_name + "' is not in special_tokens");
     items.push_back({false, it->second});
   }
-  return std::make_unique<Template>(std::move(items));
+  return std::make_unique<TemplatePostProcessor>(std::move(items));
 }
 
 // RobertaProcessing / BertProcessing: cls + sequence + sep, tokens given as ["text", id].
 std::unique_ptr<PostProcessor> make_cls_sep(const JsonAt& spec) {
   auto id_of = [&](const char* key) { return static_cast<int32_t>(spec.at(key).at(size_t{1}).integer()); };
-  std::vector<Template::Item> items = {{false, {id_of("cls")}}, {true, {}}, {false, {id_of("sep")}}};
-  return std::make_unique<Template>(std::move(items));
+  std::vector<TemplatePostProcessor::Item> items = {{false, {id_of("cls")}}, {true, {}}, {false, {id_of("sep")}}};
+  return std::make_unique<TemplatePostProcessor>(std::move(items));
 }
 
 }  // namespace
@@ -95,7 +95,8 @@ std::unique_ptr<PostProcessor> make_post_processor(const JsonAt& spec) {
   if (spec.value().is_null()) return nullptr;
   const std::string type = spec.str("type");
   if (type == "TemplateProcessing") return make_template(spec);
-  if (type == "ByteLevel") return std::make_unique<Identity>();  // only trims offsets, which lathe does not track
+  if (type == "ByteLevel")
+    return std::make_unique<IdentityPostProcessor>();  // only trims offsets, which lathe does not track
   if (type == "RobertaProcessing" || type == "BertProcessing") return make_cls_sep(spec);
   if (type == "Sequence") {
     const JsonAt list = spec.at("processors");

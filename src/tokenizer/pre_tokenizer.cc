@@ -33,9 +33,9 @@ void for_each_char_span(std::string_view text, bool (*pred)(char32_t), FunctionR
   if (prev != text.size()) fn(Span{prev, text.size(), false});
 }
 
-class Split : public PreTokenizer {
+class SplitPreTokenizer : public PreTokenizer {
  public:
-  Split(Pattern pattern, SplitBehavior behavior, bool invert)
+  SplitPreTokenizer(Pattern pattern, SplitBehavior behavior, bool invert)
       : pattern_(std::move(pattern)), behavior_(behavior), invert_(invert) {}
   void split(std::string_view text, bool, WordSink emit) const override {
     SpanSplitter splitter(text, behavior_, invert_, emit);
@@ -49,9 +49,9 @@ class Split : public PreTokenizer {
   bool invert_;
 };
 
-class CharClassSplit : public PreTokenizer {
+class CharClassSplitPreTokenizer : public PreTokenizer {
  public:
-  CharClassSplit(bool (*pred)(char32_t), SplitBehavior behavior) : pred_(pred), behavior_(behavior) {}
+  CharClassSplitPreTokenizer(bool (*pred)(char32_t), SplitBehavior behavior) : pred_(pred), behavior_(behavior) {}
   void split(std::string_view text, bool, WordSink emit) const override {
     SpanSplitter splitter(text, behavior_, false, emit);
     for_each_char_span(text, pred_, [&](const Span& s) { splitter.add(s); });
@@ -63,9 +63,9 @@ class CharClassSplit : public PreTokenizer {
   SplitBehavior behavior_;
 };
 
-class ByteLevel : public PreTokenizer {
+class ByteLevelPreTokenizer : public PreTokenizer {
  public:
-  ByteLevel(bool add_prefix_space, bool use_regex) : add_prefix_space_(add_prefix_space) {
+  ByteLevelPreTokenizer(bool add_prefix_space, bool use_regex) : add_prefix_space_(add_prefix_space) {
     if (use_regex) regex_.emplace(Pattern::regex(kGpt2Pattern, "ByteLevel regex"));
   }
   void split(std::string_view text, bool, WordSink emit) const override {
@@ -97,9 +97,9 @@ class ByteLevel : public PreTokenizer {
 
 enum class PrependScheme { Always, Never, First };
 
-class Metaspace : public PreTokenizer {
+class MetaspacePreTokenizer : public PreTokenizer {
  public:
-  Metaspace(std::string replacement, PrependScheme scheme, bool split_words)
+  MetaspacePreTokenizer(std::string replacement, PrependScheme scheme, bool split_words)
       : replacement_(std::move(replacement)),
         space_(Pattern::literal(" ")),
         rep_(Pattern::literal(replacement_)),
@@ -177,29 +177,31 @@ std::unique_ptr<PreTokenizer> make_pre_tokenizer(const JsonAt& spec) {
   if (spec.value().is_null()) return nullptr;
   const std::string type = spec.str("type");
   if (type == "Split")
-    return std::make_unique<Split>(Pattern(spec.at("pattern")), parse_split_behavior(spec.at("behavior")),
-                                   spec.boolean_or("invert", false));
+    return std::make_unique<SplitPreTokenizer>(Pattern(spec.at("pattern")), parse_split_behavior(spec.at("behavior")),
+                                               spec.boolean_or("invert", false));
   if (type == "ByteLevel")
-    return std::make_unique<ByteLevel>(spec.boolean_or("add_prefix_space", true), spec.boolean_or("use_regex", true));
+    return std::make_unique<ByteLevelPreTokenizer>(spec.boolean_or("add_prefix_space", true),
+                                                   spec.boolean_or("use_regex", true));
   if (type == "Metaspace")
-    return std::make_unique<Metaspace>(metaspace_replacement(spec), parse_prepend_scheme(spec),
-                                       spec.boolean_or("split", true));
+    return std::make_unique<MetaspacePreTokenizer>(metaspace_replacement(spec), parse_prepend_scheme(spec),
+                                                   spec.boolean_or("split", true));
   if (type == "Digits")
-    return std::make_unique<CharClassSplit>(is_ascii_digit, spec.boolean_or("individual_digits", false)
-                                                                ? SplitBehavior::Isolated
-                                                                : SplitBehavior::Contiguous);
+    return std::make_unique<CharClassSplitPreTokenizer>(is_ascii_digit, spec.boolean_or("individual_digits", false)
+                                                                            ? SplitBehavior::Isolated
+                                                                            : SplitBehavior::Contiguous);
   if (type == "Punctuation") {
     const SplitBehavior b = spec.has("behavior") ? parse_split_behavior(spec.at("behavior")) : SplitBehavior::Isolated;
-    return std::make_unique<CharClassSplit>(unicode::is_punctuation, b);
+    return std::make_unique<CharClassSplitPreTokenizer>(unicode::is_punctuation, b);
   }
   if (type == "Whitespace")  // keeps runs of word characters and runs of other non-space characters
-    return std::make_unique<Split>(Pattern::regex(R"(\w+|[^\w\s]+)", "Whitespace regex"), SplitBehavior::Removed, true);
+    return std::make_unique<SplitPreTokenizer>(Pattern::regex(R"(\w+|[^\w\s]+)", "Whitespace regex"),
+                                               SplitBehavior::Removed, true);
   if (type == "WhitespaceSplit")
-    return std::make_unique<CharClassSplit>(unicode::is_whitespace, SplitBehavior::Removed);
+    return std::make_unique<CharClassSplitPreTokenizer>(unicode::is_whitespace, SplitBehavior::Removed);
   if (type == "BertPreTokenizer") {
     std::vector<std::unique_ptr<PreTokenizer>> steps;
-    steps.push_back(std::make_unique<CharClassSplit>(unicode::is_whitespace, SplitBehavior::Removed));
-    steps.push_back(std::make_unique<CharClassSplit>(unicode::is_punctuation, SplitBehavior::Isolated));
+    steps.push_back(std::make_unique<CharClassSplitPreTokenizer>(unicode::is_whitespace, SplitBehavior::Removed));
+    steps.push_back(std::make_unique<CharClassSplitPreTokenizer>(unicode::is_punctuation, SplitBehavior::Isolated));
     return std::make_unique<PreTokenizerSequence>(std::move(steps));
   }
   if (type == "Sequence") {
