@@ -1,6 +1,6 @@
 // Device dispatch for ops.h: validates device tensors and calls the kernels in tensor/cuda/. Quantized linear
 // layers take the fused GEMV for one row, the same GEMV per row in one launch up to LATHE_CUDA_GEMV_ROWS rows
-// (batched decode), and dequantize-to-scratch + cuBLAS above (prefill).
+// (batched decode), and cuBLAS above (prefill, wide batches) over a kept dense copy or a dequantized scratch.
 #ifdef LATHE_HAVE_CUDA
 #include "tensor/ops_cuda.h"
 
@@ -10,6 +10,7 @@
 #include "common/error.h"
 #include "tensor/cuda/gemv_mma.h"
 #include "tensor/cuda/kernels.h"
+#include "tensor/dense_weights.h"
 #include "tensor/device_memory.h"
 #include "tensor/ops_cuda_check.h"
 
@@ -65,11 +66,17 @@ Tensor linear(const Tensor& x_in, const Weight& w, const Tensor* bias, bool f32_
     // result bit-identical to its solo GEMV (batched greedy equals solo greedy). Above the limit the dequantized
     // GEMM's fixed cost (writing and reading the bf16 weights) is the cheaper one.
     if (M <= gemv_rows_limit(q) && cuda::gemv_quantized_rows(q, x.raw(), x.dtype(), M, y.raw(), yt, b)) return y;
-    // Prefill: dequantize once to the activation type, then a tensor-core GEMM. The scratch block returns to
-    // the allocator's cache and is reused by the next layer of the same shape.
-    Tensor wd = Tensor::empty({N, K}, x.dtype(), Device::CUDA);
-    cuda::dequantize(q, 0, N, wd.raw(), x.dtype());
-    cuda::gemm(x.raw(), wd.raw(), x.dtype(), M, N, K, y.raw(), yt);
+    // Prefill and wide decode steps: a tensor-core GEMM over the weight dequantized to the activation type. A
+    // dense copy kept within --cuda-dense-weights' budget (tensor/dense_weights.h) skips the dequantize, which
+    // writes and rereads 2 bytes per weight for the GEMM's 2: ~2/3 of a 64-row Qwen3-4B step on the H200.
+    // Otherwise dequantize into scratch, which returns to the allocator's cache for the next layer.
+    if (const void* wd = dense_weight(w.q, x.dtype())) {
+      cuda::gemm(x.raw(), wd, x.dtype(), M, N, K, y.raw(), yt);
+    } else {
+      Tensor wd_scratch = Tensor::empty({N, K}, x.dtype(), Device::CUDA);
+      cuda::dequantize(q, 0, N, wd_scratch.raw(), x.dtype());
+      cuda::gemm(x.raw(), wd_scratch.raw(), x.dtype(), M, N, K, y.raw(), yt);
+    }
   } else {
     require_device(w.dense, "linear");
     if (w.dense.dtype() != x.dtype() || !w.dense.is_contiguous())
