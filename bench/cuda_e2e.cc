@@ -85,25 +85,31 @@ nlohmann::json decode_batched(Model& m, int64_t ctx, int batch, int steps, int64
     caches[b] = m.make_cache();
     toks[b].push_back(argmax_rows(m.forward(prompt(b), caches[b], false))[0]);
   }
+  double host_ms = 0;  // the last step's time until forward() returned: the host queueing its kernels
   auto step = [&] {
+    const auto ts = Clock::now();
     Batch bt;
     for (size_t b = 0; b < B; ++b) bt.rows.push_back({{toks[b].back()}, &caches[b], true, -1});
-    const std::vector<int32_t> next = argmax_rows(m.forward(bt));
+    const Tensor logits = m.forward(bt);
+    host_ms = ms_since(ts);
+    const std::vector<int32_t> next = argmax_rows(logits);
     for (size_t b = 0; b < B; ++b) toks[b].push_back(next[b]);
   };
   for (int i = 0; i < 2; ++i) step();  // warm-up (KV growth, graph capture, cuBLAS heuristics)
   device_synchronize();
   const uint64_t mallocs = device_memory_stats().malloc_calls;
-  std::vector<double> times;
+  std::vector<double> times, host;
   const auto t0 = Clock::now();
   for (int i = 0; i < steps; ++i) {
     const auto ts = Clock::now();
     step();
     times.push_back(ms_since(ts));
+    host.push_back(host_ms);
   }
   const double total = ms_since(t0);
   const uint64_t loop_mallocs = device_memory_stats().malloc_calls - mallocs;
   std::sort(times.begin(), times.end());
+  std::sort(host.begin(), host.end());
   bool equal = true;
   for (size_t b : {size_t{0}, B - 1}) {
     CacheList solo = m.make_cache();
@@ -116,6 +122,7 @@ nlohmann::json decode_batched(Model& m, int64_t ctx, int batch, int steps, int64
           {"steps", steps},
           {"tok_s", static_cast<double>(batch) * steps / (total / 1000.0)},
           {"median_step_ms", times[times.size() / 2]},
+          {"median_host_ms", host[host.size() / 2]},
           {"malloc_calls_in_loop", loop_mallocs},
           {"greedy_equal_solo", equal}};
 }
