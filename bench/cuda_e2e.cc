@@ -3,7 +3,7 @@
 // calls made inside the decode loops (should be 0); with --batch, batched decode (Model::forward(const Batch&),
 // one step for B sequences, argmax on the device) at each listed batch size. Prints one JSON object.
 // Usage: cuda_e2e --model DIR [--dtype bf16|f32] [--decode-steps N] [--decode-only CTX] [--batch 1,8,32]
-//        [--dense-weights auto|on|off|BYTES]
+//        [--batch-steps 32] [--dense-weights auto|on|off|BYTES]
 // --dense-weights: the dense weight copies' budget, as `lathe serve --cuda-dense-weights` sets it (default auto).
 // --decode-only: no warm-up or prefill runs, one decode run at CTX (for profilers: a short, predictable launch
 // sequence — the CTX-token prefill, then decode steps).
@@ -131,7 +131,7 @@ nlohmann::json decode_batched(Model& m, int64_t ctx, int batch, int steps, int64
 
 int main(int argc, char** argv) {
   std::string dir, dtype = "bf16", dense = "auto";
-  int steps = 128;
+  int steps = 128, batch_steps = 32;
   int64_t decode_only = 0;
   std::vector<int> batches;
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -139,6 +139,7 @@ int main(int argc, char** argv) {
     if (!std::strcmp(argv[i], "--dtype")) dtype = argv[i + 1];
     if (!std::strcmp(argv[i], "--dense-weights")) dense = argv[i + 1];
     if (!std::strcmp(argv[i], "--decode-steps")) steps = std::atoi(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--batch-steps")) batch_steps = std::max(1, std::atoi(argv[i + 1]));
     if (!std::strcmp(argv[i], "--decode-only")) decode_only = std::atoll(argv[i + 1]);
     if (!std::strcmp(argv[i], "--batch"))
       for (const char* p = argv[i + 1]; *p; ++p)
@@ -148,7 +149,7 @@ int main(int argc, char** argv) {
     std::fprintf(
         stderr,
         "usage: cuda_e2e --model DIR [--dtype bf16|f32] [--decode-steps N] [--decode-only CTX] [--batch 1,8,32] "
-        "[--dense-weights auto|on|off|BYTES]\n");
+        "[--batch-steps 32] [--dense-weights auto|on|off|BYTES]\n");
     return 2;
   }
   if (!cuda_available()) {
@@ -176,7 +177,7 @@ int main(int argc, char** argv) {
       nlohmann::json out = {{"model", dir}, {"dtype", dtype}, {"weights_device_mib", weights_bytes / 1048576.0}};
       for (int b : batches) {
         if (b < 1) continue;
-        out["batched_decode"].push_back(decode_batched(*model, 128, b, std::min(steps, 32), vocab));
+        out["batched_decode"].push_back(decode_batched(*model, 128, b, batch_steps, vocab));
         std::fprintf(stderr, "%s\n", out["batched_decode"].back().dump().c_str());
       }
       out["peak_device_mib"] = static_cast<double>(device_memory_stats().peak_reserved_bytes) / 1048576.0;
