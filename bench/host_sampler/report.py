@@ -14,10 +14,11 @@ ap.add_argument("samples")
 ap.add_argument("binary")
 ap.add_argument("--within", default="")
 ap.add_argument("--top", type=int, default=40)
+ap.add_argument("--module", default="", help="the sampled program's file name (default: BINARY's)")
 a = ap.parse_args()
-exe = os.path.basename(a.binary)
+exe = a.module or os.path.basename(a.binary)
 rows = [line.split() for line in open(a.samples) if line.strip()]
-addrs = sorted({int(f.split("+")[1], 16) - 1 for r in rows for f in r if f.split("+")[0] == exe})
+addrs = sorted({int(f.rsplit("+", 1)[1], 16) - 1 for r in rows for f in r if f.rsplit("+", 1)[0] == exe})
 names = {}
 if addrs:
     out = subprocess.run(["addr2line", "-f", "-C", "-e", a.binary] + [hex(x) for x in addrs],
@@ -26,7 +27,7 @@ if addrs:
 
 
 def name(frame):
-    mod, off = frame.split("+")
+    mod, off = frame.rsplit("+", 1)
     if mod == exe:
         return names.get(int(off, 16) - 1, frame)
     return mod
