@@ -14,7 +14,7 @@
 namespace lathe::cli {
 
 inline constexpr const char* kDenseWeightsHelp =
-    "cuda: dense copies of quantized weights for matmuls over more than 32 rows (prefill, wide batches), which "
+    "cuda: dense copies of quantized weights for matmuls over more than 8 rows (prefill, wide batches), which "
     "skip a dequantize per call at ~4x the weights' memory: auto (when they fit in a quarter of the free device "
     "memory), on, off, or a byte cap such as 8G; never more than what the KV cache budget leaves";
 inline constexpr const char* kExactHelp =
