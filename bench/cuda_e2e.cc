@@ -3,6 +3,8 @@
 // calls made inside the decode loops (should be 0); with --batch, batched decode (Model::forward(const Batch&),
 // one step for B sequences, argmax on the device) at each listed batch size. Prints one JSON object.
 // Usage: cuda_e2e --model DIR [--dtype bf16|f32] [--decode-steps N] [--decode-only CTX] [--batch 1,8,32]
+//        [--batch-steps 32] [--dense-weights auto|on|off|BYTES]
+// --dense-weights: the dense weight copies' budget, as `lathe serve --cuda-dense-weights` sets it (default auto).
 // --decode-only: no warm-up or prefill runs, one decode run at CTX (for profilers: a short, predictable launch
 // sequence — the CTX-token prefill, then decode steps).
 #include <algorithm>
@@ -16,7 +18,10 @@
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
+#include "engine/dense_weights_budget.h"
+#include "engine/kv_budget.h"
 #include "model/model.h"
+#include "tensor/dense_weights.h"
 #include "tensor/device_memory.h"
 #include "tensor/ops.h"
 
@@ -80,25 +85,31 @@ nlohmann::json decode_batched(Model& m, int64_t ctx, int batch, int steps, int64
     caches[b] = m.make_cache();
     toks[b].push_back(argmax_rows(m.forward(prompt(b), caches[b], false))[0]);
   }
+  double host_ms = 0;  // the last step's time until forward() returned: the host queueing its kernels
   auto step = [&] {
+    const auto ts = Clock::now();
     Batch bt;
     for (size_t b = 0; b < B; ++b) bt.rows.push_back({{toks[b].back()}, &caches[b], true, -1});
-    const std::vector<int32_t> next = argmax_rows(m.forward(bt));
+    const Tensor logits = m.forward(bt);
+    host_ms = ms_since(ts);
+    const std::vector<int32_t> next = argmax_rows(logits);
     for (size_t b = 0; b < B; ++b) toks[b].push_back(next[b]);
   };
   for (int i = 0; i < 2; ++i) step();  // warm-up (KV growth, graph capture, cuBLAS heuristics)
   device_synchronize();
   const uint64_t mallocs = device_memory_stats().malloc_calls;
-  std::vector<double> times;
+  std::vector<double> times, host;
   const auto t0 = Clock::now();
   for (int i = 0; i < steps; ++i) {
     const auto ts = Clock::now();
     step();
     times.push_back(ms_since(ts));
+    host.push_back(host_ms);
   }
   const double total = ms_since(t0);
   const uint64_t loop_mallocs = device_memory_stats().malloc_calls - mallocs;
   std::sort(times.begin(), times.end());
+  std::sort(host.begin(), host.end());
   bool equal = true;
   for (size_t b : {size_t{0}, B - 1}) {
     CacheList solo = m.make_cache();
@@ -111,6 +122,7 @@ nlohmann::json decode_batched(Model& m, int64_t ctx, int batch, int steps, int64
           {"steps", steps},
           {"tok_s", static_cast<double>(batch) * steps / (total / 1000.0)},
           {"median_step_ms", times[times.size() / 2]},
+          {"median_host_ms", host[host.size() / 2]},
           {"malloc_calls_in_loop", loop_mallocs},
           {"greedy_equal_solo", equal}};
 }
@@ -118,14 +130,16 @@ nlohmann::json decode_batched(Model& m, int64_t ctx, int batch, int steps, int64
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string dir, dtype = "bf16";
-  int steps = 128;
+  std::string dir, dtype = "bf16", dense = "auto";
+  int steps = 128, batch_steps = 32;
   int64_t decode_only = 0;
   std::vector<int> batches;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--model")) dir = argv[i + 1];
     if (!std::strcmp(argv[i], "--dtype")) dtype = argv[i + 1];
+    if (!std::strcmp(argv[i], "--dense-weights")) dense = argv[i + 1];
     if (!std::strcmp(argv[i], "--decode-steps")) steps = std::atoi(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--batch-steps")) batch_steps = std::max(1, std::atoi(argv[i + 1]));
     if (!std::strcmp(argv[i], "--decode-only")) decode_only = std::atoll(argv[i + 1]);
     if (!std::strcmp(argv[i], "--batch"))
       for (const char* p = argv[i + 1]; *p; ++p)
@@ -134,7 +148,8 @@ int main(int argc, char** argv) {
   if (dir.empty()) {
     std::fprintf(
         stderr,
-        "usage: cuda_e2e --model DIR [--dtype bf16|f32] [--decode-steps N] [--decode-only CTX] [--batch 1,8,32]\n");
+        "usage: cuda_e2e --model DIR [--dtype bf16|f32] [--decode-steps N] [--decode-only CTX] [--batch 1,8,32] "
+        "[--batch-steps 32] [--dense-weights auto|on|off|BYTES]\n");
     return 2;
   }
   if (!cuda_available()) {
@@ -148,14 +163,25 @@ int main(int argc, char** argv) {
     const double load_ms = ms_since(tl);
     const int64_t vocab = model->config().vocab_size;
     const size_t weights_bytes = device_memory_stats().in_use_bytes;
+    set_dense_weight_budget(
+        dense_weights_budget(parse_dense_weights(dense), device_free_bytes(), default_kv_cache_bytes()));
+    auto dense_stats = [&] {
+      const DenseWeightStats d = dense_weight_stats();
+      return nlohmann::json{{"setting", dense},
+                            {"budget_mib", static_cast<double>(d.budget_bytes) / 1048576.0},
+                            {"held_mib", static_cast<double>(d.held_bytes) / 1048576.0},
+                            {"copies", d.copies},
+                            {"over_budget", d.over_budget}};
+    };
     if (!batches.empty()) {
       nlohmann::json out = {{"model", dir}, {"dtype", dtype}, {"weights_device_mib", weights_bytes / 1048576.0}};
       for (int b : batches) {
         if (b < 1) continue;
-        out["batched_decode"].push_back(decode_batched(*model, 128, b, std::min(steps, 32), vocab));
+        out["batched_decode"].push_back(decode_batched(*model, 128, b, batch_steps, vocab));
         std::fprintf(stderr, "%s\n", out["batched_decode"].back().dump().c_str());
       }
       out["peak_device_mib"] = static_cast<double>(device_memory_stats().peak_reserved_bytes) / 1048576.0;
+      out["dense_weights"] = dense_stats();
       std::printf("%s\n", out.dump().c_str());
       return 0;
     }
@@ -177,6 +203,7 @@ int main(int argc, char** argv) {
     const DeviceMemoryStats mem = device_memory_stats();
     out["peak_device_mib"] = static_cast<double>(mem.peak_reserved_bytes) / 1048576.0;
     out["malloc_calls_total"] = mem.malloc_calls;
+    out["dense_weights"] = dense_stats();
     std::printf("%s\n", out.dump().c_str());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "cuda_e2e: %s\n", e.what());

@@ -2,6 +2,7 @@
 // run), and the prefill GEMM over quantized weights (dequantize to bf16 + cuBLAS) against cuBLAS bf16 on
 // already-dense weights. Times with CUDA events, medians over repeats; GEMV inputs rotate over enough weight
 // copies to miss the L2, and are timed both as 20 stream launches and as the same 20 calls in one CUDA graph.
+// --dense-rows: only cuBLAS over dense bf16 weights at decode-batch rows (the dense weight copies' path).
 // Prints one JSON object.
 #ifdef LATHE_HAVE_CUDA
 #include <cuda_runtime.h>
@@ -176,10 +177,36 @@ nlohmann::json gemm(int64_t M, int64_t N, int64_t K) {
           {"ratio", ms_blas / ms_ours}};
 }
 
+// The multi-row GEMM over kept dense bf16 weights (tensor/dense_weights.h) at decode-batch rows: 20 calls back
+// to back over 2-8 weight copies (400 MB or more, 8x what L2 holds), as a step's layers run, against the copy
+// bandwidth.
+nlohmann::json dense_rows(int64_t M, int64_t N, int64_t K, double copy_gbs) {
+  const size_t wbytes = static_cast<size_t>(N * K) * 2;
+  const int copies = static_cast<int>(std::clamp<size_t>((size_t{400} << 20) / wbytes + 1, 2, 8)), calls = 20;
+  std::vector<void*> ws;
+  for (int c = 0; c < copies; ++c) ws.push_back(dalloc_bf16(static_cast<size_t>(N * K), 400 + c, -0.05f, 0.05f));
+  void* x = dalloc_bf16(static_cast<size_t>(M * K), 8, -1.f, 1.f);
+  void* y = device_alloc(static_cast<size_t>(M * N) * 2);
+  const double ms = median_ms(20,
+                              [&](int i) {
+                                for (int c = 0; c < calls; ++c)
+                                  cuda::gemm(x, ws[static_cast<size_t>((i * calls + c) % copies)], DType::BF16, M, N, K,
+                                             y, DType::BF16);
+                              }) /
+                    calls;
+  for (void* p : ws) device_free(p);
+  device_free(x);
+  device_free(y);
+  const double gbs = static_cast<double>(wbytes) / (ms * 1e-3) / 1e9;
+  return {
+      {"M", M}, {"N", N}, {"K", K}, {"us", ms * 1e3}, {"weight_GB_s", gbs}, {"pct_of_copy", 100.0 * gbs / copy_gbs}};
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const bool gemv_only = argc > 1 && std::strcmp(argv[1], "--gemv-only") == 0;
+  const bool dense_only = argc > 1 && std::strcmp(argv[1], "--dense-rows") == 0;
   if (!cuda_available()) {
     std::fprintf(stderr, "cuda_kernels: no CUDA device\n");
     return 1;
@@ -187,6 +214,14 @@ int main(int argc, char** argv) {
   nlohmann::json out;
   const double copy = copy_bandwidth();
   out["copy_GB_s"] = copy;
+  if (dense_only) {  // Qwen3-4B's matmuls in a wide decode step: q|k|v, o_proj, gate (and up), down_proj, lm_head
+    for (int64_t M : {16, 32, 64, 128})
+      for (auto [N, K] :
+           {std::pair<int64_t, int64_t>{6144, 2560}, {2560, 4096}, {9728, 2560}, {2560, 9728}, {151936, 2560}})
+        out["dense_rows"].push_back(dense_rows(M, N, K, copy));
+    std::printf("%s\n", out.dump().c_str());
+    return 0;
+  }
   // Llama-8B MLP shapes, then Qwen3-4B's decode GEMVs (q|k|v and gate|up stacked, o_proj, down_proj).
   for (auto [N, K] : {std::pair<int64_t, int64_t>{4096, 14336},
                       {14336, 4096},

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs on the device machine from the repository root, over what scripts/cuda_pack.sh put in .device/.
 # Usage: .device/cuda_device.sh test|kernels [--gemv-only]|gtest FILTER|e2e LIKE BITS GS|batched LIKE BITS GS B,B..
-# [ENV=VAL ..]|serve LIKE BITS GS N,N.. [serve_load args]|kvq LIKE BITS GS|peer LIKE ...;
+# [ENV=VAL ..] [cuda_e2e args ..]|serve LIKE BITS GS N,N.. [serve_load args]|kvq LIKE BITS GS|peer LIKE ...;
 # results go to $OUT
 # (or ./out).
 set -uo pipefail
@@ -40,11 +40,13 @@ case "$1" in
       shift 3
     done
     ;;
-  batched)  # batched LIKE BITS GS BATCHES [ENV=VAL ...]: bench/cuda_e2e --batch (batched decode tok/s)
+  batched)  # batched LIKE BITS GS BATCHES [ENV=VAL ...] [cuda_e2e args ...]: bench/cuda_e2e --batch (batched decode tok/s)
     d=$(synth "$2" "$3" "$4")
     b=$5
     shift 5
-    env "$@" "$dev/bin/cuda_e2e" --model "$d" --batch "$b" | tee -a "$out/batched.jsonl"
+    vars=() args=()
+    for a in "$@"; do if [[ $a == *=* && $a != --* ]]; then vars+=("$a"); else args+=("$a"); fi; done
+    env "${vars[@]}" "$dev/bin/cuda_e2e" --model "$d" --batch "$b" "${args[@]}" | tee -a "$out/batched.jsonl"
     ;;
   serve)  # serve LIKE BITS GS CLIENTS [serve_load args ...]: bench/serve_load through `lathe serve --device cuda`
     d=$(synth "$2" "$3" "$4")

@@ -12,6 +12,8 @@ rm -rf "$dest" && mkdir -p "$dest/bin" "$dest/ctest/tests"
 cp "$build/lathe" "$build/bench/cuda_e2e" "$build/bench/cuda_kernels" "$build/bench/cuda_kv_quant" "$dest/bin/"
 [ -x "$build/bench/serve_load" ] && cp "$build/bench/serve_load" "$dest/bin/"  # HTTP load on `lathe serve`
 strip "$dest"/bin/* 2>/dev/null || true
+# The host-side sampling profiler (bench/host_sampler): LD_PRELOAD it on the device, symbolize here.
+cc -shared -fPIC -O2 -o "$dest/bin/host_sampler.so" bench/host_sampler/host_sampler.c -lrt -ldl
 cp bench/peers/hf_transformers.py scripts/cuda_device.sh "$dest/"
 # Shared libraries from Debian packages the device image lacks (the tokenizer's PCRE2 and ICU, the server's
 # cpp-httplib with its brotli codecs).

@@ -1,15 +1,22 @@
 // Where a verb runs its model (--device, --dtype) and how it stores the KV cache (--kv-bits, --kv-group-size),
-// and whether CPU matmuls run exact (--exact), shared by generate, chat and serve.
+// whether CPU matmuls run exact (--exact), and how much device memory dense copies of quantized weights may take
+// (--cuda-dense-weights), shared by generate, chat and serve.
 #pragma once
 #include <string>
 
 #include <CLI/CLI.hpp>
 
 #include "cache/layer_cache.h"
+#include "engine/dense_weights_budget.h"
 #include "model/config.h"
+#include "tensor/dense_weights.h"
 
 namespace lathe::cli {
 
+inline constexpr const char* kDenseWeightsHelp =
+    "cuda: dense copies of quantized weights for matmuls over more than 8 rows (prefill, wide batches), which "
+    "skip a dequantize per call at ~4x the weights' memory: auto (when they fit in a quarter of the free device "
+    "memory), on, off, or a byte cap such as 8G; never more than what the KV cache budget leaves";
 inline constexpr const char* kExactHelp =
     "cpu: exact f32 quantized matmuls (the reference path) instead of int8-activation integer dots";
 
@@ -17,6 +24,7 @@ struct DeviceFlags {
   std::string device = "cpu", dtype = "f32";
   int kv_bits = 0, kv_group_size = 64;
   bool exact = false;
+  std::string cuda_dense_weights = "auto";
 
   void add_to(CLI::App* cmd) {
     cmd->add_option("--device", device, "cpu or cuda")->capture_default_str()->check(CLI::IsMember({"cpu", "cuda"}));
@@ -29,6 +37,23 @@ struct DeviceFlags {
         ->capture_default_str()
         ->check(CLI::IsMember({32, 64}));
     cmd->add_flag("--exact", exact, kExactHelp);
+    cmd->add_option("--cuda-dense-weights", cuda_dense_weights, kDenseWeightsHelp)
+        ->capture_default_str()
+        ->check([](const std::string& v) {
+          try {
+            parse_dense_weights(v);
+            return std::string();
+          } catch (const std::exception& e) {
+            return std::string(e.what());
+          }
+        });
+  }
+  // After the model is loaded (its weights are on the device): the dense-copy budget from the free device memory,
+  // less the KV cache budget the caller will fill.
+  void apply_dense_weights(int64_t kv_cache_bytes) const {
+    if (device != "cuda") return;
+    set_dense_weight_budget(
+        dense_weights_budget(parse_dense_weights(cuda_dense_weights), device_free_bytes(), kv_cache_bytes));
   }
   LoadOptions load() const {
     LoadOptions l;

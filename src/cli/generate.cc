@@ -8,6 +8,7 @@
 #include "cli/sampling_flags.h"
 #include "cli/verbs.h"
 #include "engine/chat_session.h"
+#include "engine/kv_budget.h"
 
 namespace lathe::cli {
 namespace {
@@ -24,6 +25,10 @@ struct GenerateFlags {
 
 int run_generate(const GenerateFlags& f) {
   ChatSession session(f.model, f.where.load(), f.where.cache());
+  {
+    const ModelConfig& cfg = session.model().config();  // one sequence: its KV cache at the full context at most
+    f.where.apply_dense_weights(KvBudget(cfg, f.where.cache()).bytes_for(cfg.max_position_embeddings));
+  }
   lora::Selection selection;
   const auto adapters = f.adapters.mount(session.model(), &selection);
   const lora::ForwardContext lora_ctx = selection.context();

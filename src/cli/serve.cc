@@ -23,6 +23,7 @@
 #include "common/error.h"
 #include "common/limits.h"
 #include "common/log.h"
+#include "engine/kv_budget.h"
 #include "engine/model_bundle.h"
 #include "server/http_server.h"
 #include "server/server_context.h"
@@ -107,6 +108,8 @@ int run_serve(ServeFlags& f) {
 
   server::ServeOptions o = f.server;
   o.scheduler.validate();
+  // Dense weight copies take only what the KV budget (filled as requests come) leaves of the device memory.
+  f.where.apply_dense_weights(o.scheduler.kv_cache_bytes > 0 ? o.scheduler.kv_cache_bytes : default_kv_cache_bytes());
   if (!f.chat_template.empty()) o.ssd.template_source = read_file(f.chat_template);
   if (o.ssd.dir.empty() && (f.ssd_flags_given))
     throw Error(ErrorKind::InvalidArgument,

@@ -1,6 +1,6 @@
 // Device dispatch for ops.h: validates device tensors and calls the kernels in tensor/cuda/. Quantized linear
 // layers take the fused GEMV for one row, the same GEMV per row in one launch up to LATHE_CUDA_GEMV_ROWS rows
-// (batched decode), and dequantize-to-scratch + cuBLAS above (prefill).
+// (batched decode), and cuBLAS above (prefill, wide batches) over a kept dense copy or a dequantized scratch.
 #ifdef LATHE_HAVE_CUDA
 #include "tensor/ops_cuda.h"
 
@@ -10,6 +10,7 @@
 #include "common/error.h"
 #include "tensor/cuda/gemv_mma.h"
 #include "tensor/cuda/kernels.h"
+#include "tensor/dense_weights.h"
 #include "tensor/device_memory.h"
 #include "tensor/ops_cuda_check.h"
 
@@ -31,19 +32,30 @@ const int32_t* upload_ids(const std::vector<int32_t>& ids, int64_t vocab, Tensor
   return holder.data<int32_t>();
 }
 
+// LATHE_CUDA_GEMV_ROWS, or 0 when unset.
+int64_t gemv_rows_env() {
+  static const int64_t env = [] {
+    const char* e = std::getenv("LATHE_CUDA_GEMV_ROWS");
+    return e ? std::max<int64_t>(1, std::atoll(e)) : int64_t{0};
+  }();
+  return env;
+}
+
 // Rows up to which a quantized linear runs as per-row GEMVs: LATHE_CUDA_GEMV_ROWS, default 16, or 32 where the
 // weights are unpacked once for 8 rows (4-bit g32/g64: gemv_mma_tokens.cu). H200, Qwen3-4B 4-bit decode step:
 // the shared-unpack GEMV beats dequantize + GEMM up to 32 rows (1,831 against 1,597 tok/s) and loses above
 // (64: 1,925 against 2,659), being bound by its mma work; LATHE_CUDA_GEMV_ROWS=256 keeps every row of a
 // decode batch bitwise its solo result at that cost. Prefill chunks take the GEMM.
 int64_t gemv_rows_limit(const cuda::QuantView& q) {
-  static const int64_t env = [] {
-    const char* e = std::getenv("LATHE_CUDA_GEMV_ROWS");
-    return e ? std::max<int64_t>(1, std::atoll(e)) : int64_t{0};
-  }();
-  if (env > 0) return env;
+  if (gemv_rows_env() > 0) return gemv_rows_env();
   return cuda::gemv_q_mma_tokens_covers(q) ? 32 : 16;
 }
+
+// The limit where the weight has a kept dense copy (tensor/dense_weights.h): cuBLAS over the copy has no
+// dequantize to pay for. H200, Qwen3-4B 4-bit g64 decode step at 2 / 4 / 8 / 16 / 32 rows: GEMV 3.59 / 4.11 /
+// 5.55 / 9.46 / 17.3 ms, GEMM over the copies 4.31 / 4.40 / 4.90 / 5.87 / 7.89 ms. Batches of up to 8 rows stay
+// on the GEMV, so they stay bitwise their rows' solo results, for 12% at 8 rows.
+constexpr int64_t kGemvRowsWithDenseCopy = 8;
 
 }  // namespace
 
@@ -63,13 +75,25 @@ Tensor linear(const Tensor& x_in, const Weight& w, const Tensor* bias, bool f32_
     }
     // A batched decode step (few rows): the GEMV per row in one launch, weights from DRAM once, each row's
     // result bit-identical to its solo GEMV (batched greedy equals solo greedy). Above the limit the dequantized
-    // GEMM's fixed cost (writing and reading the bf16 weights) is the cheaper one.
-    if (M <= gemv_rows_limit(q) && cuda::gemv_quantized_rows(q, x.raw(), x.dtype(), M, y.raw(), yt, b)) return y;
-    // Prefill: dequantize once to the activation type, then a tensor-core GEMM. The scratch block returns to
-    // the allocator's cache and is reused by the next layer of the same shape.
-    Tensor wd = Tensor::empty({N, K}, x.dtype(), Device::CUDA);
-    cuda::dequantize(q, 0, N, wd.raw(), x.dtype());
-    cuda::gemm(x.raw(), wd.raw(), x.dtype(), M, N, K, y.raw(), yt);
+    // GEMM's fixed cost (writing and reading the bf16 weights) is the cheaper one; with a kept dense copy there
+    // is no such cost and the limit is lower.
+    int64_t limit = gemv_rows_limit(q);
+    const void* wd = nullptr;
+    if (M > kGemvRowsWithDenseCopy && gemv_rows_env() == 0 && (wd = dense_weight(w.q, x.dtype())))
+      limit = kGemvRowsWithDenseCopy;
+    if (M <= limit && cuda::gemv_quantized_rows(q, x.raw(), x.dtype(), M, y.raw(), yt, b)) return y;
+    // Prefill and wide decode steps: a tensor-core GEMM over the weight dequantized to the activation type. A
+    // dense copy kept within --cuda-dense-weights' budget (tensor/dense_weights.h) skips the dequantize, which
+    // writes and rereads 2 bytes per weight for the GEMM's 2: ~2/3 of a 64-row Qwen3-4B step on the H200.
+    // Otherwise dequantize into scratch, which returns to the allocator's cache for the next layer.
+    if (!wd) wd = dense_weight(w.q, x.dtype());
+    if (wd) {
+      cuda::gemm(x.raw(), wd, x.dtype(), M, N, K, y.raw(), yt);
+    } else {
+      Tensor wd_scratch = Tensor::empty({N, K}, x.dtype(), Device::CUDA);
+      cuda::dequantize(q, 0, N, wd_scratch.raw(), x.dtype());
+      cuda::gemm(x.raw(), wd_scratch.raw(), x.dtype(), M, N, K, y.raw(), yt);
+    }
   } else {
     require_device(w.dense, "linear");
     if (w.dense.dtype() != x.dtype() || !w.dense.is_contiguous())

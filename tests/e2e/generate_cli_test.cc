@@ -34,6 +34,14 @@ TEST(GenerateCli, DemoModelAnswersInUpperCase) {
   EXPECT_EQ(o.out, "HELLO WORLD");
 }
 
+TEST(GenerateCli, DenseWeightsFlagTakesModesAndSizes) {
+  const std::string demo =
+      "generate --model " + std::string(LATHE_SOURCE_DIR) + "/models/demo --prompt hi --max-tokens 2";
+  for (const char* v : {"auto", "on", "off", "8G", "123456"})
+    EXPECT_EQ(run(demo + " --cuda-dense-weights " + v).status, 0) << v;  // a no-op on the CPU, but accepted
+  for (const char* v : {"lots", "8GB", "-1"}) EXPECT_NE(run(demo + " --cuda-dense-weights " + v).status, 0) << v;
+}
+
 TEST(GenerateCli, BadModelDirectoryIsAClearError) {
   const testutil::CliOutput o = testutil::run_lathe("generate --model /nonexistent --prompt hi", false);
   EXPECT_NE(o.status, 0);
