@@ -36,5 +36,8 @@ function(lathe_attach_cuda target)
     target_link_libraries(lathe_cuda PUBLIC CUDA::cudart_static CUDA::cublas CUDA::cublasLt nlohmann_json::nlohmann_json)
     target_compile_definitions(lathe_cuda PUBLIC LATHE_HAVE_CUDA=1)
     target_link_libraries(${target} PUBLIC lathe_cuda)
+    # The device half calls back into the core (tensors, the dense-weight budget): two static libraries that
+    # need each other, which CMake links as a repeated group.
+    target_link_libraries(lathe_cuda PRIVATE ${target})
   endif()
 endfunction()

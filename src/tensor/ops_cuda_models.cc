@@ -71,8 +71,8 @@ Tensor causal_conv1d_silu(const Tensor& x_in, const Tensor& weight, Tensor& stat
 
 Tensor gated_delta_rule(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, const Tensor& g_in,
                         const Tensor& beta_in, Tensor& state) {
-  const Tensor q = convert(q_in, DType::F32).contiguous(), k = convert(k_in, DType::F32).contiguous(),
-               v = convert(v_in, DType::F32).contiguous(), g = g_in.contiguous(), beta = beta_in.contiguous();
+  const Tensor q = gpu::convert(q_in, DType::F32).contiguous(), k = gpu::convert(k_in, DType::F32).contiguous(),
+               v = gpu::convert(v_in, DType::F32).contiguous(), g = g_in.contiguous(), beta = beta_in.contiguous();
   for (const Tensor* t : {&q, &k, &v, &g, &beta}) require_f32_device(*t, "gated_delta_rule");
   require_f32_device(state, "gated_delta_rule state");
   Tensor out = Tensor::empty(v.shape(), DType::F32, Device::CUDA);

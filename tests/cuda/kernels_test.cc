@@ -12,7 +12,9 @@ namespace lathe {
 namespace {
 using namespace testing_cuda;
 
-Tensor bf16_tensor(const std::vector<float>& v, const Shape& s) { return Tensor::from_floats(v, s).to(DType::BF16); }
+Tensor bf16_kernel_tensor(const std::vector<float>& v, const Shape& s) {
+  return Tensor::from_floats(v, s).to(DType::BF16);
+}
 
 QuantizedMatrix random_quantized(int64_t N, int64_t K, int bits, int gs, uint32_t seed) {
   QuantizedMatrix q;
@@ -21,8 +23,8 @@ QuantizedMatrix random_quantized(int64_t N, int64_t K, int bits, int gs, uint32_
   q.w = Tensor::empty({N, K * bits / 32}, DType::U32);
   std::mt19937 rng(seed);
   for (int64_t i = 0; i < q.w.numel(); ++i) q.w.data<uint32_t>()[i] = rng();
-  q.scales = bf16_tensor(random_floats(static_cast<size_t>(N * K / gs), seed + 1, 0.001f, 0.02f), {N, K / gs});
-  q.biases = bf16_tensor(random_floats(static_cast<size_t>(N * K / gs), seed + 2, -0.1f, 0.1f), {N, K / gs});
+  q.scales = bf16_kernel_tensor(random_floats(static_cast<size_t>(N * K / gs), seed + 1, 0.001f, 0.02f), {N, K / gs});
+  q.biases = bf16_kernel_tensor(random_floats(static_cast<size_t>(N * K / gs), seed + 2, -0.1f, 0.1f), {N, K / gs});
   return q;
 }
 

@@ -38,8 +38,10 @@ TEST(GenerateCli, DenseWeightsFlagTakesModesAndSizes) {
   const std::string demo =
       "generate --model " + std::string(LATHE_SOURCE_DIR) + "/models/demo --prompt hi --max-tokens 2";
   for (const char* v : {"auto", "on", "off", "8G", "123456"})
-    EXPECT_EQ(run(demo + " --cuda-dense-weights " + v).status, 0) << v;  // a no-op on the CPU, but accepted
-  for (const char* v : {"lots", "8GB", "-1"}) EXPECT_NE(run(demo + " --cuda-dense-weights " + v).status, 0) << v;
+    EXPECT_EQ(testutil::run_lathe(demo + " --cuda-dense-weights " + v, false).status, 0)
+        << v;  // a no-op on the CPU, but accepted
+  for (const char* v : {"lots", "8GB", "-1"})
+    EXPECT_NE(testutil::run_lathe(demo + " --cuda-dense-weights " + v, false).status, 0) << v;
 }
 
 TEST(GenerateCli, BadModelDirectoryIsAClearError) {
