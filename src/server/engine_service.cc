@@ -218,24 +218,27 @@ void EngineService::finish_cancelled(GenerationJob& job) {
 
 void EngineService::loop() {
   const size_t max_rows = static_cast<size_t>(scheduler_.options().max_batch);
-  bool trimmed = true;  // nothing to give back before the first request
+  int trims_due = 0;  // heap trims left for the coming idle spell (none before the first request)
   for (;;) {
     std::vector<std::shared_ptr<GenerationJob>> take;
     {
       std::unique_lock lock(mu_);
       auto ready = [&] { return stopping_ || !queue_.empty() || !scheduler_.idle(); };
-      // Going idle after work: hand the heap's free pages back to the OS. glibc keeps what a burst of requests
-      // freed (per-thread arenas, the middle of the heap) mapped, so without this the resident size after a
-      // load stays tens of MB above the warm baseline although nothing is in use (issue #12's load check).
-      if (!ready() && !trimmed) {
-        lock.unlock();
-        release_free_heap();
-        lock.lock();
-        trimmed = true;
-      }
-      // Idle: wake when the SSD tier's write-behind or demotion is due.
+      // Idle: wake when the SSD tier's write-behind or demotion is due. Going idle after work, the heap's free
+      // pages go back to the OS: glibc keeps what a burst of requests freed (per-thread arenas, the middle of the
+      // heap) mapped, so without this the resident size after a load stays tens of MB above the warm baseline
+      // although nothing is in use (issue #12's load check). Once at once, once 2 s later for what the clients'
+      // connections freed as they closed.
       for (double due = scheduler_.housekeeping(); !ready(); due = scheduler_.housekeeping()) {
         publish_cache_stats();
+        if (trims_due > 0) {
+          lock.unlock();
+          release_free_heap();
+          lock.lock();
+          --trims_due;
+          if (ready()) break;
+        }
+        if (trims_due > 0) due = due < 0 ? 2.0 : std::min(due, 2.0);
         if (due < 0)
           cv_.wait(lock, ready);
         else
@@ -255,7 +258,7 @@ void EngineService::loop() {
       for (auto& job : take) live_.push_back(job.get());
       metrics_.set_queue_depth(static_cast<int64_t>(queue_.size()));
     }
-    trimmed = false;
+    trims_due = 2;
     for (auto& job : take) {  // one cancelled meanwhile leaves at the step below, without running
       GenerateOptions opt = job->options_;
       opt.cancel = &job->cancel_;
