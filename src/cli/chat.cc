@@ -14,7 +14,6 @@
 #include "cli/verbs.h"
 #include "common/error.h"
 #include "engine/chat_session.h"
-#include "engine/kv_budget.h"
 
 namespace lathe::cli {
 namespace {
@@ -32,10 +31,7 @@ struct ChatFlags {
 
 int run_chat(const ChatFlags& f) {
   ChatSession session(f.model, f.where.load(), f.where.cache());
-  {
-    const ModelConfig& cfg = session.model().config();  // one sequence: its KV cache at the full context at most
-    f.where.apply_dense_weights(KvBudget(cfg, f.where.cache()).bytes_for(cfg.max_position_embeddings));
-  }
+  f.where.apply_dense_weights_one_sequence(session.model().config());
   lora::Selection selection;
   const auto adapters = f.adapters.mount(session.model(), &selection);
   const lora::ForwardContext lora_ctx = selection.context();

@@ -8,6 +8,7 @@
 
 #include "cache/layer_cache.h"
 #include "engine/dense_weights_budget.h"
+#include "engine/kv_budget.h"
 #include "model/config.h"
 #include "tensor/dense_weights.h"
 
@@ -54,6 +55,10 @@ struct DeviceFlags {
     if (device != "cuda") return;
     set_dense_weight_budget(
         dense_weights_budget(parse_dense_weights(cuda_dense_weights), device_free_bytes(), kv_cache_bytes));
+  }
+  // The same for one sequence (generate, chat): its KV cache at the model's full context at most.
+  void apply_dense_weights_one_sequence(const ModelConfig& cfg) const {
+    apply_dense_weights(KvBudget(cfg, cache()).bytes_for(cfg.max_position_embeddings));
   }
   LoadOptions load() const {
     LoadOptions l;

@@ -8,7 +8,6 @@
 #include "cli/sampling_flags.h"
 #include "cli/verbs.h"
 #include "engine/chat_session.h"
-#include "engine/kv_budget.h"
 
 namespace lathe::cli {
 namespace {
@@ -25,10 +24,7 @@ struct GenerateFlags {
 
 int run_generate(const GenerateFlags& f) {
   ChatSession session(f.model, f.where.load(), f.where.cache());
-  {
-    const ModelConfig& cfg = session.model().config();  // one sequence: its KV cache at the full context at most
-    f.where.apply_dense_weights(KvBudget(cfg, f.where.cache()).bytes_for(cfg.max_position_embeddings));
-  }
+  f.where.apply_dense_weights_one_sequence(session.model().config());
   lora::Selection selection;
   const auto adapters = f.adapters.mount(session.model(), &selection);
   const lora::ForwardContext lora_ctx = selection.context();

@@ -98,4 +98,18 @@ uint16_t f32_to_f16(float f) {
   return static_cast<uint16_t>(sign | static_cast<uint32_t>(exp) << 10 | rounded >> 13);
 }
 
+bool floats_to_f32(const void* src, DType t, int64_t n, float* out) {
+  const auto* h = static_cast<const uint16_t*>(src);
+  switch (t) {
+    case DType::BF16:
+      for (int64_t i = 0; i < n; ++i) out[i] = bf16_to_f32(h[i]);
+      return true;
+    case DType::F16:
+      for (int64_t i = 0; i < n; ++i) out[i] = f16_to_f32(h[i]);
+      return true;
+    case DType::F32: std::memcpy(out, src, static_cast<size_t>(n) * sizeof(float)); return true;
+    default: return false;
+  }
+}
+
 }  // namespace lathe

@@ -33,4 +33,7 @@ inline uint16_t f32_to_bf16(float f) {
 float f16_to_f32(uint16_t h);
 uint16_t f32_to_f16(float f);
 
+// n contiguous BF16, F16 or F32 values at src as f32; false (nothing written) for any other type.
+bool floats_to_f32(const void* src, DType t, int64_t n, float* out);
+
 }  // namespace lathe

@@ -110,15 +110,7 @@ int num_layers_of(const json& config) {
 void rows_to_f32(const SourceTensor& t, const Tensor& src, int64_t cols, int64_t r0, int64_t r1, float* out) {
   const int64_t n = (r1 - r0) * cols;
   const char* base = static_cast<const char*>(src.raw()) + r0 * cols * static_cast<int64_t>(dtype_size(t.info.dtype));
-  switch (t.info.dtype) {
-    case DType::BF16:
-      for (int64_t i = 0; i < n; ++i) out[i] = bf16_to_f32(reinterpret_cast<const uint16_t*>(base)[i]);
-      break;
-    case DType::F16:
-      for (int64_t i = 0; i < n; ++i) out[i] = f16_to_f32(reinterpret_cast<const uint16_t*>(base)[i]);
-      break;
-    default: std::memcpy(out, base, static_cast<size_t>(n) * 4); break;
-  }
+  if (!floats_to_f32(base, t.info.dtype, n, out)) std::memcpy(out, base, static_cast<size_t>(n) * 4);
 }
 
 // The packed weight, scales and biases of the module being written (adjacent entries in name order).

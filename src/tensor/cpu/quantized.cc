@@ -192,18 +192,10 @@ void gemv(const Geometry& g, const QuantizedMatrix& q, const float* x, float* y,
 
 // Declared in kernels.h: the scales and biases of quantized weights come as bf16, f16 or f32.
 void scale_row_to_f32(const Tensor& t, int64_t row, int64_t n, float* out) {
-  const int64_t es = static_cast<int64_t>(dtype_size(t.dtype()));
-  const char* base = static_cast<const char*>(t.raw()) + row * t.stride(0) * es;
-  switch (t.dtype()) {
-    case DType::BF16:
-      for (int64_t i = 0; i < n; ++i) out[i] = bf16_to_f32(reinterpret_cast<const uint16_t*>(base)[i]);
-      break;
-    case DType::F16:
-      for (int64_t i = 0; i < n; ++i) out[i] = f16_to_f32(reinterpret_cast<const uint16_t*>(base)[i]);
-      break;
-    case DType::F32: std::memcpy(out, base, static_cast<size_t>(n) * 4); break;
-    default: throw Error(ErrorKind::Unsupported, std::string("quantization scales of dtype ") + dtype_name(t.dtype()));
-  }
+  const char* base =
+      static_cast<const char*>(t.raw()) + row * t.stride(0) * static_cast<int64_t>(dtype_size(t.dtype()));
+  if (!floats_to_f32(base, t.dtype(), n, out))
+    throw Error(ErrorKind::Unsupported, std::string("quantization scales of dtype ") + dtype_name(t.dtype()));
 }
 
 void dequantize_rows(const QuantizedMatrix& q, int64_t row0, int64_t n, float* out) {
