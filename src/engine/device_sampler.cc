@@ -6,11 +6,11 @@
 namespace lathe {
 namespace {
 
-// A row the device serves exactly: greedy, with any logits processors (logit_bias, penalties) but no grammar,
-// and nothing but the id wanted.
+// A row the device serves exactly: greedy, with any logits processors (logit_bias, penalties) and a grammar
+// whose live state it was given, and nothing but the id wanted.
 bool device_greedy(const DeviceSampleRow& r) {
   const SamplingParams* p = r.params;
-  return p && p->temperature == 0.0f && !p->constraint && r.top_logprobs == 0 && !r.logprob;
+  return p && p->temperature == 0.0f && (!p->constraint || r.constraint) && r.top_logprobs == 0 && !r.logprob;
 }
 
 bool has_processors(const SamplingParams& p) {
@@ -36,13 +36,24 @@ bool sample_on_device(const Tensor& logits, std::span<const DeviceSampleRow> row
           logit_edits(*rows[i].params, rows[i].history, vocab, static_cast<int64_t>(i * vocab));
       edits.insert(edits.end(), e.begin(), e.end());
     }
-  if (!edits.empty() && logits.dtype() != DType::F32) return false;  // the edit kernel is f32 (as the model's logits)
+  // The grammar rows' allowed tokens: a grammar keeps its masks by state, so this is a lookup and a copy a row.
+  std::vector<int32_t> masked;
+  std::vector<uint64_t> bits, row_bits;
+  for (size_t i = 0; i < rows.size(); ++i)
+    if (rows[i].params->constraint) {
+      rows[i].constraint->allowed_bits(vocab, row_bits);
+      masked.push_back(static_cast<int32_t>(i));
+      bits.insert(bits.end(), row_bits.begin(), row_bits.end());
+    }
+  // The edit and mask kernels are f32 (as the model's logits).
+  if ((!edits.empty() || !masked.empty()) && logits.dtype() != DType::F32) return false;
   std::vector<int32_t> ids;
-  if (edits.empty()) {
+  if (edits.empty() && masked.empty()) {
     ids = argmax_rows(logits);  // one launch; only the ids come back
   } else {
     Tensor edited = logits.clone();
     apply_logit_edits(edited, edits);
+    apply_token_masks(edited, masked, bits);
     ids = argmax_rows(edited);
   }
   out.assign(rows.size(), SampleResult());

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "engine/sampler.h"
+#include "engine/token_constraint.h"
 #include "tensor/tensor.h"
 
 namespace lathe {
@@ -18,14 +19,19 @@ struct DeviceSampleRow {
   std::span<const int32_t> history;  // prompt + generated ids (penalties)
   int top_logprobs = 0;
   bool logprob = false;  // the chosen token's logprob is wanted (else SampleResult::logprob is left 0)
+  // The row's live grammar state when params->constraint is set (its Sampler's): its allowed-token bits mask
+  // the row on the device. Not advanced here: the caller's SequenceState::accept moves it with the token.
+  ConstraintState* constraint = nullptr;
 };
 
 // logits: f32 [rows.size(), vocab]. Fills out (one result per row) and returns true, or returns false (out
 // untouched) when the logits are on the CPU or a row needs something the device path does not do.
-// Covered so far: greedy rows (temperature 0) without a grammar or logprobs, with any logit_bias and repetition /
-// presence / frequency penalties (the host's edits, tensor/logit_edit.h, applied in one launch), then one argmax
-// launch over all rows with only the ids copied back. Host greedy takes the argmax of the log-softmax, the device
-// the argmax of the logits: the same token unless two logits a row apart round to one log-probability.
+// Covered so far: greedy rows (temperature 0) without logprobs, with any logit_bias and repetition / presence /
+// frequency penalties (the host's edits, tensor/logit_edit.h, applied in one launch), under a grammar or not (each
+// constrained row's allowed-token bitset uploaded and applied in one launch after the edits, as the host masks
+// after its processors), then one argmax launch over all rows with only the ids copied back. Host greedy takes
+// the argmax of the log-softmax, the device the argmax of the logits: the same token unless two logits a row
+// apart round to one log-probability.
 bool sample_on_device(const Tensor& logits, std::span<const DeviceSampleRow> rows, std::vector<SampleResult>& out);
 
 }  // namespace lathe

@@ -202,6 +202,11 @@ Sampler::Sampler(SamplingParams params, std::vector<int32_t> xtc_exempt)
   if (p_.constraint) constraint_ = p_.constraint->start();
 }
 
+void Sampler::take(int32_t token) {
+  ++step_;
+  if (constraint_) constraint_->accept(token);
+}
+
 SampleResult Sampler::sample(std::span<const float> logits, std::span<const int32_t> history, int top_logprobs,
                              bool want_logprob) {
   if (logits.empty()) throw Error(ErrorKind::InvalidArgument, "sample: empty logits");

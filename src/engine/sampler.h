@@ -33,6 +33,11 @@ class Sampler {
   SampleResult sample(std::span<const float> logits, std::span<const int32_t> history, int top_logprobs = 0,
                       bool want_logprob = true);
   const SamplingParams& params() const { return p_; }
+  // The constraint's live state (null without one): a device sampler asks it for the step's mask.
+  ConstraintState* constraint() { return constraint_.get(); }
+  // A token chosen elsewhere (the device sampler) for this step: the step count and the constraint move on as
+  // if sample() had chosen it, so the host can take the next step.
+  void take(int32_t token);
 
  private:
   SamplingParams p_;

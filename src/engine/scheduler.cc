@@ -326,15 +326,21 @@ void Scheduler::sample_rows(const Tensor& logits, const std::vector<Row*>& rows)
   std::vector<SampleResult> sampled;
   std::vector<DeviceSampleRow> dev(rows.size());
   for (size_t i = 0; i < rows.size(); ++i) {
-    const SequenceState& s = *rows[i]->seq;
-    // A row that wants its token's logprob is not one the device argmax serves.
-    dev[i] = {&s.options().sampling, s.seed(), s.steps(), s.history(), s.options().top_logprobs, s.options().logprob};
+    SequenceState& s = *rows[i]->seq;
+    DeviceSampleRow& d = dev[i];
+    d.params = &s.options().sampling;
+    d.seed = s.seed();
+    d.step = s.steps();
+    d.history = s.history();
+    d.top_logprobs = s.options().top_logprobs;  // a row that wants logprobs is not one the device argmax serves
+    d.logprob = s.options().logprob;
+    d.constraint = s.constraint();
   }
   if (!sample_on_device(logits, dev, sampled)) {
     // One copy of the step's logits to the host, then the rows sampled in parallel: each row's sampler,
     // history and RNG are its own, so the result does not depend on the order (a 64-row step over a 152k
     // vocabulary is ~1 ms of host work per row). Rows under a grammar constraint share its compiled masks and
-    // are sampled one after another.
+    // are sampled one after another (greedy ones without logprobs are masked on the device instead).
     const Tensor host = logits.device() == Device::CPU ? logits : logits.to(Device::CPU);
     sampled.assign(rows.size(), SampleResult());
     std::vector<size_t> parallel, serial;

@@ -55,9 +55,7 @@ bool SequenceState::cancel_requested() const {
 }
 
 SampleResult SequenceState::sample(std::span<const float> logits) {
-  // The host Sampler counts its own steps: once the device drew for this row it cannot take over.
-  LATHE_CHECK(host_draws_ == steps_, "host sampling after device sampling for the same sequence");
-  ++host_draws_;
+  host_drew_ = true;
   return sampler_.sample(logits, history_, options_.top_logprobs, options_.logprob);
 }
 
@@ -65,6 +63,10 @@ GeneratedToken SequenceState::accept(const SampleResult& s) {
   GeneratedToken tok;
   tok.sample = s;
   tok.id = s.token;
+  // A device-chosen token moves the host Sampler's step and grammar state too, so either side can take the next
+  // step (a batch falls back to the host when a row joins that the device does not serve).
+  if (!host_drew_) sampler_.take(tok.id);
+  host_drew_ = false;
   ++steps_;
   result_.tokens.push_back(tok.id);
   history_.push_back(tok.id);

@@ -33,6 +33,8 @@ class SequenceState {
 
   // Samples on the host from this sequence's stream.
   SampleResult sample(std::span<const float> logits);
+  // The sampler's grammar state (null without a constraint), for the device sampler's mask.
+  ConstraintState* constraint() { return sampler_.constraint(); }
   // Takes the token sampled at step steps() (host or device) and returns what it releases.
   GeneratedToken accept(const SampleResult& s);
   bool done() const { return !result_.finish_reason.empty(); }
@@ -49,7 +51,7 @@ class SequenceState {
   uint64_t seed_;
   Sampler sampler_;
   uint64_t steps_ = 0;
-  uint64_t host_draws_ = 0;  // of steps_, those the host Sampler drew
+  bool host_drew_ = false;  // sample() chose the token accept() takes next (else the device did)
   StopMatcher stops_;
   bool flushed_ = false;
   GenerateResult result_;

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "common/error.h"
 #include "tensor/cpu/kernels.h"
@@ -315,6 +316,25 @@ void apply_logit_edits(Tensor& x, const std::vector<LogitEdit>& edits) {
   for (const LogitEdit& e : edits) {
     LATHE_CHECK(e.index >= 0 && e.index < x.numel(), "apply_logit_edits: index out of range");
     p[e.index] = apply_logit_edit(p[e.index], e);
+  }
+}
+
+void apply_token_masks(Tensor& x, const std::vector<int32_t>& rows, const std::vector<uint64_t>& bits) {
+  if (rows.empty()) return;
+  LATHE_CHECK(x.ndim() == 2 && x.dtype() == DType::F32 && x.is_contiguous(),
+              "apply_token_masks: expects contiguous F32 [rows, vocab]");
+  const int64_t V = x.dim(1);
+  const size_t words = static_cast<size_t>((V + 63) / 64);
+  LATHE_CHECK(bits.size() == rows.size() * words, "apply_token_masks: one bitset of ceil(vocab / 64) words per row");
+  for (int32_t r : rows) LATHE_CHECK(r >= 0 && r < x.dim(0), "apply_token_masks: row out of range");
+  LATHE_ON_CUDA(x, gpu::apply_token_masks(x, rows, bits));
+  require_cpu(x, "apply_token_masks");
+  constexpr float kOff = -std::numeric_limits<float>::infinity();
+  for (size_t k = 0; k < rows.size(); ++k) {
+    float* p = x.data<float>() + static_cast<int64_t>(rows[k]) * V;
+    const uint64_t* b = bits.data() + k * words;
+    for (int64_t t = 0; t < V; ++t)
+      if (!((b[t >> 6] >> (t & 63)) & 1)) p[t] = kOff;
   }
 }
 

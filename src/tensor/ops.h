@@ -120,6 +120,10 @@ void softcap_inplace(Tensor& x, float cap);  // tanh(x / cap) * cap
 std::vector<int32_t> argmax_rows(const Tensor& x);
 // x (contiguous F32) at each edit's flat index = apply_logit_edit(x, edit); indices distinct and in range.
 void apply_logit_edits(Tensor& x, const std::vector<LogitEdit>& edits);
+// Allowed-token masks (structured outputs) over x (contiguous F32 [R, V]): for the k-th listed row, bits
+// [k · ⌈V/64⌉, (k + 1) · ⌈V/64⌉) hold one bit per token (bit t % 64 of word t / 64); a clear bit sets that
+// logit to -inf. Rows distinct and in range.
+void apply_token_masks(Tensor& x, const std::vector<int32_t>& rows, const std::vector<uint64_t>& bits);
 // Copies rows [src_row, src_row + n) of src (outer dim) to rows from dst_row of dst, on their device
 // (both on one device; equal types and row sizes; dst contiguous).
 void copy_rows(Tensor& dst, int64_t dst_row, const Tensor& src, int64_t src_row, int64_t n);

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 
 #include "common/error.h"
 #include "tensor/cuda/gemv_mma.h"
@@ -231,6 +232,21 @@ void apply_logit_edits(Tensor& x, const std::vector<LogitEdit>& edits) {
   cuda::upload_async(dev.raw(), edits.data(), bytes);
   cuda::apply_logit_edits(x.data<float>(), static_cast<const LogitEdit*>(dev.raw()),
                           static_cast<int64_t>(edits.size()));
+}
+
+void apply_token_masks(Tensor& x, const std::vector<int32_t>& rows, const std::vector<uint64_t>& bits) {
+  // Checked by the caller (ops.cc): contiguous F32, one bitset per row, rows in range. One upload for the row
+  // list and the bitsets (~19 KiB a row for a 152k vocabulary).
+  const size_t row_bytes = rows.size() * sizeof(int32_t);
+  const size_t bits_at = (row_bytes + 15) / 16 * 16;
+  std::vector<char> staged(bits_at + bits.size() * sizeof(uint64_t));
+  std::memcpy(staged.data(), rows.data(), row_bytes);
+  std::memcpy(staged.data() + bits_at, bits.data(), bits.size() * sizeof(uint64_t));
+  Tensor dev = Tensor::empty({static_cast<int64_t>(staged.size())}, DType::U8, Device::CUDA);
+  cuda::upload_async(dev.raw(), staged.data(), staged.size());
+  const char* base = static_cast<const char*>(dev.raw());
+  cuda::apply_token_masks(x.data<float>(), x.dim(1), reinterpret_cast<const int32_t*>(base),
+                          static_cast<int64_t>(rows.size()), reinterpret_cast<const uint64_t*>(base + bits_at));
 }
 
 void copy_rows(void* dst, int64_t dst_row, const void* src_rows, int64_t n, size_t row_bytes) {

@@ -16,6 +16,18 @@ namespace lathe {
 namespace {
 using namespace testing_cuda;
 
+// A grammar stand-in for the device sampler: every third token allowed (and the largest logit most often not).
+struct EveryThirdToken : TokenConstraint {
+  struct State : ConstraintState {
+    void mask(std::span<float> logits) override {
+      for (size_t i = 0; i < logits.size(); ++i)
+        if (i % 3 != 0) logits[i] = -INFINITY;
+    }
+    void accept(int32_t) override {}
+  };
+  std::unique_ptr<ConstraintState> start() const override { return std::make_unique<State>(); }
+};
+
 struct BatchedCase {
   std::string model;
   DType act = DType::F32;
@@ -144,9 +156,33 @@ TEST(CudaDeviceSampler, GreedyRowsMatchTheHostSampler) {
   }
   EXPECT_NE(edited[0].token, out[0].token) << "a -100 bias moves row 0 off its winner";
   EXPECT_EQ(logits.to_floats(), host) << "the caller's logits are left as the model gave them";
+  // Grammar rows (one with penalties too) beside a plain one: each masked on the device by its state's bits,
+  // the token the host Sampler's full mask picks.
+  SamplingParams constrained = greedy, constrained_edited = all_of_them;
+  constrained.constraint = constrained_edited.constraint = std::make_shared<EveryThirdToken>();
+  const SamplingParams* grammar_kinds[] = {&constrained, &greedy, &constrained_edited};
+  std::vector<std::unique_ptr<ConstraintState>> states;
+  for (size_t i = 0; i < 3; ++i) {
+    rows[i].params = grammar_kinds[i];
+    states.push_back(grammar_kinds[i]->constraint ? grammar_kinds[i]->constraint->start() : nullptr);
+    rows[i].constraint = states.back().get();
+  }
+  std::vector<SampleResult> masked;
+  ASSERT_TRUE(sample_on_device(logits, rows, masked));
+  for (size_t i = 0; i < 3; ++i) {
+    Sampler s(*grammar_kinds[i]);
+    const std::span<const float> row(host.data() + i * V, V);
+    EXPECT_EQ(masked[i].token, s.sample(row, history).token) << "grammar row " << i;
+    if (grammar_kinds[i]->constraint) {
+      EXPECT_EQ(masked[i].token % 3, 0) << "grammar row " << i;
+    }
+  }
+  rows[0].constraint = nullptr;  // a grammar row without its live state is the host's
+  EXPECT_FALSE(sample_on_device(logits, rows, masked));
   for (auto& r : rows) {
     r.params = &greedy;
     r.history = {};
+    r.constraint = nullptr;
   }
   SamplingParams sampled;
   sampled.temperature = 0.7f;

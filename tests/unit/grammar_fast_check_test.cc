@@ -13,7 +13,9 @@
 #include "chat/grammar/grammar_matcher.h"
 #include "chat/grammar/json_schema.h"
 #include "chat/grammar/token_tables.h"
+#include "engine/logits_processors.h"
 #include "engine/sampler.h"
+#include "tensor/ops.h"
 #include "tokenizer_fixtures.h"
 
 namespace lathe::grammar {
@@ -172,6 +174,46 @@ TEST(GrammarFastCheck, GreedyPicksTheSameTokensWithAndWithoutTheMask) {
     for (float& v : logits) v = static_cast<float>(rng() % 8) * 0.5f + (rng() % 4 == 0 ? 3e-6f : 0.0f);
     ASSERT_EQ(full.sample(logits, {}, 0, true).token, id_only.sample(logits, {}, 0, false).token) << step;
   }
+}
+
+// The device sampler's grammar step, run with the CPU ops: a state's allowed-token bits (from the grammar's cache,
+// and from the mask() fallback every ConstraintState has) equal its mask, and edits + bitmask + argmax then
+// Sampler::take choose and advance exactly as the host Sampler's full-mask greedy step does.
+TEST(GrammarFastCheck, DeviceStyleMaskedArgmaxMatchesTheHostSampler) {
+  const Tokenizer& tok = lathe::test::fixture_tokenizer("qwen3-real");
+  auto trie = TokenTrie::of(tok);
+  const size_t vocab = tok.vocab_size() + 7;  // a padded embedding: the extra tokens are never allowed
+  std::mt19937 rng(7);
+  size_t masked_steps = 0;
+  for (const GrammarFastCheckCase& c : cases(tok, *trie)) {
+    SamplingParams p;
+    p.constraint = std::make_shared<GrammarConstraint>(c.g, trie, c.opt);
+    p.logit_bias[static_cast<int32_t>(rng() % 1000)] = -5.0f;
+    Sampler host(p, c.opt.eos_ids), device(p, c.opt.eos_ids);
+    std::vector<int32_t> out;
+    for (int step = 0; step < 30; ++step) {
+      std::vector<uint64_t> bits, fallback;
+      device.constraint()->allowed_bits(vocab, bits);
+      device.constraint()->ConstraintState::allowed_bits(vocab, fallback);
+      ASSERT_EQ(bits, fallback) << c.name << " step " << step;
+      // Distinct top logits, most often on tokens the grammar rejects.
+      std::vector<float> logits(vocab);
+      std::uniform_int_distribution<int> level(0, 40);
+      for (float& v : logits) v = static_cast<float>(level(rng)) * 0.25f;
+      for (int k = 0; k < 8; ++k) logits[rng() % vocab] = 12.0f + 0.5f * static_cast<float>(k);
+      const SampleResult want = host.sample(logits, out, 0, true);
+      Tensor step_logits = Tensor::from_floats(logits, {1, static_cast<int64_t>(vocab)});
+      apply_logit_edits(step_logits, logit_edits(p, out, vocab, 0));
+      apply_token_masks(step_logits, {0}, bits);
+      const int32_t got = argmax_rows(step_logits)[0];
+      ASSERT_EQ(got, want.token) << c.name << " step " << step;
+      device.take(got);
+      masked_steps += std::any_of(bits.begin(), bits.end(), [](uint64_t w) { return w != ~uint64_t{0}; });
+      if (std::find(c.opt.eos_ids.begin(), c.opt.eos_ids.end(), got) != c.opt.eos_ids.end()) break;
+      out.push_back(got);
+    }
+  }
+  EXPECT_GT(masked_steps, 20u);
 }
 
 }  // namespace

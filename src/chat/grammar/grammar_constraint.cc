@@ -82,6 +82,21 @@ class GrammarState : public ConstraintState {
     for (size_t i = n; i < logits.size(); ++i) logits[i] = kOff;
   }
 
+  void allowed_bits(size_t vocab, std::vector<uint64_t>& out) override {
+    const size_t words = (vocab + 63) / 64;
+    if (!active_) {
+      out.assign(words, ~uint64_t{0});
+      return;
+    }
+    load_bits();
+    const std::vector<uint64_t>& bits = *bits_;
+    // Tokens past the tokenizer's vocabulary (a padded embedding) are never allowed, as in mask().
+    const size_t n = std::min(vocab, c_.trie().vocab_size());
+    out.assign(words, 0);
+    std::copy(bits.begin(), bits.begin() + static_cast<long>(n / 64), out.begin());
+    if (n % 64) out[n / 64] = bits[n / 64] & ((uint64_t{1} << (n % 64)) - 1);
+  }
+
   bool allows(int32_t id) override {
     if (!active_) return true;
     if (id < 0 || static_cast<size_t>(id) >= c_.trie().vocab_size()) return false;

@@ -52,6 +52,9 @@ void convert(const void* in, DType it, void* out, DType ot, int64_t n);
 void argmax_rows(const void* x, DType t, int64_t rows, int64_t cols, int32_t* out);
 // x[e.index] = apply_logit_edit(x[e.index], e) for n edits (device array, distinct indices) over f32 x.
 void apply_logit_edits(float* x, const LogitEdit* edits, int64_t n);
+// Rows rows[0..n) of f32 x [*, cols]: a token whose bit in bits[k · ⌈cols/64⌉ ..] is clear becomes -inf (device
+// arrays).
+void apply_token_masks(float* x, int64_t cols, const int32_t* rows, int64_t n, const uint64_t* bits);
 
 // Host → device copy ordered on the stream through pinned staging: returns at once, src free to reuse (the
 // engine thread is the only caller). runtime.cc.
