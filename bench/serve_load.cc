@@ -1,10 +1,13 @@
 // Load on `lathe serve`: N concurrent streaming clients over HTTP, each sending a fixed-length prompt (token
 // ids) and reading a fixed number of tokens (EOS banned with logit_bias), for each N in --clients. Reports per
 // N the aggregate decode tok/s (all tokens / wall time), time to first token and inter-token latency p50/p99
-// as clients see them, and the server's peak RSS. Prints one JSON line.
+// as clients see them, the server's CPU milliseconds per token, and the server's peak RSS. Prints one JSON line.
+// LoRA ([lora] benchmark): --adapter DIR mounts adapters at serve start (under their folder names) and --mix
+// 'a;b+c;none' gives client c the adapter spec mix[c % size] (round robin); --repeat runs every N again.
 //
 // Usage: serve_load --lathe build/lathe [--model DIR] [--clients 1,4] [--prompt-tokens 128]
-//                   [--max-tokens 64] [--rounds 1] [--json-schema FILE] [--serve-arg ARG ...]
+//                   [--max-tokens 64] [--rounds 1] [--repeat 1] [--json-schema FILE] [--adapter DIR ...]
+//                   [--mix SPECS] [--serve-arg ARG ...]
 #include <algorithm>
 #include <array>
 #include <cstdio>
@@ -12,11 +15,14 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <mutex>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
@@ -100,6 +106,33 @@ std::vector<int> eos_ids(const std::string& dir) {
   return ids;
 }
 
+// User + system CPU seconds of a process so far.
+double cpu_seconds(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const size_t close = text.rfind(')');
+  if (close == std::string::npos) return 0;
+  std::istringstream rest(text.substr(close + 2));
+  std::string field;
+  double utime = 0, stime = 0;
+  for (int i = 3; rest >> field; ++i) {  // fields 14 and 15 (1-based) after "pid (comm)"
+    if (i == 14) utime = std::atof(field.c_str());
+    if (i == 15) {
+      stime = std::atof(field.c_str());
+      break;
+    }
+  }
+  return (utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
+
+std::vector<std::string> split(const std::string& text, char sep) {
+  std::vector<std::string> out;
+  std::stringstream ss(text);
+  for (std::string item; std::getline(ss, item, sep);)
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
+
 int64_t peak_rss_kib(pid_t pid) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/status");
   std::string line;
@@ -114,7 +147,9 @@ int main(int argc, char** argv) {
   CLI::App app{"concurrent streaming clients against lathe serve"};
   std::string lathe = "build/lathe", model;
   std::vector<int> clients = {1, 4};
-  int prompt_tokens = 128, max_tokens = 64, rounds = 1;
+  int prompt_tokens = 128, max_tokens = 64, rounds = 1, repeat = 1;
+  std::vector<std::string> adapters;
+  std::string mix_text;
   double temperature = 0.0, top_p = 1.0;
   std::vector<std::string> serve_args;
   std::string schema_file;
@@ -129,6 +164,9 @@ int main(int argc, char** argv) {
   app.add_option("--top-p", top_p, "top_p of every request")->check(CLI::Range(0.0, 1.0));
   // Structured output (issue #18's benchmark): every request is held to this JSON schema by the grammar sampler.
   app.add_option("--json-schema", schema_file, "a JSON schema file sent as response_format")->check(CLI::ExistingFile);
+  app.add_option("--repeat", repeat, "run every client count this many times")->check(CLI::PositiveNumber);
+  app.add_option("--adapter", adapters, "LoRA adapter directory mounted at serve start (repeatable)");
+  app.add_option("--mix", mix_text, "adapter spec per client, ';'-separated, round robin ('none' = base)");
   app.add_option("--serve-arg", serve_args, "extra argument for lathe serve (repeatable)")->allow_extra_args(false);
   CLI11_PARSE(app, argc, argv);
 
@@ -136,7 +174,9 @@ int main(int argc, char** argv) {
     // Any model name: the request body says "m" whatever checkpoint is served.
     std::vector<std::string> args = {"--port", "0", "--accept-any-model"};
     if (!model.empty()) args.insert(args.end(), {"--model", model});
+    for (const std::string& a : adapters) args.insert(args.end(), {"--adapter", a});
     args.insert(args.end(), serve_args.begin(), serve_args.end());
+    const std::vector<std::string> mix = split(mix_text, ';');
     bench::ServerProcess server(lathe, args);
     const int port = server.wait_ready(120).first;
     std::string dir = model;
@@ -162,14 +202,20 @@ int main(int argc, char** argv) {
                    {"logit_bias", bias},
                    {"stream", true}};
       if (!response_format.is_null()) body["response_format"] = response_format;
+      if (!mix.empty() && client >= 0) body["adapter"] = mix[static_cast<size_t>(client) % mix.size()];
       return body.dump();
     };
     run_client(port, body_for(999, 0));  // warm-up: first-touch page faults, thread start
+    for (size_t k = 0; k < mix.size(); ++k) run_client(port, body_for(static_cast<int>(k), 99));  // every spec once
 
     json runs = json::array();
-    for (int n : clients) {
+    std::vector<int> plan;
+    for (int n : clients)
+      for (int k = 0; k < repeat; ++k) plan.push_back(n);
+    for (int n : plan) {
       std::vector<std::vector<Stream>> per(static_cast<size_t>(n));
       const std::array<double, 5> before = engine_counters(port);
+      const double cpu0 = cpu_seconds(server.pid());
       const auto t0 = Clock::now();
       std::vector<std::thread> threads;
       std::mutex errors_mu;
@@ -191,6 +237,7 @@ int main(int argc, char** argv) {
         });
       for (auto& t : threads) t.join();
       const double wall = seconds(t0, Clock::now());
+      const double server_cpu_s = cpu_seconds(server.pid()) - cpu0;
       std::vector<double> ttft, itl;
       int64_t tokens = 0;
       for (const auto& streams : per)
@@ -204,6 +251,7 @@ int main(int argc, char** argv) {
                       {"tokens", tokens},
                       {"wall_s", wall},
                       {"aggregate_tok_s", wall > 0 ? static_cast<double>(tokens) / wall : 0},
+                      {"server_cpu_ms_per_token", tokens > 0 ? server_cpu_s * 1e3 / static_cast<double>(tokens) : 0},
                       {"ttft_ms_p50", percentile(ttft, 0.5)},
                       {"ttft_ms_p99", percentile(ttft, 0.99)},
                       {"itl_ms_p50", percentile(itl, 0.5)},
@@ -220,6 +268,9 @@ int main(int argc, char** argv) {
                       {"temperature", temperature},
                       {"top_p", top_p},
                       {"serve_args", serve_args},
+                      {"adapters", adapters},
+                      {"mix", mix},
+                      {"repeat", repeat},
                       {"json_schema", schema_file},
                       {"runs", runs},
                       {"server_peak_rss_mib", static_cast<double>(peak_rss_kib(server.pid())) / 1024.0}};

@@ -14,7 +14,7 @@ cp "$build/lathe" "$build/bench/cuda_e2e" "$build/bench/cuda_kernels" "$build/be
 strip "$dest"/bin/* 2>/dev/null || true
 # The host-side sampling profiler (bench/host_sampler): LD_PRELOAD it on the device, symbolize here.
 cc -shared -fPIC -O2 -o "$dest/bin/host_sampler.so" bench/host_sampler/host_sampler.c -lrt -ldl
-cp bench/peers/hf_transformers.py scripts/cuda_device.sh "$dest/"
+cp bench/peers/hf_transformers.py scripts/cuda_device.sh bench/lora_decode.sh bench/lora_serve.sh "$dest/"
 # Shared libraries from Debian packages the device image lacks (the tokenizer's PCRE2 and ICU, the server's
 # cpp-httplib with its brotli codecs).
 mkdir -p "$dest/lib"

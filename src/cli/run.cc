@@ -3,6 +3,7 @@
 #include <chrono>
 #include <climits>
 #include <cstdio>
+#include <ctime>
 #include <fstream>
 #include <memory>
 #include <sstream>
@@ -79,12 +80,20 @@ double resident_mib() {
 
 using Clock = std::chrono::steady_clock;
 double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
+// CPU time of the whole process (all threads), in ms: on a shared machine, cost per token beside wall time.
+double process_cpu_ms() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) / 1e6;
+}
 
 int run(const RunOptions& o) {
   const auto t_load = Clock::now();
   std::unique_ptr<Model> model = load_model(o.model, load_options(o));
   lora::Selection selection;
+  const auto t_mount = Clock::now();
   const auto adapters = o.adapters.mount(*model, &selection);
+  const double mount_ms = ms_since(t_mount);
   const lora::ForwardContext lora_ctx = selection.context();
   const lora::ScopedContext lora_scope(selection.slot >= 0 ? &lora_ctx : nullptr);
   const std::string kv_ns = cache_namespace(lora_ctx.key, "");  // KV files keyed by the adapters' content
@@ -116,6 +125,7 @@ int run(const RunOptions& o) {
   const auto& eos = model->config().eos_token_ids;
   std::vector<int32_t> generated;
   std::vector<double> step_ms;
+  const double cpu0 = process_cpu_ms();
   while (static_cast<int>(generated.size()) < o.max_tokens) {
     generated.push_back(next);
     if (!o.ignore_eos && std::find(eos.begin(), eos.end(), next) != eos.end()) break;
@@ -125,6 +135,7 @@ int run(const RunOptions& o) {
     next = argmax_rows(step)[0];
     step_ms.push_back(ms_since(t));
   }
+  const double decode_cpu_ms = process_cpu_ms() - cpu0;
   double decode_ms = 0;
   for (double s : step_ms) decode_ms += s;
   const double prefill_tps = to_run.size() / (prefill_ms / 1000.0);
@@ -139,11 +150,13 @@ int run(const RunOptions& o) {
                         {"prompt_tokens", prompt.size()},
                         {"generated", generated},
                         {"load_ms", load_ms},
+                        {"adapter_mount_ms", mount_ms},
                         {"prefill_ms", prefill_ms},
                         {"prefill_tok_s", prefill_tps},
                         {"decode_steps", step_ms.size()},
                         {"decode_ms", decode_ms},
                         {"decode_tok_s", decode_tps},
+                        {"decode_cpu_ms", decode_cpu_ms},
                         {"step_ms", step_ms},
                         {"rss_after_load_mib", rss_after_load},
                         {"rss_after_decode_mib", rss_after_decode},

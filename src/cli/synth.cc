@@ -6,6 +6,9 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -25,6 +28,8 @@ struct SynthOptions {
   int group_size = 64;
   std::string out;
   uint64_t seed = 1;
+  int lora_rank = 0;  // > 0: write a random mlx-lm LoRA adapter for this shape instead of a checkpoint
+  double lora_scale = 2.0;
 };
 
 json base_config(const std::string& like) {
@@ -111,7 +116,39 @@ struct Rng {
   float uniform() { return static_cast<float>(next() >> 40) / static_cast<float>(1 << 24); }  // [0, 1)
 };
 
+// A random mlx-lm adapter (F32 lora_a [in, r], lora_b [r, out]) on all seven linear targets of every layer.
+int synth_adapter(const SynthOptions& o, const json& cfg) {
+  const int64_t H = cfg["hidden_size"], I = cfg["intermediate_size"], L = cfg["num_hidden_layers"];
+  const int64_t q = cfg["num_attention_heads"].get<int64_t>() * cfg["head_dim"].get<int64_t>(),
+                kv = cfg["num_key_value_heads"].get<int64_t>() * cfg["head_dim"].get<int64_t>();
+  const std::vector<std::tuple<std::string, int64_t, int64_t>> targets = {
+      {"self_attn.q_proj", H, q}, {"self_attn.k_proj", H, kv}, {"self_attn.v_proj", H, kv}, {"self_attn.o_proj", q, H},
+      {"mlp.gate_proj", H, I},    {"mlp.up_proj", H, I},       {"mlp.down_proj", I, H}};  // (module, in, out)
+  std::filesystem::create_directories(o.out);
+  auto rng = std::make_shared<Rng>(Rng{o.seed * 0x9E3779B97F4A7C15ull + 7});
+  SafetensorsWriter w;
+  const int64_t r = o.lora_rank;
+  for (int64_t l = 0; l < L; ++l)
+    for (const auto& [module, in, out] : targets)
+      for (const auto& [suffix, shape] : {std::pair<std::string, Shape>{".lora_a", {in, r}}, {".lora_b", {r, out}}})
+        w.add("model.layers." + std::to_string(l) + "." + module + suffix, DType::F32, shape,
+              [rng, n = shape[0] * shape[1]](void* dst) {
+                auto* p = static_cast<float*>(dst);
+                for (int64_t i = 0; i < n; ++i) p[i] = (rng->uniform() * 2.f - 1.f) * 0.01f;
+              });
+  w.write(o.out + "/adapters.safetensors");
+  const json ac = {{"fine_tune_type", "lora"},
+                   {"num_layers", L},
+                   {"lora_parameters", {{"rank", r}, {"scale", o.lora_scale}, {"dropout", 0.0}}}};
+  const std::string text = ac.dump(2) + "\n";
+  write_file_atomic(o.out + "/adapter_config.json", text.data(), text.size());
+  std::printf("wrote %s (LoRA rank %lld on all seven targets of %s)\n", o.out.c_str(), static_cast<long long>(r),
+              o.like.c_str());
+  return 0;
+}
+
 int synth(const SynthOptions& o) {
+  if (o.lora_rank > 0) return synth_adapter(o, base_config(o.like));
   if (o.bits != 16 && o.bits != 2 && o.bits != 4 && o.bits != 8)
     throw Error(ErrorKind::InvalidArgument, "--bits must be 2, 4, 8 or 16 (bf16, unquantized)");
   if (o.group_size != 32 && o.group_size != 64 && o.group_size != 128)
@@ -205,6 +242,9 @@ Verb add_synth(CLI::App& app) {
   cmd->add_option("--group-size", o->group_size, "32, 64 or 128")->capture_default_str();
   cmd->add_option("--out", o->out, "output directory")->required();
   cmd->add_option("--seed", o->seed, "random seed")->capture_default_str();
+  cmd->add_option("--lora-rank", o->lora_rank,
+                  "write a random mlx-lm LoRA adapter of this rank (all seven targets) instead of a checkpoint");
+  cmd->add_option("--lora-scale", o->lora_scale, "the adapter's scale (with --lora-rank)")->capture_default_str();
   return {cmd, [o] { return synth(*o); }};
 }
 

@@ -8,6 +8,7 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "lora/adapter_file.h"
+#include "lora/cpu_residual.h"
 #include "model/model.h"
 
 namespace lathe::lora {
@@ -58,13 +59,18 @@ void validate_adapter_id(const std::string& id) {
   }
 }
 
-AdapterManager::AdapterManager(std::shared_ptr<const LinearSites> sites, Device device, DType dtype)
-    : sites_(std::move(sites)), device_(device), dtype_(dtype), table_(std::make_shared<SlotTable>()) {
+AdapterManager::AdapterManager(std::shared_ptr<const LinearSites> sites, Device device, DType dtype, bool cpu_bf16)
+    : sites_(std::move(sites)),
+      device_(device),
+      dtype_(dtype),
+      cpu_bf16_(cpu_bf16 && device == Device::CPU),
+      table_(std::make_shared<SlotTable>()) {
   if (!sites_) sites_ = std::make_shared<LinearSites>();
 }
 
 AdapterManager::AdapterManager(const Model& model)
-    : AdapterManager(model.linear_sites(), model.config().load.device, model.config().load.dtype) {}
+    : AdapterManager(model.linear_sites(), model.config().load.device, model.config().load.dtype,
+                     !model.config().load.exact) {}
 
 static AdapterInfo info_of(const MountedAdapter& a) {
   return {a.id,      a.dir,     a.format,        a.base_model,   a.rank,        a.scale,
@@ -109,8 +115,17 @@ std::shared_ptr<MountedAdapter> AdapterManager::build(const std::string& id, con
     ++matched;
     if (!upload) continue;
     digests.emplace_back(site, factor_digest(site, f));
-    DeviceFactor d{to_device(f.a, device_, dtype_), to_device(f.b, device_, dtype_), f.scale};
-    m->device_bytes += d.a.nbytes() + d.b.nbytes();
+    DeviceFactor d;
+    d.scale = f.scale;
+    if (cpu_bf16_) {
+      auto c = std::make_shared<CpuFactor>(make_cpu_factor(f.a, f.b, f.scale));
+      m->device_bytes += c->bytes();
+      d.cpu = std::move(c);
+    } else {
+      d.a = to_device(f.a, device_, dtype_);
+      d.b = to_device(f.b, device_, dtype_);
+      m->device_bytes += d.a.nbytes() + d.b.nbytes();
+    }
     m->factors.emplace_back(site, std::move(d));
   }
   if (matched == 0)
@@ -223,10 +238,14 @@ Selection AdapterManager::resolve(const std::string& spec) {
   auto slot = std::make_shared<Slot>();
   slot->spec = canon;
   slot->by_site.resize(static_cast<size_t>(sites_->size()));
+  if (cpu_bf16_) slot->cpu_by_site.resize(static_cast<size_t>(sites_->size()));
   for (const auto& id : ids) {
     const auto& a = *std::find_if(adapters_.begin(), adapters_.end(), [&](const auto& m) { return m->id == id; });
     slot->adapters.push_back(a);
-    for (const auto& [site, f] : a->factors) slot->by_site[static_cast<size_t>(site)].push_back(&f);
+    for (const auto& [site, f] : a->factors) {
+      slot->by_site[static_cast<size_t>(site)].push_back(&f);
+      if (cpu_bf16_) slot->cpu_by_site[static_cast<size_t>(site)].push_back(f.cpu.get());
+    }
   }
   auto next = std::make_shared<SlotTable>(*table_);
   size_t free = 0;

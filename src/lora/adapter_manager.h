@@ -41,8 +41,10 @@ struct Selection {
 
 class AdapterManager {
  public:
-  AdapterManager(std::shared_ptr<const LinearSites> sites, Device device, DType dtype);
-  explicit AdapterManager(const Model& model);
+  // cpu_bf16: on the CPU, keep factors in BF16 for lora/cpu_residual.h (the default path) instead of F32
+  // through the dense ops (--exact, which the parity suites use). Ignored on other devices.
+  AdapterManager(std::shared_ptr<const LinearSites> sites, Device device, DType dtype, bool cpu_bf16 = false);
+  explicit AdapterManager(const Model& model);  // cpu_bf16 unless the model was loaded with exact
 
   // Throws: InvalidArgument (bad or taken id), NotFound (no adapter in dir), Corrupt/Unsupported (files), or
   // InvalidArgument naming the module and both shapes when the adapter does not fit this model.
@@ -68,6 +70,7 @@ class AdapterManager {
   std::shared_ptr<const LinearSites> sites_;
   Device device_;
   DType dtype_;
+  bool cpu_bf16_ = false;
   mutable std::mutex mu_;
   std::vector<std::shared_ptr<const MountedAdapter>> adapters_;  // mount order
   std::shared_ptr<const SlotTable> table_;

@@ -3,6 +3,7 @@
 #include <map>
 
 #include "common/error.h"
+#include "lora/cpu_residual.h"
 #include "tensor/ops.h"
 
 namespace lathe::lora {
@@ -13,6 +14,55 @@ const std::vector<const DeviceFactor*>* factors_at(const Slot* s, int site) {
   if (!s || site < 0 || static_cast<size_t>(site) >= s->by_site.size()) return nullptr;
   const auto& f = s->by_site[static_cast<size_t>(site)];
   return f.empty() ? nullptr : &f;
+}
+
+// The CPU kernel's factors of a slot at a site; null when the slot has none there or keeps F32 (--exact).
+const std::vector<const CpuFactor*>* cpu_factors_at(const Slot* s, int site) {
+  if (!s || site < 0 || static_cast<size_t>(site) >= s->cpu_by_site.size()) return nullptr;
+  const auto& f = s->cpu_by_site[static_cast<size_t>(site)];
+  return f.empty() ? nullptr : &f;
+}
+
+// The default CPU path (BF16 factors): every slot group of the forward in one kernel call, added straight into
+// y (the kernel sums a row's factors in registers and touches y once, so rows stay independent of the batch).
+// False when the table keeps F32 factors.
+bool add_residual_cpu(const ForwardContext& c, int site, const Tensor& x_in, Tensor& y) {
+  if (y.device() != Device::CPU || y.dtype() != DType::F32 || !y.is_contiguous()) return false;
+  const Tensor x = x_in.contiguous();
+  const int64_t T = x.dim(0);
+  thread_local std::vector<CpuRowGroup> groups;
+  thread_local std::vector<std::pair<int32_t, std::vector<int32_t>>> rows;  // slot -> its token rows
+  groups.clear();
+  if (c.token_slots.empty()) {
+    const Slot* s = c.table->slot(c.uniform_slot);
+    const auto* f = cpu_factors_at(s, site);
+    if (!f) return s && !s->cpu_by_site.empty();
+    groups.push_back({f, nullptr, T});
+  } else {
+    for (auto& r : rows) r.second.clear();
+    size_t used = 0;
+    for (int64_t t = 0; t < T; ++t) {
+      const int32_t slot = c.token_slots[static_cast<size_t>(t)];
+      const Slot* s = c.table->slot(slot);
+      if (!s) continue;
+      if (s->cpu_by_site.empty()) return false;
+      if (!cpu_factors_at(s, site)) continue;
+      size_t g = 0;
+      while (g < used && rows[g].first != slot) ++g;
+      if (g == used) {
+        if (used == rows.size()) rows.emplace_back();
+        rows[used].first = slot;
+        rows[used].second.clear();
+        ++used;
+      }
+      rows[g].second.push_back(static_cast<int32_t>(t));
+    }
+    for (size_t g = 0; g < used; ++g)
+      groups.push_back({cpu_factors_at(c.table->slot(rows[g].first), site), rows[g].second.data(),
+                        static_cast<int64_t>(rows[g].second.size())});
+  }
+  if (!groups.empty()) add_cpu_residual(groups, x.data<float>(), x.dim(1), y.data<float>(), y.dim(1));
+  return true;
 }
 }  // namespace
 
@@ -47,6 +97,7 @@ void add_factors(const std::vector<const DeviceFactor*>& factors, const Tensor& 
 void add_residual(int site, const Tensor& x, Tensor& y) {
   const ForwardContext* c = g_current;
   if (!c || site < 0 || !c->table) return;
+  if (add_residual_cpu(*c, site, x, y)) return;
   const int64_t T = x.dim(0), N = y.dim(1);
   if (c->token_slots.empty()) {
     if (auto* f = factors_at(c->table->slot(c->uniform_slot), site)) {

@@ -16,11 +16,15 @@
 
 namespace lathe::lora {
 
-// One adapter's factors for one linear, on the model's device in its activation type.
+struct CpuFactor;  // lora/cpu_residual.h
+
+// One adapter's factors for one linear, on the model's device in its activation type (F32 on the CPU under
+// --exact). On the CPU's default path only `cpu` is set: BF16 copies for lora/cpu_residual.h.
 struct DeviceFactor {
   Tensor a;  // [r, in]
   Tensor b;  // [out, r]
   float scale = 1.0f;
+  std::shared_ptr<const CpuFactor> cpu;
 };
 
 struct MountedAdapter {
@@ -39,7 +43,8 @@ struct MountedAdapter {
 struct Slot {
   std::string spec;  // canonical: ids joined by '+', in the order given
   std::vector<std::shared_ptr<const MountedAdapter>> adapters;
-  std::vector<std::vector<const DeviceFactor*>> by_site;  // [site] -> factors to add, in order
+  std::vector<std::vector<const DeviceFactor*>> by_site;   // [site] -> factors to add, in order
+  std::vector<std::vector<const CpuFactor*>> cpu_by_site;  // the same as CPU kernel factors (default CPU path)
 };
 
 struct SlotTable {

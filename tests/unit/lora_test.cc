@@ -12,6 +12,7 @@
 #include "lora/adapter_file.h"
 #include "lora/adapter_manager.h"
 #include "lora/batch_scope.h"
+#include "lora/cpu_residual.h"
 #include "model/model.h"
 #include "support/fixtures.h"
 #include "support/test_dir.h"
@@ -277,6 +278,56 @@ TEST(LoraResidual, PerTokenSlotsMatchUniformRuns) {
   Tensor y = Tensor::zeros({3, 64}, DType::F32);
   lora::add_residual(site, x, y);
   for (float v : y.to_floats()) EXPECT_EQ(v, 0.0f);
+}
+
+// The CPU default path's BF16 kernel (lora/cpu_residual.h) against the F32 route (--exact): close, and each
+// row bit-identical whether it runs alone, in a mixed batch, on the calling thread or split over the pool.
+TEST(LoraResidual, CpuBf16KernelMatchesF32AndRowsAreIndependent) {
+  lora::AdapterManager f32(qwen3_like_sites(), Device::CPU, DType::F32),
+      bf16(qwen3_like_sites(), Device::CPU, DType::F32, /*cpu_bf16=*/true);
+  for (auto* m : {&f32, &bf16}) {
+    m->mount("alpha", adapters_dir("qwen3-alpha"));
+    m->mount("beta", adapters_dir("qwen3-beta"));
+  }
+  EXPECT_LT(bf16.list()[0].device_bytes, f32.list()[0].device_bytes);
+  const int a = bf16.resolve("alpha").slot, ab = bf16.resolve("alpha+beta").slot;
+  ASSERT_EQ(f32.resolve("alpha").slot, a);
+  ASSERT_EQ(f32.resolve("alpha+beta").slot, ab);
+  std::vector<float> xv(5 * 64);
+  for (size_t i = 0; i < xv.size(); ++i) xv[i] = std::sin(0.11f * static_cast<float>(i * i % 97));
+  const Tensor x = Tensor::from_floats(xv, {5, 64});
+  for (const std::string module : {"model.layers.1.self_attn.q_proj", "model.layers.0.mlp.down_proj"}) {
+    const int site = bf16.sites().find(module);
+    const int64_t out = bf16.sites().at(site).out, in = bf16.sites().at(site).in;
+    const Tensor xs =
+        in == 64 ? x : Tensor::from_floats(std::vector<float>(static_cast<size_t>(5 * in), 0.25f), {5, in});
+    auto run = [&](lora::AdapterManager& m, const Tensor& xr, std::vector<int32_t> slots) {
+      lora::ForwardContext ctx{m.snapshot(), -1, std::move(slots), {}};
+      Tensor y = Tensor::from_floats(std::vector<float>(static_cast<size_t>(xr.dim(0) * out), 0.5f), {xr.dim(0), out});
+      const lora::ScopedContext s(&ctx);
+      lora::add_residual(site, xr, y);
+      return y.to_floats();
+    };
+    const std::vector<int32_t> mixed{ab, -1, a, ab, -1};
+    const auto want = run(f32, xs, mixed), got = run(bf16, xs, mixed);
+    float worst = 0, peak = 0;
+    for (size_t i = 0; i < want.size(); ++i) {
+      worst = std::max(worst, std::abs(got[i] - want[i]));
+      peak = std::max(peak, std::abs(want[i] - 0.5f));
+    }
+    EXPECT_GT(peak, 0.0f) << module;
+    EXPECT_LE(worst, 1e-2f * std::max(1.0f, peak)) << module;
+    for (const int64_t inline_macs : {int64_t{0}, int64_t{1} << 40}) {
+      lora::set_cpu_residual_inline_macs(inline_macs);
+      EXPECT_EQ(run(bf16, xs, mixed), got) << module << " inline below " << inline_macs;
+      for (int64_t t = 0; t < 5; ++t) {
+        const auto solo = run(bf16, xs.slice(0, t, t + 1).contiguous(), {mixed[static_cast<size_t>(t)]});
+        EXPECT_EQ(solo, std::vector<float>(got.begin() + t * out, got.begin() + (t + 1) * out))
+            << module << " row " << t;
+      }
+    }
+    lora::set_cpu_residual_inline_macs(int64_t{1} << 17);
+  }
 }
 
 // The model's forward with adapters, solo and through forward(const Batch&) with rows on different slots.
