@@ -37,7 +37,7 @@ run() {  # config rep
     local seed=1
     for p in "${parts[@]}"; do args+=(--adapter "$(adapter "${p#r}" "$seed")"); seed=$((seed + 1)); done
   fi
-  "$lathe" --threads "$threads" run --model "$dir" --ids "$ids" --max-tokens 65 --ignore-eos --json "${dev_args[@]}" \
+  "$lathe" --threads "$threads" run --model "$dir" --ids "$ids" --max-tokens "${LORA_STEPS:-64}" --ignore-eos --json "${dev_args[@]}" \
     "${args[@]}" | python3 -c "
 import json, sys
 j = json.load(sys.stdin)

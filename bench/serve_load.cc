@@ -206,7 +206,6 @@ int main(int argc, char** argv) {
       return body.dump();
     };
     run_client(port, body_for(999, 0));  // warm-up: first-touch page faults, thread start
-    for (size_t k = 0; k < mix.size(); ++k) run_client(port, body_for(static_cast<int>(k), 99));  // every spec once
 
     json runs = json::array();
     std::vector<int> plan;

