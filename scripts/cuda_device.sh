@@ -2,7 +2,7 @@
 # Runs on the device machine from the repository root, over what scripts/cuda_pack.sh put in .device/.
 # Usage: .device/cuda_device.sh test|kernels [--gemv-only]|gtest FILTER|e2e LIKE BITS GS|batched LIKE BITS GS B,B..
 # [ENV=VAL ..] [cuda_e2e args ..]|serve LIKE BITS GS N,N.. [serve_load args]|kvq LIKE BITS GS|peer LIKE ...|
-# lora LIKE BITS GS ["RANKS"] [REPS];
+# lora LIKE BITS GS ["RANKS"] [REPS] [SERVE_REPS];
 # results go to $OUT
 # (or ./out).
 set -uo pipefail
@@ -62,13 +62,13 @@ case "$1" in
       --serve-arg=128 --serve-arg=--max-batch-tokens --serve-arg=8192 --serve-arg=--max-queue --serve-arg=512 "$@" |
       tee -a "$out/serve_load.jsonl"
     ;;
-  lora)  # lora LIKE BITS GS ["RANKS"] [REPS]: [lora] decode with 0/1/2 adapters per rank, ~100 MB mount, 8×8 vs 8×1
+  lora)  # lora LIKE BITS GS ["RANKS"] [REPS] [SERVE_REPS]: [lora] decode with 0/1/2 adapters per rank, ~100 MB mount, 8×8 vs 8×1
     like=$2
     mount_rank=40  # ~100 MB of F32 factors on qwen3-0.6b; 12 on qwen3-4b
     [ "$like" = qwen3-4b ] && mount_rank=12
     export TMPDIR=/tmp LORA_BITS=$3 LORA_GS=$4
     bash "$dev/lora_decode.sh" "$dev" "$like" 8 cuda "${5:-8 16 64}" "${6:-3}" "$mount_rank" | tee -a "$out/lora_decode.jsonl"
-    bash "$dev/lora_serve.sh" "$dev" "$like" 8 16 128 "${6:-3}" --device cuda --dtype bf16 --max-batch 128 |
+    bash "$dev/lora_serve.sh" "$dev" "$like" 8 16 128 "${7:-2}" --device cuda --dtype bf16 --max-batch 128 |
       tee -a "$out/lora_serve.jsonl"
     ;;
   kvq)  # quantized-KV quality and bytes per token (bench/cuda_kv_quant)
