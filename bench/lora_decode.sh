@@ -42,7 +42,7 @@ run() {  # config rep
 import json, sys
 j = json.load(sys.stdin)
 steps = max(1, j['decode_steps'])
-print(json.dumps({'like': '$like', 'device': '$device', 'threads': $threads, 'adapters': '$1', 'rep': $2,
+print(json.dumps({'like': '$like', 'device': '$device', 'threads': $threads, 'adapters': '$1', 'rep': '$2',
                   'decode_tok_s': round(j['decode_tok_s'], 3), 'decode_cpu_ms_per_token': round(j['decode_cpu_ms'] / steps, 3),
                   'prefill_tok_s': round(j['prefill_tok_s'], 2), 'adapter_mount_ms': round(j['adapter_mount_ms'], 1)}))"
 }
