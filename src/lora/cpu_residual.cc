@@ -14,6 +14,10 @@ namespace lathe::lora {
 namespace {
 
 constexpr int64_t kColumnBlock = 32;  // columns per register tile; thread chunks start on multiples of it
+// Up to this many multiply-adds of x·Aᵀ, every thread of a call computes all of
+// them itself (one pool region per call); above it (prefill, large batches) the
+// dots are split first, then the columns (two regions).
+std::atomic<int64_t> g_redundant_dot_macs{int64_t{1} << 20};
 
 float dot_bf16(const uint16_t* a, const float* x, int64_t n) {
   int64_t i = 0;
@@ -33,8 +37,9 @@ float dot_bf16(const uint16_t* a, const float* x, int64_t n) {
   return s;
 }
 
-// y[o0, o1) += Σ_f Σ_k u[f, k] · Bᵀ_f[k, o0..o1), u holding every factor's rank entries in order (scales
-// folded in). The sum stays in registers; y is read and written once.
+// y[o0, o1) += Σ_f Σ_k u[f, k] · Bᵀ_f[k, o0..o1), u holding every factor's rank
+// entries in order (scales folded in). The sum stays in registers; y is read
+// and written once.
 void add_columns(const std::vector<const CpuFactor*>& fs, const float* u, float* y, int64_t o0, int64_t o1) {
   int64_t o = o0;
 #ifdef LATHE_AVX2
@@ -86,7 +91,7 @@ int64_t cpu_residual_inline_macs() {
   int64_t v = g_inline_macs.load(std::memory_order_relaxed);
   if (v < 0) {
     const char* e = std::getenv("LATHE_LORA_INLINE_MACS");
-    v = e && *e ? std::strtoll(e, nullptr, 10) : int64_t{1} << 17;
+    v = e && *e ? std::strtoll(e, nullptr, 10) : int64_t{1} << 14;
     g_inline_macs.store(v, std::memory_order_relaxed);
   }
   return v;
@@ -112,15 +117,18 @@ CpuFactor make_cpu_factor(const Tensor& a, const Tensor& b, float scale) {
 }
 
 void add_cpu_residual(const std::vector<CpuRowGroup>& groups, const float* x, int64_t ldx, float* y, int64_t ldy) {
-  // u: per group, per row, the stacked factors' x·Aᵀ entries (scaled), one block of rank_sum floats per row.
+  // u: per group, per row, the stacked factors' x·Aᵀ entries (scaled), one
+  // block of rank_sum floats per row.
   struct Dot {
     const uint16_t* a;
     const float* x;
-    float* u;
+    int64_t u;  // index in u
     float scale;
   };
-  int64_t in = 0, out = 0, u_size = 0, macs = 0;
-  std::vector<int64_t> u_off(groups.size()), ranks(groups.size());
+  int64_t in = 0, out = 0, u_size = 0, dot_macs = 0, macs = 0;
+  thread_local std::vector<int64_t> u_off, ranks;
+  u_off.assign(groups.size(), 0);
+  ranks.assign(groups.size(), 0);
   for (size_t g = 0; g < groups.size(); ++g) {
     const auto& fs = *groups[g].factors;
     if (fs.empty() || groups[g].n == 0) continue;
@@ -129,6 +137,7 @@ void add_cpu_residual(const std::vector<CpuRowGroup>& groups, const float* x, in
     ranks[g] = rank_sum(fs);
     u_off[g] = u_size;
     u_size += groups[g].n * ranks[g];
+    dot_macs += groups[g].n * ranks[g] * in;
     macs += groups[g].n * ranks[g] * (in + out);
   }
   if (u_size == 0) return;
@@ -141,37 +150,61 @@ void add_cpu_residual(const std::vector<CpuRowGroup>& groups, const float* x, in
     if (G.factors->empty()) continue;
     for (int64_t i = 0; i < G.n; ++i) {
       const int64_t t = G.rows ? G.rows[i] : i;
-      float* u = u_buf.data() + u_off[g] + i * ranks[g];
+      int64_t u = u_off[g] + i * ranks[g];
       for (const CpuFactor* f : *G.factors) {
         LATHE_CHECK(f->in == in && f->out == out, "lora: factors of one site differ in shape");
         for (int64_t k = 0; k < f->rank; ++k) dots.push_back({f->a.data() + k * in, x + t * ldx, u++, f->scale});
       }
     }
   }
-  // Workers see their own thread_locals: the lambdas reach the caller's buffers through these pointers.
+  // Workers see their own thread_locals: the lambdas reach the caller's buffers
+  // through these pointers.
   const Dot* dp = dots.data();
-  float* ub = u_buf.data();
-  const auto run_dots = [dp, in](int64_t d0, int64_t d1) {
-    for (int64_t d = d0; d < d1; ++d) *dp[d].u = dp[d].scale * dot_bf16(dp[d].a, dp[d].x, in);
+  const int64_t n_dots = static_cast<int64_t>(dots.size());
+  const int64_t* uo = u_off.data();
+  const int64_t* rk = ranks.data();
+  const auto run_dots = [dp, in](float* u, int64_t d0, int64_t d1) {
+    for (int64_t d = d0; d < d1; ++d) u[dp[d].u] = dp[d].scale * dot_bf16(dp[d].a, dp[d].x, in);
   };
-  const auto run_columns = [&](int64_t o0, int64_t o1) {
+  const auto run_columns = [&](const float* u, int64_t o0, int64_t o1) {
     for (size_t g = 0; g < groups.size(); ++g) {
       const CpuRowGroup& G = groups[g];
       if (G.factors->empty()) continue;
       for (int64_t i = 0; i < G.n; ++i) {
         const int64_t t = G.rows ? G.rows[i] : i;
-        add_columns(*G.factors, ub + u_off[g] + i * ranks[g], y + t * ldy, o0, o1);
+        add_columns(*G.factors, u + uo[g] + i * rk[g], y + t * ldy, o0, o1);
       }
     }
   };
-  const int64_t n_dots = static_cast<int64_t>(dots.size());
   if (macs < cpu_residual_inline_macs()) {
-    run_dots(0, n_dots);
-    run_columns(0, out);
+    run_dots(u_buf.data(), 0, n_dots);
+    run_columns(u_buf.data(), 0, out);
     return;
   }
-  parallel_for(n_dots, std::max<int64_t>(1, 4096 / std::max<int64_t>(in, 1)), run_dots);
-  parallel_for(out, kColumnBlock, run_columns);
+  if (dot_macs <= g_redundant_dot_macs.load(std::memory_order_relaxed)) {
+    // One pool region: every thread that takes a column chunk first computes
+    // all of u itself (once per call: the A reads are small and the threads
+    // read them at the same time, so mostly once from memory), so the B pass
+    // needs no barrier and no second wake-up. The dots are the same code on
+    // every thread: a row's result does not depend on which thread ran it.
+    static std::atomic<uint64_t> calls{0};
+    const uint64_t call = calls.fetch_add(1, std::memory_order_relaxed) + 1;
+    parallel_for(out, kColumnBlock, [&, call](int64_t o0, int64_t o1) {
+      thread_local uint64_t done = 0;
+      thread_local std::vector<float> mine;
+      if (done != call) {
+        mine.assign(static_cast<size_t>(u_size), 0.0f);
+        run_dots(mine.data(), 0, n_dots);
+        done = call;
+      }
+      run_columns(mine.data(), o0, o1);
+    });
+    return;
+  }
+  float* ub = u_buf.data();
+  parallel_for(n_dots, std::max<int64_t>(1, 4096 / std::max<int64_t>(in, 1)),
+               [&](int64_t d0, int64_t d1) { run_dots(ub, d0, d1); });
+  parallel_for(out, kColumnBlock, [&](int64_t o0, int64_t o1) { run_columns(ub, o0, o1); });
 }
 
 }  // namespace lathe::lora

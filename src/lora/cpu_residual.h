@@ -6,8 +6,11 @@
 //
 // One call serves every slot group of a forward (a mixed batch is one pass, not one per adapter set). A row's
 // result never depends on the other rows of the call or on the thread split: a decode step gets bit for bit
-// what the same row gets inside a batch, which is what lets mixed batches match solo runs. Small work (a decode
-// row at low rank) runs on the calling thread; larger work is split over the pool (dots, then output columns).
+// what the same row gets inside a batch, which is what lets mixed batches match solo runs. Tiny work runs on the
+// calling thread. A decode step (or a small batch) is one pool region: each thread computes all of x·Aᵀ itself
+// (small; both threads read A at the same time) and then its share of the output columns, so the factors are
+// read at the bandwidth of all threads with one wake-up per site. Larger work (prefill) splits the dots over
+// the pool, then the columns.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -38,8 +41,9 @@ struct CpuRowGroup {
 // stride ldx; y: F32 rows of `out` floats with stride ldy.
 void add_cpu_residual(const std::vector<CpuRowGroup>& groups, const float* x, int64_t ldx, float* y, int64_t ldy);
 
-// Work (multiply-adds) below which a call stays on the calling thread; LATHE_LORA_INLINE_MACS overrides it.
+// Work (multiply-adds) below which a call stays on the calling thread (default 16384; LATHE_LORA_INLINE_MACS).
 int64_t cpu_residual_inline_macs();
-void set_cpu_residual_inline_macs(int64_t macs);  // tests: 0 = always the pool, huge = always inline
+// Tests: the inline bound and the x·Aᵀ work up to which every thread computes all of u (default 2^20).
+void set_cpu_residual_split(int64_t inline_macs, int64_t redundant_dot_macs);
 
 }  // namespace lathe::lora

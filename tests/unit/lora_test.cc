@@ -317,16 +317,18 @@ TEST(LoraResidual, CpuBf16KernelMatchesF32AndRowsAreIndependent) {
     }
     EXPECT_GT(peak, 0.0f) << module;
     EXPECT_LE(worst, 1e-2f * std::max(1.0f, peak)) << module;
-    for (const int64_t inline_macs : {int64_t{0}, int64_t{1} << 40}) {
-      lora::set_cpu_residual_inline_macs(inline_macs);
-      EXPECT_EQ(run(bf16, xs, mixed), got) << module << " inline below " << inline_macs;
+    // On the calling thread; one pool region (every thread computes u); two regions (dots, then columns).
+    for (const auto& [inline_macs, redundant] :
+         std::vector<std::pair<int64_t, int64_t>>{{int64_t{1} << 40, 0}, {0, int64_t{1} << 40}, {0, 0}}) {
+      lora::set_cpu_residual_split(inline_macs, redundant);
+      EXPECT_EQ(run(bf16, xs, mixed), got) << module << " split " << inline_macs << "/" << redundant;
       for (int64_t t = 0; t < 5; ++t) {
         const auto solo = run(bf16, xs.slice(0, t, t + 1).contiguous(), {mixed[static_cast<size_t>(t)]});
         EXPECT_EQ(solo, std::vector<float>(got.begin() + t * out, got.begin() + (t + 1) * out))
             << module << " row " << t;
       }
     }
-    lora::set_cpu_residual_inline_macs(int64_t{1} << 17);
+    lora::set_cpu_residual_split(int64_t{1} << 14, int64_t{1} << 20);
   }
 }
 
