@@ -43,7 +43,8 @@ void add_cpu_residual(const std::vector<CpuRowGroup>& groups, const float* x, in
 
 // Work (multiply-adds) below which a call stays on the calling thread (default 16384; LATHE_LORA_INLINE_MACS).
 int64_t cpu_residual_inline_macs();
-// Tests: the inline bound and the x·Aᵀ work up to which every thread computes all of u (default 2^20).
+// Tests: the inline bound and the x·Aᵀ work up to which every thread computes all of u (default 2^20;
+// LATHE_LORA_SHARED_DOT_MACS, read with LATHE_LORA_INLINE_MACS on the first call).
 void set_cpu_residual_split(int64_t inline_macs, int64_t redundant_dot_macs);
 
 }  // namespace lathe::lora
