@@ -46,7 +46,12 @@ print(json.dumps({'like': '$like', 'device': '$device', 'threads': $threads, 'ad
                   'decode_tok_s': round(j['decode_tok_s'], 3), 'decode_cpu_ms_per_token': round(j['decode_cpu_ms'] / steps, 3),
                   'prefill_tok_s': round(j['prefill_tok_s'], 2), 'adapter_mount_ms': round(j['adapter_mount_ms'], 1)}))"
 }
-for c in "${configs[@]}"; do [ "$c" = none ] || run "$c" 0 > /dev/null; done  # writes the adapters, warms the page cache
+# Writes the adapters and warms the page cache (LORA_WARM=0 skips the runs and only writes the adapters).
+for c in "${configs[@]}"; do
+  [ "$c" = none ] && continue
+  if [ "${LORA_WARM:-1}" = 0 ]; then for p in ${c//+/ }; do adapter "${p#r}" 1 > /dev/null; adapter "${p#r}" 2 > /dev/null; done
+  else run "$c" 0 > /dev/null; fi
+done
 raw=$(mktemp)
 for rep in $(seq 1 "$reps"); do
   for c in "${configs[@]}"; do run "$c" "$rep" | tee -a "$raw"; done

@@ -66,7 +66,7 @@ case "$1" in
     like=$2
     mount_rank=40  # ~100 MB of F32 factors on qwen3-0.6b; 12 on qwen3-4b
     [ "$like" = qwen3-4b ] && mount_rank=12
-    export TMPDIR=/tmp LORA_BITS=$3 LORA_GS=$4
+    export TMPDIR=/tmp LORA_BITS=$3 LORA_GS=$4 LORA_WARM=${LORA_WARM:-0}
     bash "$dev/lora_decode.sh" "$dev" "$like" 8 cuda "${5:-8 16 64}" "${6:-3}" "$mount_rank" | tee -a "$out/lora_decode.jsonl"
     bash "$dev/lora_serve.sh" "$dev" "$like" 8 16 128 "${7:-2}" --device cuda --dtype bf16 --max-batch 128 |
       tee -a "$out/lora_serve.jsonl"
