@@ -90,9 +90,10 @@ TEST(LoraParity, CpuBf16FactorsWithinTheBound) {
         const testing::Diff d =
             testing::compare_logits(model->forward(prompt, c, true), refs->get("logits_chat_" + spec));
         EXPECT_GE(d.argmax_agree * 10, d.rows * 9) << arch << " " << spec << " exact base " << exact_base;
-        if (exact_base)
+        if (exact_base) {
           EXPECT_LE(d.max_abs, 1e-2 * std::max(1.0, d.max_ref))
               << arch << " " << spec << ": max |diff| " << d.max_abs << " (max |ref| " << d.max_ref << ")";
+        }
       }
     }
   }
