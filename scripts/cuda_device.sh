@@ -70,7 +70,7 @@ case "$1" in
     t=$5
     shift 5
     # The medium under the SSD tier: the working directory's disk, read once with O_DIRECT as a second figure.
-    mkdir -p "$PWD/ssd-cache-probe" && dd if=/dev/urandom of="$PWD/ssd-cache-probe/f" bs=16M count=256 status=none &&
+    mkdir -p "$PWD/ssd-cache-probe" && dd if=/dev/urandom of="$PWD/ssd-cache-probe/f" bs=16M count=64 status=none &&
       sync && dd if="$PWD/ssd-cache-probe/f" of=/dev/null bs=16M iflag=direct 2>&1 | tail -1 | tee "$out/dd_direct.txt"
     rm -rf "$PWD/ssd-cache-probe"
     "$dev/bin/serve_cache" --lathe "$dev/bin/lathe" --model "$d" --dir "$PWD/ssd-cache-bench" --tokens "$t" \

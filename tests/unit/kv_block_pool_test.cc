@@ -51,7 +51,7 @@ TEST(KvBlockPool, ForkSharesBlocksAndCopiesOnWrite) {
   EXPECT_EQ(kv_pool_stats().references - base.references, 12);
 
   // The child appends: its partial last block is copied (the parent's stays), the full ones stay shared.
-  const KVView cv = child->update(paged_test_rows(n, 10, H, D, 7), paged_test_rows(n, 10, H, D, 7.5f));
+  KVView cv = child->update(paged_test_rows(n, 10, H, D, 7), paged_test_rows(n, 10, H, D, 7.5f));
   EXPECT_EQ(child->offset(), n + 10);
   EXPECT_EQ(child->key_blocks()[0], parent->key_blocks()[0]);
   EXPECT_EQ(child->key_blocks()[1], parent->key_blocks()[1]);
@@ -92,6 +92,7 @@ TEST(KvBlockPool, ForkSharesBlocksAndCopiesOnWrite) {
   parent->trim(parent->offset() - 10);
   EXPECT_EQ(parent->key_blocks().size(), 1u);
   EXPECT_LT(kv_pool_stats().blocks, before_trim);
+  cv = KVView();  // a view keeps its cache's blocks alive too
   parent.reset();
   child.reset();
   second.reset();
