@@ -97,8 +97,9 @@ class PagedKVCache : public LayerCache {
   int64_t offset_ = 0;
 };
 
-// Forks of every cache of a list at `tokens`, or nullopt unless every one is a paged PagedKVCache holding
-// at least that many tokens.
+// Whether every cache of a list is a paged PagedKVCache holding at least `tokens` tokens...
+bool can_fork_cache_list(const CacheList& caches, int64_t tokens);
+// ...and then forks of them all at `tokens` (else nullopt).
 std::optional<CacheList> fork_cache_list(const CacheList& caches, int64_t tokens);
 
 }  // namespace lathe

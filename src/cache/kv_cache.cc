@@ -526,8 +526,10 @@ void PagedKVCache::replay_append() {
 }
 
 std::optional<DirectRow> PagedKVCache::direct_row(const Tensor& like) {
-  if (!decide(like, like)) return dense_->direct_row(like);
-  return std::nullopt;  // the CPU path writes through update()
+  // The CPU writes through update() (which sees K and V and picks the blocks); a device cache is contiguous.
+  if (keys_ || (!dense_ && like.device() == Device::CPU)) return std::nullopt;
+  if (!dense_) dense_ = std::make_unique<KVCache>();
+  return dense_->direct_row(like);
 }
 
 KVView PagedKVCache::commit_direct() {
@@ -560,11 +562,16 @@ const std::vector<int64_t>& PagedKVCache::value_blocks() const {
 const KvBlockPool* PagedKVCache::key_pool() const { return keys_ ? keys_->pool : nullptr; }
 const KvBlockPool* PagedKVCache::value_pool() const { return values_ ? values_->pool : nullptr; }
 
-std::optional<CacheList> fork_cache_list(const CacheList& caches, int64_t tokens) {
+bool can_fork_cache_list(const CacheList& caches, int64_t tokens) {
   for (const auto& c : caches) {
     const auto* p = dynamic_cast<const PagedKVCache*>(c.get());
-    if (!p || !p->paged() || p->offset() < tokens) return std::nullopt;
+    if (!p || !p->paged() || p->offset() < tokens) return false;
   }
+  return true;
+}
+
+std::optional<CacheList> fork_cache_list(const CacheList& caches, int64_t tokens) {
+  if (!can_fork_cache_list(caches, tokens)) return std::nullopt;
   CacheList out;
   for (const auto& c : caches) out.push_back(static_cast<const PagedKVCache&>(*c).fork(tokens));
   return out;

@@ -339,6 +339,14 @@ void Scheduler::keep_for_reuse(Row& row) {
   kept.ns = row.cache_ns();
   kept.since = Clock::now();
   row.has_cache = false;
+  // Kept caches this one extends serve nothing it does not (a fork of it serves any prefix): they go, without
+  // a spill of their own (the extension's file replaces theirs on the SSD). Their shared blocks stay with it.
+  for (auto it = idle_.begin(); it != idle_.end();) {
+    const bool extended = it->ns == kept.ns && it->tokens.size() <= kept.tokens.size() &&
+                          std::equal(it->tokens.begin(), it->tokens.end(), kept.tokens.begin()) &&
+                          can_fork_cache_list(*kept.cache, static_cast<int64_t>(it->tokens.size()));
+    it = extended ? idle_.erase(it) : std::next(it);
+  }
   idle_.push_front(std::move(kept));
   while (static_cast<int>(idle_.size()) > options_.reuse_slots) drop_idle(std::prev(idle_.end()));
 }

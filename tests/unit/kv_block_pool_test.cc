@@ -207,6 +207,9 @@ TEST_F(SharedPrefixTest, TwoConcurrentRequestsShareTheSystemPromptStoredOnce) {
     EXPECT_EQ(a->ids, want_a);
     EXPECT_EQ(b->ids, want_b);
     EXPECT_EQ(s.cache_stats().ram_hits, 2);
+    // The system prompt's own entry went when a's extension of it was kept: a and b remain.
+    s.housekeeping();
+    EXPECT_EQ(s.cache_stats().ram_entries, 2);
   }
   EXPECT_EQ(kv_pool_stats().blocks, base.blocks);  // every block back once the scheduler is gone
   EXPECT_EQ(kv_pool_stats().references, base.references);
