@@ -142,6 +142,11 @@ std::shared_ptr<void> map_cow(const std::string& path, uint64_t* size) {
   ::close(fd);
   if (p == MAP_FAILED) throw Error(ErrorKind::Io, path + ": mmap failed: " + std::strerror(e));
   const size_t n = static_cast<size_t>(*size);
+  // The restore reads every page once, in order: ask for the whole file now, in large asynchronous reads, instead
+  // of a fault (and a small synchronous readahead) at a time — on a cold page cache that was ~6% of the medium's
+  // read rate. Advice only: a refusal changes nothing.
+  (void)::madvise(p, n, MADV_SEQUENTIAL);
+  (void)::madvise(p, n, MADV_WILLNEED);
   return std::shared_ptr<void>(p, [n](void* q) { ::munmap(q, n); });
 }
 
