@@ -145,6 +145,73 @@ def summarize(values):
             "max": round(max(values), 2), "n": len(values)}
 
 
+def summarize_result(result):
+    """Medians per engine, bits and threads; ratios against #15's goals; decode weight GB/s vs bandwidth."""
+    models = {int(k): v for k, v in result["models"].items()}
+    threads = result["method"]["threads"]
+    bits_list = sorted(models)
+    bw_before = {int(k): v for k, v in result["bandwidth"]["before"].items()}
+    bw_after = {int(k): v for k, v in result["bandwidth"].get("after", result["bandwidth"]["before"]).items()}
+    summary = {}
+    for bits in bits_list:
+        for eng in ("lathe", "llama.cpp"):
+            for t in threads:
+                rs = [x for x in result["runs"] if x["engine"] == eng and x["bits"] == bits and x["threads"] == t]
+                s = {"prefill_tok_s": summarize([x.get("prefill_tok_s") for x in rs]),
+                     "decode_tok_s": summarize([x.get("decode_tok_s") for x in rs])}
+                wb = models[bits][eng]["weight_bytes"]
+                bw = max(bw_before[t]["read_gb_s"], bw_after[t]["read_gb_s"])
+                cp = max(bw_before[t]["copy_gb_s"], bw_after[t]["copy_gb_s"])
+                if s["decode_tok_s"]:
+                    gbs = wb * s["decode_tok_s"]["median"] / 1e9
+                    s["decode_weight_gb_s"] = round(gbs, 2)
+                    s["best_read_gb_s_same_run"] = bw
+                    s["best_copy_gb_s_same_run"] = cp
+                    s["decode_weight_pct_of_read_bw"] = round(100 * gbs / bw, 1)
+                    s["decode_weight_pct_of_copy_bw"] = round(100 * gbs / cp, 1)
+                summary[f"{eng} {bits}-bit T={t}"] = s
+        goals = {}
+        for t in threads:
+            lt, ll = summary.get(f"lathe {bits}-bit T={t}"), summary.get(f"llama.cpp {bits}-bit T={t}")
+            if lt and ll and lt["decode_tok_s"] and ll["decode_tok_s"]:
+                goals[f"T={t} decode lathe/llama.cpp"] = round(
+                    lt["decode_tok_s"]["median"] / ll["decode_tok_s"]["median"], 3)
+                goals[f"T={t} prefill lathe/llama.cpp"] = round(
+                    lt["prefill_tok_s"]["median"] / ll["prefill_tok_s"]["median"], 3)
+        if 1 in threads and 2 in threads:
+            for eng in ("lathe", "llama.cpp"):
+                one, two = summary[f"{eng} {bits}-bit T=1"], summary[f"{eng} {bits}-bit T=2"]
+                for k in ("decode", "prefill"):
+                    goals[f"{eng} {k} T=2/T=1"] = round(two[f"{k}_tok_s"]["median"] / one[f"{k}_tok_s"]["median"], 3)
+            d, p = goals.get("T=2 decode lathe/llama.cpp"), goals.get("T=2 prefill lathe/llama.cpp")
+            goals["met"] = {"decode >= 1.3x at T=2": d is not None and d >= GOAL_DECODE,
+                            "prefill >= 1.0x at T=2": p is not None and p >= GOAL_PREFILL,
+                            "lathe decode T=2 >= 1.7x T=1": goals["lathe decode T=2/T=1"] >= GOAL_SCALING,
+                            "lathe prefill T=2 >= 1.7x T=1": goals["lathe prefill T=2/T=1"] >= GOAL_SCALING}
+        summary[f"{bits}-bit ratios"] = goals
+    return summary
+
+
+def markdown_table(result):
+    """The summary as the Markdown table docs/benchmarks.md carries."""
+    sm = result["summary"]
+    lines = ["| engine | weights | MB | threads | prefill 128 tok/s | decode tok/s | decode weight GB/s "
+             "(% of read / copy bw) |", "|---|---|---:|---:|---|---|---|"]
+    for key, s in sm.items():
+        if "ratios" in key or not s.get("decode_tok_s"):
+            continue
+        eng, bits, t = key.split(" ")
+        b = int(bits.split("-")[0])
+        m = result["models"].get(str(b), result["models"].get(b))[eng]
+        w = {("lathe", 4): "MLX 4-bit g64", ("lathe", 8): "MLX 8-bit g64", ("llama.cpp", 4): "Q4_0 pure",
+             ("llama.cpp", 8): "Q8_0 pure"}.get((eng, b), f"{b}-bit")
+        p, d = s["prefill_tok_s"], s["decode_tok_s"]
+        lines.append(f"| {eng} | {w} | {m['weight_mb']} | {t[2:]} | {p['median']} ({p['min']}–{p['max']}) | "
+                     f"{d['median']} ({d['min']}–{d['max']}) | {s['decode_weight_gb_s']} "
+                     f"({s['decode_weight_pct_of_read_bw']}% / {s['decode_weight_pct_of_copy_bw']}%) |")
+    return "\n".join(lines)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--llama-src", required=True, help="llama.cpp source tree or git directory")
@@ -157,7 +224,16 @@ def main():
     ap.add_argument("--python", default="/usr/bin/python3", help="a Python with numpy and PyYAML (converter)")
     ap.add_argument("--out", help="also write the JSON here")
     ap.add_argument("--fresh", action="store_true", help="re-make the checkpoints")
+    ap.add_argument("--label", default="", help="what the lathe binary is (branch, commit), recorded in the JSON")
+    ap.add_argument("--summarize", metavar="RAW", help="only recompute the summary of an earlier run's JSON")
     a = ap.parse_args()
+    if a.summarize:
+        with open(a.summarize) as f:
+            result = json.load(f)
+        result["summary"] = summarize_result(result)
+        print(json.dumps(result, indent=1))
+        print(markdown_table(result), file=sys.stderr)
+        return
     lathe = os.path.abspath(a.lathe)
     threads = [int(t) for t in a.threads.split(",")]
     bits_list = [int(b) for b in a.bits.split(",")]
@@ -229,7 +305,8 @@ def main():
         "date_utc": datetime.datetime.utcnow().strftime("%Y-%m-%dT%H:%M:%SZ"),
         "machine": {"cpu": cpu_model(), "nproc": os.cpu_count(), "native_isa": native_isa(),
                     "loadavg_before": loadavg()},
-        "lathe": {"binary": lathe, "isa_in_binary": isa_of_binary(lathe)},
+        "lathe": {"binary": lathe, "label": a.label, "binary_mtime_utc": datetime.datetime.utcfromtimestamp(
+            os.path.getmtime(lathe)).strftime("%Y-%m-%dT%H:%M:%SZ"), "isa_in_binary": isa_of_binary(lathe)},
         "llama.cpp": {"source": a.llama_src, "commit": llama_commit, "build": "Release, CPU, -DGGML_NATIVE=ON "
                       "(-march=native), OpenMP, static", "isa_in_binary": isa_of_binary(bench_bin)},
         "method": {"prompt_tokens": PROMPT, "decode_steps": GEN, "rounds": a.rounds, "threads": threads,
@@ -242,6 +319,7 @@ def main():
         "bandwidth": {"before": {t: membw(membw_bin, t) for t in threads}},
         "runs": [],
     }
+    partial = (a.out or os.path.join(work, "last")) + ".partial"
     for r in range(a.rounds):
         for bits in bits_list:
             for t in threads:
@@ -258,51 +336,18 @@ def main():
                     log(f"round {r} {eng:9s} {bits}-bit T={t}: prefill {m.get('prefill_tok_s', 0):.1f} "
                         f"decode {m.get('decode_tok_s', 0):.2f} tok/s")
                     result["runs"].append(m)
+                    with open(partial, "w") as f:  # what has run so far, should a later run fail
+                        json.dump(result, f, indent=1)
     result["bandwidth"]["after"] = {t: membw(membw_bin, t) for t in threads}
     result["machine"]["loadavg_after"] = loadavg()
 
-    # 5. summary
-    summary = {}
-    for bits in bits_list:
-        for eng in ("lathe", "llama.cpp"):
-            for t in threads:
-                rs = [x for x in result["runs"] if x["engine"] == eng and x["bits"] == bits and x["threads"] == t]
-                s = {"prefill_tok_s": summarize([x.get("prefill_tok_s") for x in rs]),
-                     "decode_tok_s": summarize([x.get("decode_tok_s") for x in rs])}
-                wb = models[bits][eng]["weight_bytes"]
-                bw = max(result["bandwidth"]["before"][t]["read_gb_s"], result["bandwidth"]["after"][t]["read_gb_s"])
-                cp = max(result["bandwidth"]["before"][t]["copy_gb_s"], result["bandwidth"]["after"][t]["copy_gb_s"])
-                if s["decode_tok_s"]:
-                    gbs = wb * s["decode_tok_s"]["median"] / 1e9
-                    s["decode_weight_gb_s"] = round(gbs, 2)
-                    s["best_read_gb_s_same_run"] = bw
-                    s["best_copy_gb_s_same_run"] = cp
-                    s["decode_weight_pct_of_read_bw"] = round(100 * gbs / bw, 1)
-                summary[f"{eng} {bits}-bit T={t}"] = s
-        goals = {}
-        for t in threads:
-            lt, ll = summary.get(f"lathe {bits}-bit T={t}"), summary.get(f"llama.cpp {bits}-bit T={t}")
-            if lt and ll and lt["decode_tok_s"] and ll["decode_tok_s"]:
-                goals[f"T={t} decode lathe/llama.cpp"] = round(
-                    lt["decode_tok_s"]["median"] / ll["decode_tok_s"]["median"], 3)
-                goals[f"T={t} prefill lathe/llama.cpp"] = round(
-                    lt["prefill_tok_s"]["median"] / ll["prefill_tok_s"]["median"], 3)
-        if 1 in threads and 2 in threads:
-            for eng in ("lathe", "llama.cpp"):
-                one, two = summary[f"{eng} {bits}-bit T=1"], summary[f"{eng} {bits}-bit T=2"]
-                for k in ("decode", "prefill"):
-                    goals[f"{eng} {k} T=2/T=1"] = round(two[f"{k}_tok_s"]["median"] / one[f"{k}_tok_s"]["median"], 3)
-            d, p = goals.get("T=2 decode lathe/llama.cpp"), goals.get("T=2 prefill lathe/llama.cpp")
-            goals["met"] = {"decode >= 1.3x at T=2": d is not None and d >= GOAL_DECODE,
-                            "prefill >= 1.0x at T=2": p is not None and p >= GOAL_PREFILL,
-                            "lathe decode T=2 >= 1.7x T=1": goals["lathe decode T=2/T=1"] >= GOAL_SCALING,
-                            "lathe prefill T=2 >= 1.7x T=1": goals["lathe prefill T=2/T=1"] >= GOAL_SCALING}
-        summary[f"{bits}-bit ratios"] = goals
-    result["summary"] = summary
+    result["summary"] = summarize_result(result)
     text = json.dumps(result, indent=1)
     if a.out:
         with open(a.out, "w") as f:
             f.write(text + "\n")
+    os.remove(partial)
+    print(markdown_table(result), file=sys.stderr)
     print(text)
 
 
