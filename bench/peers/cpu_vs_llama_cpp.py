@@ -31,6 +31,7 @@ import json
 import os
 import platform
 import re
+import resource
 import shutil
 import statistics
 import subprocess
@@ -111,6 +112,15 @@ def loadavg():
         return None
 
 
+def busy_cpu_seconds():
+    """(CPU seconds the whole machine has spent busy, CPU seconds of this script's finished children)."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    busy = sum(v[:8]) - v[3] - v[4]  # user nice system idle iowait irq softirq steal: all but idle and iowait
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return busy / os.sysconf("SC_CLK_TCK"), ru.ru_utime + ru.ru_stime
+
+
 def membw(binary, threads):
     return json.loads(run([binary, str(threads), "256", "8"]))
 
@@ -124,13 +134,20 @@ def lathe_run(lathe, model, threads, ids):
             "wall_s": round(time.time() - t0, 2), "cpu_isa": j.get("cpu_isa")}
 
 
-def llama_bench(binary, gguf_path, threads):
+def llama_bench(binary, gguf_path, threads, depth):
+    """pp128 and tg64 from an empty context (the issue's command), then tg64 after `depth` tokens, where lathe's
+    decode steps run (lathe decodes after its 128-token prompt)."""
     t0 = time.time()
     out = json.loads(run([binary, "-m", gguf_path, "-p", str(PROMPT), "-n", str(GEN), "-t", str(threads),
                           "-r", "1", "-o", "json"], stderr=subprocess.DEVNULL))
+    if depth:
+        out += json.loads(run([binary, "-m", gguf_path, "-p", "0", "-n", str(GEN), "-d", str(depth), "-t",
+                               str(threads), "-r", "1", "-o", "json"], stderr=subprocess.DEVNULL))
     res = {"wall_s": round(time.time() - t0, 2)}
     for t in out:
         key = "prefill_tok_s" if t["n_prompt"] > 0 else "decode_tok_s"
+        if t.get("n_depth"):
+            key = f"decode_at_depth_{t['n_depth']}_tok_s"
         res[key] = t["avg_ts"]
         res.setdefault("info", {k: t.get(k) for k in ("build_commit", "cpu_info", "backends", "model_type",
                                                        "model_size", "n_batch", "flash_attn", "type_k")})
@@ -159,6 +176,9 @@ def summarize_result(result):
                 rs = [x for x in result["runs"] if x["engine"] == eng and x["bits"] == bits and x["threads"] == t]
                 s = {"prefill_tok_s": summarize([x.get("prefill_tok_s") for x in rs]),
                      "decode_tok_s": summarize([x.get("decode_tok_s") for x in rs])}
+                deep = summarize([x.get(f"decode_at_depth_{PROMPT}_tok_s") for x in rs])
+                if deep:
+                    s[f"decode_at_depth_{PROMPT}_tok_s"] = deep
                 wb = models[bits][eng]["weight_bytes"]
                 bw = max(bw_before[t]["read_gb_s"], bw_after[t]["read_gb_s"])
                 cp = max(bw_before[t]["copy_gb_s"], bw_after[t]["copy_gb_s"])
@@ -178,6 +198,9 @@ def summarize_result(result):
                     lt["decode_tok_s"]["median"] / ll["decode_tok_s"]["median"], 3)
                 goals[f"T={t} prefill lathe/llama.cpp"] = round(
                     lt["prefill_tok_s"]["median"] / ll["prefill_tok_s"]["median"], 3)
+                if ll.get(f"decode_at_depth_{PROMPT}_tok_s"):
+                    goals[f"T={t} decode lathe/llama.cpp at depth {PROMPT}"] = round(
+                        lt["decode_tok_s"]["median"] / ll[f"decode_at_depth_{PROMPT}_tok_s"]["median"], 3)
         if 1 in threads and 2 in threads:
             for eng in ("lathe", "llama.cpp"):
                 one, two = summary[f"{eng} {bits}-bit T=1"], summary[f"{eng} {bits}-bit T=2"]
@@ -206,8 +229,10 @@ def markdown_table(result):
         w = {("lathe", 4): "MLX 4-bit g64", ("lathe", 8): "MLX 8-bit g64", ("llama.cpp", 4): "Q4_0 pure",
              ("llama.cpp", 8): "Q8_0 pure"}.get((eng, b), f"{b}-bit")
         p, d = s["prefill_tok_s"], s["decode_tok_s"]
+        deep = s.get(f"decode_at_depth_{PROMPT}_tok_s")
+        deep = f"; at depth {PROMPT}: {deep['median']}" if deep else ""
         lines.append(f"| {eng} | {w} | {m['weight_mb']} | {t[2:]} | {p['median']} ({p['min']}–{p['max']}) | "
-                     f"{d['median']} ({d['min']}–{d['max']}) | {s['decode_weight_gb_s']} "
+                     f"{d['median']} ({d['min']}–{d['max']}){deep} | {s['decode_weight_gb_s']} "
                      f"({s['decode_weight_pct_of_read_bw']}% / {s['decode_weight_pct_of_copy_bw']}%) |")
     return "\n".join(lines)
 
@@ -312,7 +337,9 @@ def main():
         "method": {"prompt_tokens": PROMPT, "decode_steps": GEN, "rounds": a.rounds, "threads": threads,
                    "lathe_cmd": f"lathe --threads T run --model DIR --ids <{PROMPT} ids> --max-tokens {GEN + 1} "
                                 "--ignore-eos --json",
-                   "llama_cmd": f"llama-bench -m GGUF -p {PROMPT} -n {GEN} -t T -r 1 -o json",
+                   "llama_cmd": f"llama-bench -m GGUF -p {PROMPT} -n {GEN} -t T -r 1 -o json, then "
+                                f"llama-bench -m GGUF -p 0 -n {GEN} -d {PROMPT} -t T -r 1 -o json (decode after "
+                                f"{PROMPT} tokens, where lathe's steps run); each after llama-bench's warm-up run",
                    "weight_bytes_read_per_s": "weight tensor bytes (every tensor in the file; the tied "
                    "embedding matrix once, as the logits read it whole) x decode tok/s"},
         "models": models,
@@ -320,6 +347,7 @@ def main():
         "runs": [],
     }
     partial = (a.out or os.path.join(work, "last")) + ".partial"
+    busy0, ours0, wall0 = *busy_cpu_seconds(), time.time()
     for r in range(a.rounds):
         for bits in bits_list:
             for t in threads:
@@ -328,7 +356,7 @@ def main():
                     if eng == "lathe":
                         m = lathe_run(lathe, models[bits]["lathe"]["dir"], t, ids)
                     else:
-                        m = llama_bench(bench_bin, models[bits]["llama.cpp"]["file"], t)
+                        m = llama_bench(bench_bin, models[bits]["llama.cpp"]["file"], t, PROMPT)
                         info = m.pop("info", None)
                         if info:
                             result["llama.cpp"]["bench_info"] = info
@@ -340,6 +368,12 @@ def main():
                         json.dump(result, f, indent=1)
     result["bandwidth"]["after"] = {t: membw(membw_bin, t) for t in threads}
     result["machine"]["loadavg_after"] = loadavg()
+    busy1, ours1 = busy_cpu_seconds()
+    # Everything busy on the machine minus this run's own processes: near 0 on a quiet machine.
+    result["machine"]["quiet"] = {"wall_s": round(time.time() - wall0, 1),
+                                  "cpu_s_all_processes": round(busy1 - busy0, 1),
+                                  "cpu_s_this_benchmark": round(ours1 - ours0, 1),
+                                  "cpu_s_others": round((busy1 - busy0) - (ours1 - ours0), 1)}
 
     result["summary"] = summarize_result(result)
     text = json.dumps(result, indent=1)
