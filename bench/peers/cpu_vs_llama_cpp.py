@@ -27,6 +27,7 @@ interpreter that has them (default: /usr/bin/python3).
 """
 import argparse
 import datetime
+import gzip
 import json
 import os
 import platform
@@ -201,7 +202,8 @@ def summarize_result(result):
                 if ll.get(f"decode_at_depth_{PROMPT}_tok_s"):
                     goals[f"T={t} decode lathe/llama.cpp at depth {PROMPT}"] = round(
                         lt["decode_tok_s"]["median"] / ll[f"decode_at_depth_{PROMPT}_tok_s"]["median"], 3)
-        if 1 in threads and 2 in threads:
+        if 1 in threads and 2 in threads and "T=2 decode lathe/llama.cpp" in goals and \
+                "T=1 decode lathe/llama.cpp" in goals:
             for eng in ("lathe", "llama.cpp"):
                 one, two = summary[f"{eng} {bits}-bit T=1"], summary[f"{eng} {bits}-bit T=2"]
                 for k in ("decode", "prefill"):
@@ -266,7 +268,8 @@ def main():
     os.makedirs(work, exist_ok=True)
 
     # 1. llama.cpp
-    bindir = run([os.path.join(HERE, "llama_cpp_build.sh"), a.llama_src, a.llama_build]).strip().splitlines()[-1]
+    bindir = run([os.path.join(HERE, "llama_cpp_build.sh"), a.llama_src, a.llama_build],
+                 env=dict(os.environ, LLAMA_EXTRA_TARGETS="llama-tokenize")).strip().splitlines()[-1]
     llama_src = a.llama_src
     if not os.path.exists(os.path.join(llama_src, "CMakeLists.txt")):
         llama_src = os.path.join(a.llama_build, "src")  # checked out from a git directory by the build script
@@ -311,6 +314,29 @@ def main():
         for e in models[bits].values():
             e["weight_mb"] = round(e["weight_bytes"] / 1e6, 1)
 
+    # The converted vocabulary tokenizes as lathe's tokenizer does (a check of qwen3_to_gguf.py's tokenizer part).
+    tokenizer_check = None
+    tok_bin = os.path.join(bindir, "llama-tokenize")
+    if os.path.exists(tok_bin):
+        tok_dir = os.path.join(work, "qwen3-tokenizer")
+        os.makedirs(tok_dir, exist_ok=True)
+        fixture = os.path.join(REPO, "tests", "fixtures", "tokenizers", "qwen3-real")
+        for name in os.listdir(fixture):
+            src_path = os.path.join(fixture, name)
+            if name.endswith(".gz"):
+                with gzip.open(src_path, "rb") as fi, open(os.path.join(tok_dir, name[:-3]), "wb") as fo:
+                    shutil.copyfileobj(fi, fo)
+            else:
+                shutil.copy(src_path, tok_dir)
+        text = ("Hello world! The quick brown fox — 12345 tokens, naïve café, <think>x</think> 你好世界 "
+                "<|im_start|>user\n  indented\tcode();")
+        ours = json.loads(run([lathe, "tokenize", "--tokenizer", tok_dir, text]).strip().splitlines()[-1])
+        theirs = json.loads(run([tok_bin, "-m", f16_gguf, "-p", text, "--ids", "--log-disable"],
+                                stderr=subprocess.DEVNULL).strip().splitlines()[-1])
+        tokenizer_check = {"text": text, "tokens": len(ours), "same_ids": ours == theirs}
+        if ours != theirs:
+            log(f"tokenizer check: lathe {ours} vs llama.cpp {theirs}")
+
     membw_bin = os.path.join(work, "membw")
     src = os.path.join(HERE, "membw.cc")
     if not os.path.exists(membw_bin) or os.path.getmtime(membw_bin) < os.path.getmtime(src):
@@ -333,7 +359,8 @@ def main():
         "lathe": {"binary": lathe, "label": a.label, "binary_mtime_utc": datetime.datetime.utcfromtimestamp(
             os.path.getmtime(lathe)).strftime("%Y-%m-%dT%H:%M:%SZ"), "isa_in_binary": isa_of_binary(lathe)},
         "llama.cpp": {"source": a.llama_src, "commit": llama_commit, "build": "Release, CPU, -DGGML_NATIVE=ON "
-                      "(-march=native), OpenMP, static", "isa_in_binary": isa_of_binary(bench_bin)},
+                      "(-march=native), OpenMP, static", "isa_in_binary": isa_of_binary(bench_bin),
+                      "tokenizer_check": tokenizer_check},
         "method": {"prompt_tokens": PROMPT, "decode_steps": GEN, "rounds": a.rounds, "threads": threads,
                    "lathe_cmd": f"lathe --threads T run --model DIR --ids <{PROMPT} ids> --max-tokens {GEN + 1} "
                                 "--ignore-eos --json",
@@ -380,7 +407,8 @@ def main():
     if a.out:
         with open(a.out, "w") as f:
             f.write(text + "\n")
-    os.remove(partial)
+    if os.path.exists(partial):
+        os.remove(partial)
     print(markdown_table(result), file=sys.stderr)
     print(text)
 

@@ -5,6 +5,7 @@
 #        BUILD_DIR/src (files whose blobs the git directory lacks, e.g. large test vocabularies in a partial
 #        mirror, are skipped: none of them is needed to build).
 #   BUILD_DIR: default /work/peer-build/llama.cpp (re-used: a second call only rebuilds what changed).
+#   LLAMA_EXTRA_TARGETS (environment): more targets, e.g. llama-tokenize to check a converted vocabulary.
 # Release, CPU only, -DGGML_NATIVE=ON (the build uses every ISA extension this CPU has), no tests, no server, no
 # network (LLAMA_CURL/LLAMA_OPENSSL off). Nothing here is ever committed.
 set -euo pipefail
@@ -34,8 +35,13 @@ if [ ! -f "$src/CMakeLists.txt" ] && git --git-dir="$src" rev-parse --verify -q 
   fi
 fi
 [ -f "$src/CMakeLists.txt" ] || { echo "llama_cpp_build: $src is not a llama.cpp source tree" >&2; exit 1; }
+# A build directory configured from another source tree: start it again.
+if [ -f "$out/build/CMakeCache.txt" ] &&
+  ! grep -qx "CMAKE_HOME_DIRECTORY:INTERNAL=$src" "$out/build/CMakeCache.txt"; then
+  rm -rf "$out/build"
+fi
 cmake -S "$src" -B "$out/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DLLAMA_CURL=OFF \
   -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF \
   -DLLAMA_BUILD_UI=OFF -DLLAMA_BUILD_APP=OFF -DGGML_CUDA=OFF -DBUILD_SHARED_LIBS=OFF >&2
-cmake --build "$out/build" --target llama-bench llama-quantize -j "$(nproc)" >&2
+cmake --build "$out/build" --target llama-bench llama-quantize ${LLAMA_EXTRA_TARGETS:-} -j "$(nproc)" >&2
 echo "$out/build/bin"

@@ -17,9 +17,7 @@
 
 namespace {
 
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 // Runs fn(thread index) on `threads` threads that start together; returns the wall seconds of the slowest.
 template <class Fn>
@@ -62,29 +60,29 @@ int main(int argc, char** argv) {
   double copy_best = 1e30, read_best = 1e30;
   std::vector<uint64_t> sums(threads * 8);
   for (int r = 0; r < reps; ++r) {
-    copy_best = std::min(copy_best, timed_parallel(threads, [&](int t) {
-      std::memcpy(b + t * slice, a + t * slice, slice);
-    }));
+    copy_best =
+        std::min(copy_best, timed_parallel(threads, [&](int t) { std::memcpy(b + t * slice, a + t * slice, slice); }));
     read_best = std::min(read_best, timed_parallel(threads, [&](int t) {
-      const auto* p = reinterpret_cast<const uint64_t*>(a + t * slice);
-      const size_t n = slice / 8;
-      uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-      for (size_t i = 0; i < n; i += 4) {
-        s0 += p[i];
-        s1 += p[i + 1];
-        s2 += p[i + 2];
-        s3 += p[i + 3];
-      }
-      sums[t * 8] += s0 + s1 + s2 + s3;
-    }));
+                           const auto* p = reinterpret_cast<const uint64_t*>(a + t * slice);
+                           const size_t n = slice / 8;
+                           uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+                           for (size_t i = 0; i < n; i += 4) {
+                             s0 += p[i];
+                             s1 += p[i + 1];
+                             s2 += p[i + 2];
+                             s3 += p[i + 3];
+                           }
+                           sums[t * 8] += s0 + s1 + s2 + s3;
+                         }));
   }
   uint64_t check = 0;
   for (int t = 0; t < threads; ++t) check += sums[t * 8];
   const double moved = static_cast<double>(slice) * threads;
-  std::printf("{\"threads\": %d, \"buffer_mib\": %zu, \"reps\": %d, \"copy_gb_s\": %.2f, \"read_gb_s\": %.2f, "
-              "\"check\": %llu}\n",
-              threads, mib, reps, 2 * moved / copy_best / 1e9, moved / read_best / 1e9,
-              static_cast<unsigned long long>(check % 1000));
+  std::printf(
+      "{\"threads\": %d, \"buffer_mib\": %zu, \"reps\": %d, \"copy_gb_s\": %.2f, \"read_gb_s\": %.2f, "
+      "\"check\": %llu}\n",
+      threads, mib, reps, 2 * moved / copy_best / 1e9, moved / read_best / 1e9,
+      static_cast<unsigned long long>(check % 1000));
   std::free(a);
   std::free(b);
   return 0;
