@@ -130,7 +130,9 @@ TEST(CpuIsa, ForcedLevelsClampToTheCpu) {
     cpu::set_isa_for_testing(isa);
     EXPECT_TRUE(cpu::isa_supported(cpu::active_isa())) << cpu::isa_name(isa);
     EXPECT_LE(static_cast<int>(cpu::active_isa()), static_cast<int>(isa));
-    if (cpu::isa_supported(isa)) EXPECT_EQ(cpu::active_isa(), isa);
+    if (cpu::isa_supported(isa)) {
+      EXPECT_EQ(cpu::active_isa(), isa);
+    }
   }
   cpu::set_isa_for_testing(saved);
 }
