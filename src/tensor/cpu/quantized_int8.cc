@@ -12,6 +12,7 @@
 // activation rows only share loads and unpacking.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "tensor/cpu/cpu_features.h"
