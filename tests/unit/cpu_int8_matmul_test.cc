@@ -124,6 +124,25 @@ INSTANTIATE_TEST_SUITE_P(Layouts, Int8Matmul,
                                   std::to_string(info.param.K);
                          });
 
+TEST(Int8MatmulPacking, LongPrefillBlocksKeepRowsBitwiseSolo) {
+  // K = 8192 makes the kernel take the activation rows in blocks of 16: 37 rows cross two block edges.
+  const int64_t N = 13, K = 8192, M = 37;
+  const auto w = random_floats(static_cast<size_t>(N * K), 11);
+  Weight q{Tensor(), quant::quantize(w.data(), N, K, 4, 64), true};
+  pack_for_cpu(q.q);
+  const auto x = random_floats(static_cast<size_t>(M * K), 12);
+  for (cpu::Isa isa : isas()) {
+    IsaScope scope(isa);
+    const std::vector<float> batched = linear(Tensor::from_floats(x, {M, K}), q).to_floats();
+    for (int64_t m = 0; m < M; ++m) {
+      const std::vector<float> row(x.begin() + m * K, x.begin() + (m + 1) * K);
+      const std::vector<float> solo = linear(Tensor::from_floats(row, {1, K}), q).to_floats();
+      ASSERT_EQ(std::memcmp(solo.data(), batched.data() + m * N, sizeof(float) * N), 0)
+          << cpu::isa_name(isa) << " " << m;
+    }
+  }
+}
+
 TEST(CpuIsa, ForcedLevelsClampToTheCpu) {
   const cpu::Isa saved = cpu::active_isa();
   for (cpu::Isa isa : {cpu::Isa::Scalar, cpu::Isa::Avx2, cpu::Isa::AvxVnni, cpu::Isa::Avx512Vnni}) {
