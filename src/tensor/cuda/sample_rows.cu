@@ -205,8 +205,9 @@ __device__ __forceinline__ bool within(const Cut& c, uint32_t key, int i) {
   return !c.found || key < c.key || (key == c.key && i <= c.index);
 }
 
-__global__ void sample_rows_kernel(const float* __restrict__ x, int V, const RowSampling* __restrict__ params,
-                                   int weight_shift, int32_t* __restrict__ tokens, float* __restrict__ logprobs) {
+__global__ void __launch_bounds__(kThreads)
+    sample_rows_kernel(const float* __restrict__ x, int V, const RowSampling* __restrict__ params, int weight_shift,
+                       int32_t* __restrict__ tokens, float* __restrict__ logprobs) {
   __shared__ SampleShared s;
   const float* row = x + static_cast<int64_t>(blockIdx.x) * V;
   const RowSampling p = params[blockIdx.x];
