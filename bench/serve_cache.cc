@@ -5,13 +5,19 @@
 //   SSD hit  — after the server is stopped (its kept caches flushed to --ssd-cache) and started again,
 //              T + 16 tokens extending it (a KV file restored),
 // plus cached_tokens of each and /v1/cache's restore time and read rate. Prints one JSON line.
+// --evict-page-cache drops the stored files' pages from the page cache between the two servers (fadvise, no
+// root needed), so the SSD hit reads the medium rather than RAM; --medium-probe-mb N first writes N MB into
+// --dir, evicts it the same way and times one sequential read of it: the medium's read rate in the same run.
 //
-// Usage: serve_cache --lathe build/lathe --model DIR --dir TMP [--tokens 4096] [--serve-arg ARG ...]
+// Usage: serve_cache --lathe build/lathe --model DIR --dir TMP [--tokens 4096] [--evict-page-cache]
+//                    [--medium-probe-mb 4096] [--serve-arg ARG ...]
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <string>
@@ -71,6 +77,48 @@ Shot complete(int port, const std::vector<int>& ids) {
   return s;
 }
 
+// Writes back and drops the page-cache pages of every file under dir: the next read comes from the medium.
+int evict_page_cache(const std::string& dir) {
+  int files = 0;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(dir)) {
+    if (!e.is_regular_file()) continue;
+    const int fd = open(e.path().c_str(), O_RDONLY);
+    if (fd < 0) continue;
+    fdatasync(fd);
+    if (posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED) == 0) ++files;
+    close(fd);
+  }
+  return files;
+}
+
+// The medium's sequential read rate (MB/s): mb MB written to dir/probe, synced, evicted, read once in 8 MiB
+// reads, deleted.
+double probe_medium_mb_s(const std::string& dir, int mb) {
+  std::filesystem::create_directories(dir);
+  const std::string path = dir + "/medium-probe.bin";
+  std::vector<char> buf(size_t{8} << 20);
+  for (size_t i = 0; i < buf.size(); ++i) buf[i] = static_cast<char>(i * 2654435761u >> 13);
+  const int64_t total = int64_t{mb} << 20;
+  int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) throw std::runtime_error("cannot write " + path);
+  for (int64_t done = 0; done < total;) {
+    const ssize_t n = write(fd, buf.data(), static_cast<size_t>(std::min<int64_t>(total - done, buf.size())));
+    if (n <= 0) throw std::runtime_error("short write to " + path);
+    done += n;
+  }
+  fsync(fd);
+  posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+  close(fd);
+  fd = open(path.c_str(), O_RDONLY);
+  const auto t0 = Clock::now();
+  int64_t got = 0;
+  for (ssize_t n; (n = read(fd, buf.data(), buf.size())) > 0;) got += n;
+  const double s = seconds(t0, Clock::now());
+  close(fd);
+  std::filesystem::remove(path);
+  return s > 0 ? static_cast<double>(got) / 1e6 / s : 0;
+}
+
 json shot_json(const Shot& s) { return {{"ttft_ms", s.ttft_ms}, {"cached_tokens", s.cached}, {"prompt", s.prompt}}; }
 
 }  // namespace
@@ -80,14 +128,20 @@ int main(int argc, char** argv) {
   std::string lathe = "build/lathe", model, dir;
   std::vector<int> sizes = {4096};
   std::vector<std::string> serve_args;
+  bool evict = false;
+  int probe_mb = 0;
   app.add_option("--lathe", lathe, "the lathe binary");
   app.add_option("--model", model, "checkpoint directory")->required();
   app.add_option("--dir", dir, "the --ssd-cache directory (emptied first)")->required();
   app.add_option("--tokens", sizes, "prefix lengths")->delimiter(',');
+  app.add_flag("--evict-page-cache", evict, "drop the KV files from the page cache before the SSD hit");
+  app.add_option("--medium-probe-mb", probe_mb, "time a sequential read of this many MB of --dir's medium");
   app.add_option("--serve-arg", serve_args, "extra lathe serve argument (repeatable)")->allow_extra_args(false);
   CLI11_PARSE(app, argc, argv);
   try {
     std::filesystem::remove_all(dir);
+    const double medium_mb_s = probe_mb > 0 ? probe_medium_mb_s(dir, probe_mb) : 0;
+    if (probe_mb > 0) std::fprintf(stderr, "medium read %.0f MB/s (%d MB)\n", medium_mb_s, probe_mb);
     std::vector<std::string> args = {"--port", "0", "--model", model, "--ssd-cache", dir, "--accept-any-model"};
     args.insert(args.end(), serve_args.begin(), serve_args.end());
     json runs = json::array();
@@ -113,6 +167,7 @@ int main(int argc, char** argv) {
           std::this_thread::sleep_for(std::chrono::milliseconds(100));
         }
       }
+      const int evicted = evict ? evict_page_cache(dir) : 0;
       json info;
       {
         bench::ServerProcess server(lathe, args);
@@ -128,10 +183,18 @@ int main(int argc, char** argv) {
                       {"ssd_speedup", ssd.ttft_ms > 0 ? cold.ttft_ms / ssd.ttft_ms : 0},
                       {"file_bytes", info.at("bytes")},
                       {"restore_ms", info.at("restore_ms_last")},
-                      {"read_mb_s", info.at("read_mb_s_last")}});
+                      {"read_mb_s", info.at("read_mb_s_last")},
+                      {"evicted_files", evicted}});
       std::fprintf(stderr, "%s\n", runs.back().dump().c_str());
     }
-    std::printf("%s\n", json{{"bench", "serve_cache"}, {"model", model}, {"runs", runs}}.dump().c_str());
+    std::printf("%s\n", json{{"bench", "serve_cache"},
+                             {"model", model},
+                             {"page_cache_evicted", evict},
+                             {"medium_read_mb_s", medium_mb_s},
+                             {"medium_probe_mb", probe_mb},
+                             {"runs", runs}}
+                            .dump()
+                            .c_str());
     std::filesystem::remove_all(dir);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "serve_cache: %s\n", e.what());

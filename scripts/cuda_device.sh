@@ -2,7 +2,7 @@
 # Runs on the device machine from the repository root, over what scripts/cuda_pack.sh put in .device/.
 # Usage: .device/cuda_device.sh test|kernels [--gemv-only]|gtest FILTER|e2e LIKE BITS GS|batched LIKE BITS GS B,B..
 # [ENV=VAL ..] [cuda_e2e args ..]|serve LIKE BITS GS N,N.. [serve_load args]|kvq LIKE BITS GS|peer LIKE ...|
-# lora LIKE BITS GS ["RANKS"] [REPS] [SERVE_REPS];
+# lora LIKE BITS GS ["RANKS"] [REPS] [SERVE_REPS]|cache LIKE BITS GS T,T.. [serve_cache args];
 # results go to $OUT
 # (or ./out).
 set -uo pipefail
@@ -70,6 +70,20 @@ case "$1" in
     bash "$dev/lora_decode.sh" "$dev" "$like" 8 cuda "${5:-8 16 64}" "${6:-3}" "$mount_rank" | tee -a "$out/lora_decode.jsonl"
     bash "$dev/lora_serve.sh" "$dev" "$like" 8 16 128 "${7:-2}" --device cuda --dtype bf16 --max-batch 128 |
       tee -a "$out/lora_serve.jsonl"
+    ;;
+  cache)  # cache LIKE BITS GS T,T.. [serve_cache args ...]: bench/serve_cache (cold / RAM hit / SSD hit TTFT)
+    d=$(synth "$2" "$3" "$4")
+    for f in tokenizer.json tokenizer_config.json; do
+      [ -f "$d/$f" ] || zcat "tests/fixtures/tokenizers/qwen3-real/$f.gz" > "$d/$f"
+    done
+    t=$5
+    shift 5
+    # The medium under the SSD tier: the working directory's disk, read once with O_DIRECT as a second figure.
+    mkdir -p "$PWD/ssd-cache-probe" && dd if=/dev/urandom of="$PWD/ssd-cache-probe/f" bs=16M count=64 status=none &&
+      sync && dd if="$PWD/ssd-cache-probe/f" of=/dev/null bs=16M iflag=direct 2>&1 | tail -1 | tee "$out/dd_direct.txt"
+    rm -rf "$PWD/ssd-cache-probe"
+    "$dev/bin/serve_cache" --lathe "$dev/bin/lathe" --model "$d" --dir "$PWD/ssd-cache-bench" --tokens "$t" \
+      --serve-arg=--device --serve-arg=cuda --serve-arg=--dtype --serve-arg=bf16 "$@" | tee -a "$out/serve_cache.jsonl"
     ;;
   kvq)  # quantized-KV quality and bytes per token (bench/cuda_kv_quant)
     shift

@@ -9,8 +9,10 @@ build=${1:-build-cuda}
 dest=${2:-${LATHE_DEVICE_DIR:-$(pwd)/.device}}
 src_root=$(pwd)
 rm -rf "$dest" && mkdir -p "$dest/bin" "$dest/ctest/tests"
-cp "$build/lathe" "$build/bench/cuda_e2e" "$build/bench/cuda_kernels" "$build/bench/cuda_kv_quant" "$dest/bin/"
+cp "$build/lathe" "$dest/bin/"
+for b in cuda_e2e cuda_kernels cuda_kv_quant; do [ -x "$build/bench/$b" ] && cp "$build/bench/$b" "$dest/bin/"; done
 [ -x "$build/bench/serve_load" ] && cp "$build/bench/serve_load" "$dest/bin/"  # HTTP load on `lathe serve`
+[ -x "$build/bench/serve_cache" ] && cp "$build/bench/serve_cache" "$dest/bin/"  # prompt-cache TTFT through serve
 strip "$dest"/bin/* 2>/dev/null || true
 # The host-side sampling profiler (bench/host_sampler): LD_PRELOAD it on the device, symbolize here.
 cc -shared -fPIC -O2 -o "$dest/bin/host_sampler.so" bench/host_sampler/host_sampler.c -lrt -ldl
@@ -26,8 +28,10 @@ tar -cJf "$dest/lib.tar.xz" -C "$dest" lib && rm -rf "$dest/lib"
 tar -cJf "$dest/bin.tar.xz" -C "$dest" bin && rm -rf "$dest/bin"
 # CTest files reference the build tree by absolute path; cuda_device.sh recreates that path as a link.
 cp "$build/CTestTestfile.cmake" "$dest/ctest/"
-cp "$build"/tests/lathe_cuda_tests* "$dest/ctest/tests/"
-strip "$dest/ctest/tests/lathe_cuda_tests"
+if [ -x "$build/tests/lathe_cuda_tests" ]; then
+  cp "$build"/tests/lathe_cuda_tests* "$dest/ctest/tests/"
+  strip "$dest/ctest/tests/lathe_cuda_tests"
+fi
 grep -F 'lathe_cuda_tests' "$build/tests/CTestTestfile.cmake" > "$dest/ctest/tests/CTestTestfile.cmake"  # cuda only
 echo "$(cd "$build" && pwd)" > "$dest/build_dir"
 echo "$src_root" > "$dest/source_dir"

@@ -142,6 +142,9 @@ std::shared_ptr<void> map_cow(const std::string& path, uint64_t* size) {
   ::close(fd);
   if (p == MAP_FAILED) throw Error(ErrorKind::Io, path + ": mmap failed: " + std::strerror(e));
   const size_t n = static_cast<size_t>(*size);
+  // The restore reads every page once, in order: large readahead, and pages behind may go. (MADV_WILLNEED on the
+  // whole file was measured 5-10x slower than faulting in order on the build machine's disk.) Advice only.
+  (void)::madvise(p, n, MADV_SEQUENTIAL);
   return std::shared_ptr<void>(p, [n](void* q) { ::munmap(q, n); });
 }
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "cache/kv_block_pool.h"
 #include "common/error.h"
 #include "tensor/ops_extra.h"
 
@@ -240,7 +241,7 @@ std::unique_ptr<LayerCache> make_attention_cache(int64_t window, const CacheOpti
   validate_cache_options(o);
   if (o.kv_bits == 0) {
     if (window > 0) return std::make_unique<RotatingKVCache>(window);
-    return std::make_unique<KVCache>();
+    return std::make_unique<PagedKVCache>();  // blocks shared copy-on-write on the CPU, contiguous elsewhere
   }
   if (window > 0) return std::make_unique<RotatingQuantizedKVCache>(window, o.kv_bits, o.kv_group_size);
   return std::make_unique<QuantizedKVCache>(o.kv_bits, o.kv_group_size);

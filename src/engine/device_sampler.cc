@@ -1,21 +1,42 @@
 #include "engine/device_sampler.h"
 
+#include <cmath>
+
 #include "engine/logits_processors.h"
 #include "tensor/ops.h"
 
 namespace lathe {
 namespace {
 
-// A row the device serves exactly: greedy, with any logits processors (logit_bias, penalties) and a grammar
-// whose live state it was given, and nothing but the id wanted.
-bool device_greedy(const DeviceSampleRow& r) {
+// A row the device serves: any temperature, top-p, min-p and top-k; XTC on a step where its draw leaves it off;
+// any logits processors (logit_bias, penalties); a grammar whose live state it was given; its token's logprob but
+// no top-logprob lists.
+bool device_row(const DeviceSampleRow& r) {
   const SamplingParams* p = r.params;
-  return p && p->temperature == 0.0f && (!p->constraint || r.constraint) && r.top_logprobs == 0 && !r.logprob;
+  if (!p || (p->constraint && !r.constraint) || r.top_logprobs != 0) return false;
+  return p->temperature == 0.0f || p->xtc_probability == 0.0f || xtc_draw(r.seed, r.step) >= p->xtc_probability;
 }
+
+// Greedy with nothing but the id wanted: the argmax of the (edited, masked) logits.
+bool plain_greedy(const DeviceSampleRow& r) { return r.params->temperature == 0.0f && !r.logprob; }
 
 bool has_processors(const SamplingParams& p) {
   return p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f ||
          !p.logit_bias.empty();
+}
+
+// The row's settings as the host Sampler computes them for this step (engine/sampler.cc).
+RowSampling row_sampling(const DeviceSampleRow& r) {
+  const SamplingParams& p = *r.params;
+  RowSampling s;
+  if (p.temperature == 0.0f) return s;  // greedy: the argmax, and its logprob
+  s.u = categorical_draw(r.seed, r.step);
+  s.inv_temperature = 1.0f / p.temperature;
+  s.top_p = p.top_p;
+  s.min_p = p.min_p;
+  s.log_min_p = p.min_p > 0.0f ? std::log(p.min_p) : 0.0f;
+  s.top_k = p.top_k;
+  return s;
 }
 
 }  // namespace
@@ -24,8 +45,11 @@ bool sample_on_device(const Tensor& logits, std::span<const DeviceSampleRow> row
   if (!logits.defined() || logits.device() == Device::CPU || logits.ndim() != 2 ||
       logits.dim(0) != static_cast<int64_t>(rows.size()) || rows.empty())
     return false;
-  for (const DeviceSampleRow& r : rows)
-    if (!device_greedy(r)) return false;
+  bool all_plain = true;
+  for (const DeviceSampleRow& r : rows) {
+    if (!device_row(r)) return false;
+    all_plain = all_plain && plain_greedy(r);
+  }
   // The processors' edits of every row, at flat indices of the step's logits: a few hundred floats uploaded and
   // changed in one launch on a copy (the caller's logits stay as the model gave them).
   const size_t vocab = static_cast<size_t>(logits.dim(1));
@@ -45,19 +69,31 @@ bool sample_on_device(const Tensor& logits, std::span<const DeviceSampleRow> row
       masked.push_back(static_cast<int32_t>(i));
       bits.insert(bits.end(), row_bits.begin(), row_bits.end());
     }
-  // The edit and mask kernels are f32 (as the model's logits).
-  if ((!edits.empty() || !masked.empty()) && logits.dtype() != DType::F32) return false;
-  std::vector<int32_t> ids;
-  if (edits.empty() && masked.empty()) {
-    ids = argmax_rows(logits);  // one launch; only the ids come back
-  } else {
-    Tensor edited = logits.clone();
+  // The edit, mask and sampling kernels are f32 (as the model's logits).
+  if ((!edits.empty() || !masked.empty() || !all_plain) && logits.dtype() != DType::F32) return false;
+  Tensor edited;
+  if (!edits.empty() || !masked.empty()) {
+    edited = logits.clone();
     apply_logit_edits(edited, edits);
     apply_token_masks(edited, masked, bits);
-    ids = argmax_rows(edited);
   }
+  const Tensor& final_logits = edited.defined() ? edited : logits;
   out.assign(rows.size(), SampleResult());
-  for (size_t i = 0; i < rows.size(); ++i) out[i].token = ids[i];
+  if (all_plain) {
+    const std::vector<int32_t> ids = argmax_rows(final_logits);  // one launch; only the ids come back
+    for (size_t i = 0; i < rows.size(); ++i) out[i].token = ids[i];
+    return true;
+  }
+  // Sampled rows (and greedy ones that want their logprob): one block a row draws as the host Sampler would.
+  std::vector<RowSampling> settings;
+  settings.reserve(rows.size());
+  for (const DeviceSampleRow& r : rows) settings.push_back(row_sampling(r));
+  std::vector<float> logprobs;
+  const std::vector<int32_t> ids = sample_rows(final_logits.contiguous(), settings, logprobs);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    out[i].token = ids[i];
+    if (rows[i].logprob) out[i].logprob = logprobs[i];
+  }
   return true;
 }
 

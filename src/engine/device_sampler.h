@@ -25,13 +25,15 @@ struct DeviceSampleRow {
 };
 
 // logits: f32 [rows.size(), vocab]. Fills out (one result per row) and returns true, or returns false (out
-// untouched) when the logits are on the CPU or a row needs something the device path does not do.
-// Covered so far: greedy rows (temperature 0) without logprobs, with any logit_bias and repetition / presence /
-// frequency penalties (the host's edits, tensor/logit_edit.h, applied in one launch), under a grammar or not (each
-// constrained row's allowed-token bitset uploaded and applied in one launch after the edits, as the host masks
-// after its processors), then one argmax launch over all rows with only the ids copied back. Host greedy takes
-// the argmax of the log-softmax, the device the argmax of the logits: the same token unless two logits a row
-// apart round to one log-probability.
+// untouched) when the logits are on the CPU or a row needs something the device path does not do: top-logprob
+// lists, XTC on a step whose draw turns it on, a grammar without its live state.
+// Every row's logit_bias and repetition / presence / frequency penalties are applied in one launch (the host's
+// edits, tensor/logit_edit.h), grammar rows' allowed-token bitsets in another (as the host masks after its
+// processors). A step of plain greedy rows then takes one argmax launch (only ids come back; the host takes the
+// argmax of the log-softmax, the device of the logits: the same token unless two logits a row apart round to one
+// log-probability). Any other step takes one sampling launch (tensor/cuda/sample_rows.cu): each row drawn as its
+// host Sampler would at (seed, step) — log-softmax, top-p → min-p → top-k, categorical over softmax(f / T) with
+// the same draw — and its token's logprob when the row asks for it.
 bool sample_on_device(const Tensor& logits, std::span<const DeviceSampleRow> rows, std::vector<SampleResult>& out);
 
 }  // namespace lathe

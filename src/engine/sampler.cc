@@ -195,6 +195,16 @@ void filter_xtc(std::vector<float>& lp, float threshold, std::span<const int32_t
     if (i != keep && std::find(exempt.begin(), exempt.end(), static_cast<int32_t>(i)) == exempt.end()) lp[i] = kNegInf;
 }
 
+namespace {
+uint64_t sampler_step_key(uint64_t seed, uint64_t step) { return splitmix(seed ^ splitmix(step)); }
+constexpr uint64_t kXtcStream = 0x58544321ull, kCategoricalStream = 0x43415447ull;
+}  // namespace
+
+double categorical_draw(uint64_t seed, uint64_t step) {
+  return uniform(sampler_step_key(seed, step) ^ kCategoricalStream);
+}
+double xtc_draw(uint64_t seed, uint64_t step) { return uniform(sampler_step_key(seed, step) ^ kXtcStream); }
+
 Sampler::Sampler(SamplingParams params, std::vector<int32_t> xtc_exempt)
     : p_(std::move(params)), xtc_exempt_(std::move(xtc_exempt)) {
   p_.validate();
@@ -231,14 +241,14 @@ SampleResult Sampler::sample(std::span<const float> logits, std::span<const int3
     for (size_t i = 0; i < idx.size(); ++i)
       if (lp[idx[i]] != kNegInf) r.top.push_back({static_cast<int32_t>(idx[i]), lp[idx[i]]});
   }
-  const uint64_t step_key = splitmix(seed_ ^ splitmix(step_++));
+  const uint64_t step = step_++;
   if (p_.temperature == 0.0f) {
     r.token = static_cast<int32_t>(std::max_element(lp.begin(), lp.end()) - lp.begin());
   } else {
     std::vector<float> f = lp;
     filter_top_p(f, p_.top_p);
     filter_min_p(f, p_.min_p);
-    if (p_.xtc_probability > 0.0f && uniform(step_key ^ 0x58544321ull) < p_.xtc_probability)
+    if (p_.xtc_probability > 0.0f && xtc_draw(seed_, step) < p_.xtc_probability)
       filter_xtc(f, p_.xtc_threshold, xtc_exempt_);
     filter_top_k(f, p_.top_k);
     // Categorical over softmax(f / T) by inverse CDF with the step's own draw.
@@ -247,7 +257,7 @@ SampleResult Sampler::sample(std::span<const float> logits, std::span<const int3
     double total = 0;
     for (float v : f)
       if (v != kNegInf) total += std::exp(static_cast<double>((v - mx) * inv_t));
-    const double u = uniform(step_key ^ 0x43415447ull) * total;
+    const double u = categorical_draw(seed_, step) * total;
     double acc = 0;
     r.token = static_cast<int32_t>(std::max_element(f.begin(), f.end()) - f.begin());
     for (size_t i = 0; i < f.size(); ++i) {

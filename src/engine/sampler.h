@@ -47,6 +47,11 @@ class Sampler {
   std::unique_ptr<ConstraintState> constraint_;  // from p_.constraint; advanced with each sampled token
 };
 
+// The draws a Sampler seeded `seed` makes at step `step`, in [0, 1): the categorical's and XTC's (whether it
+// applies that step). The device sampler draws the same numbers for the rows it serves.
+double categorical_draw(uint64_t seed, uint64_t step);
+double xtc_draw(uint64_t seed, uint64_t step);
+
 // Filters over log-probabilities; removed entries become -inf. Exposed for tests.
 void filter_top_p(std::vector<float>& logprobs, float top_p);
 void filter_min_p(std::vector<float>& logprobs, float min_p);

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "cache/cache_identity.h"
+#include "cache/kv_block_pool.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "engine/device_sampler.h"
@@ -204,10 +205,18 @@ void Scheduler::drop_cancelled() {
   }
 }
 
-// Takes the kept cache sharing the longest prefix with the row's input (at least one input token is left to
-// run, so the row gets logits), trimmed to that prefix; else a fresh cache.
+// Serves the row's input from the cache sharing the longest prefix with it (at least one input token is left
+// to run, so the row gets logits): a kept finished sequence's or a running row's. Paged caches (the CPU's
+// PagedKVCache) are forked — the row maps the prefix's blocks, stored once, copy-on-write — and a kept one stays
+// for the next request; others are taken (trimmed to the prefix; running rows' only when they can be shared).
+// The SSD tier serves instead when a file holds more. Else a fresh cache.
 void Scheduler::attach_cache(Row& row) {
   const std::vector<int32_t>& h = row.seq->history();
+  auto common_prefix = [&](const std::vector<int32_t>& tokens, size_t n) {
+    size_t c = 0;
+    while (c < n && c + 1 < h.size() && tokens[c] == h[c]) ++c;
+    return c;
+  };
   auto best = idle_.end();
   size_t best_common = 0;
   // A resumed row that started from nothing replays from nothing: that recomputation is exact.
@@ -215,8 +224,7 @@ void Scheduler::attach_cache(Row& row) {
   const std::string ns = row.cache_ns();
   for (auto it = idle_.begin(); it != idle_.end() && !exact_replay; ++it) {
     if (it->ns != ns) continue;  // KV computed under another adapter set, or another tenant's salt
-    size_t common = 0;
-    while (common < it->tokens.size() && common + 1 < h.size() && it->tokens[common] == h[common]) ++common;
+    const size_t common = common_prefix(it->tokens, it->tokens.size());
     const int64_t drop = static_cast<int64_t>(it->tokens.size() - common);
     bool trimmable = true;
     for (const auto& c : *it->cache) trimmable = trimmable && c->can_trim(drop);
@@ -225,14 +233,38 @@ void Scheduler::attach_cache(Row& row) {
       best_common = common;
     }
   }
+  const Row* donor = nullptr;  // a running row whose cache holds more of the input than any kept one
+  size_t donor_common = 0;
+  for (const auto& r : running_) {
+    if (exact_replay || !r->has_cache || r->cache_ns() != ns) continue;
+    const size_t common = common_prefix(r->seq->history(), static_cast<size_t>(r->fed));
+    if (common > std::max(best_common, donor_common)) {
+      donor = r.get();
+      donor_common = common;
+    }
+  }
+  std::optional<CacheList> shared;
+  if (donor) shared = fork_cache_list(donor->cache, static_cast<int64_t>(donor_common));
+  if (!shared) donor_common = 0;
+  const size_t ram_best = std::max(best_common, donor_common);
   bool from_ram = false, from_ssd = false;
-  if (!exact_replay && try_ssd(row, static_cast<int64_t>(best_common))) {
+  if (!exact_replay && try_ssd(row, static_cast<int64_t>(ram_best))) {
     from_ssd = true;
+  } else if (shared && donor_common > best_common) {
+    row.cache = std::move(*shared);
+    row.fed = static_cast<int64_t>(donor_common);
+    from_ram = true;
   } else if (best != idle_.end()) {
-    const int64_t drop = static_cast<int64_t>(best->tokens.size() - best_common);
-    row.cache = take_idle(*best);
-    for (const auto& c : row.cache) c->trim(drop);
-    idle_.erase(best);
+    if (std::optional<CacheList> fork = fork_cache_list(*best->cache, static_cast<int64_t>(best_common))) {
+      row.cache = std::move(*fork);  // the kept cache stays, most recently used first
+      best->since = Clock::now();
+      idle_.splice(idle_.begin(), idle_, best);
+    } else {
+      const int64_t drop = static_cast<int64_t>(best->tokens.size() - best_common);
+      row.cache = take_idle(*best);
+      for (const auto& c : row.cache) c->trim(drop);
+      idle_.erase(best);
+    }
     row.fed = static_cast<int64_t>(best_common);
     from_ram = true;
   } else {
@@ -307,6 +339,14 @@ void Scheduler::keep_for_reuse(Row& row) {
   kept.ns = row.cache_ns();
   kept.since = Clock::now();
   row.has_cache = false;
+  // Kept caches this one extends serve nothing it does not (a fork of it serves any prefix): they go, without
+  // a spill of their own (the extension's file replaces theirs on the SSD). Their shared blocks stay with it.
+  for (auto it = idle_.begin(); it != idle_.end();) {
+    const bool extended = it->ns == kept.ns && it->tokens.size() <= kept.tokens.size() &&
+                          std::equal(it->tokens.begin(), it->tokens.end(), kept.tokens.begin()) &&
+                          can_fork_cache_list(*kept.cache, static_cast<int64_t>(it->tokens.size()));
+    it = extended ? idle_.erase(it) : std::next(it);
+  }
   idle_.push_front(std::move(kept));
   while (static_cast<int>(idle_.size()) > options_.reuse_slots) drop_idle(std::prev(idle_.end()));
 }

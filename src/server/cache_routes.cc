@@ -1,6 +1,7 @@
 // GET /v1/cache: the prompt cache's tiers (entries, bytes, hits and misses, restore time and read rate).
 #include <httplib.h>
 
+#include "cache/kv_block_pool.h"
 #include "server/http_server.h"
 
 namespace lathe::server {
@@ -15,6 +16,12 @@ std::vector<Route> cache_routes(ServerContext& ctx) {
                              {"hits", c.ram_hits},
                              {"misses", c.ram_misses},
                              {"reused_tokens", c.ram_reused_tokens}};
+                 // The CPU's paged KV blocks (running and kept sequences): bytes counts a shared block once,
+                 // block_refs as often as caches map it.
+                 const KvPoolStats pool = kv_pool_stats();
+                 ram["pool_blocks"] = pool.blocks;
+                 ram["pool_bytes"] = pool.bytes;
+                 ram["pool_block_refs"] = pool.references;
                  json out = {{"object", "cache"}, {"ram", ram}, {"ssd", nullptr}};
                  if (const SsdStore* store = ctx.ssd_store()) {
                    const SsdStoreStats s = store->stats();

@@ -338,6 +338,14 @@ void apply_token_masks(Tensor& x, const std::vector<int32_t>& rows, const std::v
   }
 }
 
+std::vector<int32_t> sample_rows(const Tensor& x, const std::vector<RowSampling>& rows, std::vector<float>& logprobs) {
+  LATHE_CHECK(
+      x.ndim() == 2 && x.dtype() == DType::F32 && x.is_contiguous() && x.dim(0) == static_cast<int64_t>(rows.size()),
+      "sample_rows: expects contiguous F32 [rows, vocab] and one setting a row");
+  LATHE_ON_CUDA(x, gpu::sample_rows(x, rows, logprobs));
+  throw Error(ErrorKind::Unsupported, "sample_rows: CUDA only (the CPU samples with engine/sampler.h)");
+}
+
 void copy_rows(Tensor& dst, int64_t dst_row, const Tensor& src_in, int64_t src_row, int64_t n) {
   if (n <= 0) return;
   LATHE_CHECK(dst.device() == src_in.device() && dst.dtype() == src_in.dtype() && dst.is_contiguous(),

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "tensor/logit_edit.h"
+#include "tensor/row_sampling.h"
 #include "tensor/tensor.h"
 
 namespace lathe {
@@ -124,6 +125,10 @@ void apply_logit_edits(Tensor& x, const std::vector<LogitEdit>& edits);
 // [k · ⌈V/64⌉, (k + 1) · ⌈V/64⌉) hold one bit per token (bit t % 64 of word t / 64); a clear bit sets that
 // logit to -inf. Rows distinct and in range.
 void apply_token_masks(Tensor& x, const std::vector<int32_t>& rows, const std::vector<uint64_t>& bits);
+// One token a row of x (contiguous F32 [R, V] on CUDA), drawn as the host Sampler draws it from each row's
+// settings (tensor/row_sampling.h; the CPU has the Sampler itself, so this is CUDA only). The token's
+// log-probability goes to logprobs.
+std::vector<int32_t> sample_rows(const Tensor& x, const std::vector<RowSampling>& rows, std::vector<float>& logprobs);
 // Copies rows [src_row, src_row + n) of src (outer dim) to rows from dst_row of dst, on their device
 // (both on one device; equal types and row sizes; dst contiguous).
 void copy_rows(Tensor& dst, int64_t dst_row, const Tensor& src, int64_t src_row, int64_t n);

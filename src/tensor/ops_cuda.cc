@@ -249,6 +249,23 @@ void apply_token_masks(Tensor& x, const std::vector<int32_t>& rows, const std::v
                           static_cast<int64_t>(rows.size()), reinterpret_cast<const uint64_t*>(base + bits_at));
 }
 
+std::vector<int32_t> sample_rows(const Tensor& x, const std::vector<RowSampling>& rows, std::vector<float>& logprobs) {
+  // Checked by the caller (ops.cc). One upload of the settings, one launch, one copy back of ids and logprobs.
+  const int64_t n = x.dim(0);
+  const size_t param_bytes = rows.size() * sizeof(RowSampling);
+  Tensor params = Tensor::empty({static_cast<int64_t>(param_bytes)}, DType::U8, Device::CUDA);
+  cuda::upload_async(params.raw(), rows.data(), param_bytes);
+  Tensor picked = Tensor::empty({2 * n}, DType::I32, Device::CUDA);
+  int32_t* ids = picked.data<int32_t>();
+  cuda::sample_rows(x.data<float>(), n, x.dim(1), static_cast<const RowSampling*>(params.raw()), ids,
+                    reinterpret_cast<float*>(ids + n));
+  const Tensor host = picked.to(Device::CPU);
+  const int32_t* h = host.data<int32_t>();
+  logprobs.resize(static_cast<size_t>(n));
+  std::memcpy(logprobs.data(), h + n, static_cast<size_t>(n) * sizeof(float));
+  return std::vector<int32_t>(h, h + n);
+}
+
 void copy_rows(void* dst, int64_t dst_row, const void* src_rows, int64_t n, size_t row_bytes) {
   LATHE_CHECK(row_bytes % 4 == 0, "copy_rows: row size must be a multiple of 4 bytes");
   cuda::copy_rows(dst, dst_row, src_rows, n, row_bytes);

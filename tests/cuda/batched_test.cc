@@ -184,12 +184,26 @@ TEST(CudaDeviceSampler, GreedyRowsMatchTheHostSampler) {
     r.history = {};
     r.constraint = nullptr;
   }
+  // A sampled row beside greedy ones: the host Sampler's token for the same seed and step (the kernel's own
+  // cases are in sample_rows_test.cc).
   SamplingParams sampled;
   sampled.temperature = 0.7f;
+  sampled.top_p = 0.9f;
   rows[1].params = &sampled;
+  rows[1].seed = 42;
+  rows[1].step = 2;
+  std::vector<SampleResult> mixed;
+  ASSERT_TRUE(sample_on_device(logits, rows, mixed));
+  {
+    SamplingParams seeded = sampled;
+    seeded.seed = 42;
+    Sampler s(seeded);
+    s.take(0);
+    s.take(0);
+    EXPECT_EQ(mixed[1].token, s.sample(std::span<const float>(host.data() + V, V), {}).token);
+    EXPECT_EQ(mixed[0].token, out[0].token) << "the greedy rows beside it keep their argmax";
+  }
   std::vector<SampleResult> untouched;
-  EXPECT_FALSE(sample_on_device(logits, rows, untouched));
-  EXPECT_TRUE(untouched.empty());
   rows[1].params = &greedy;
   rows[2].top_logprobs = 2;
   EXPECT_FALSE(sample_on_device(logits, rows, untouched));

@@ -1,7 +1,8 @@
 // The CPU integer-dot matmul (int8 activations over weights packed at load): a row of an M-row call is
-// bitwise the same row computed alone (batched greedy equals solo greedy), it stays close to the exact f32
-// kernel, the scalar and AVX2 kernels agree, row slices share their parent's packing, and layouts the kernels
-// do not cover stay on the exact path.
+// bitwise the same row computed alone (batched greedy equals solo greedy) for every tile shape, it stays close
+// to the exact f32 kernel, every kernel this CPU can run (scalar, AVX2, AVX-VNNI, AVX-512 VNNI) gives bitwise
+// the same outputs, row slices share their parent's packing, and layouts the kernels do not cover stay on the
+// exact path.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -49,8 +50,9 @@ class Int8Matmul : public ::testing::TestWithParam<CpuInt8MatmulCase> {
 };
 
 std::vector<cpu::Isa> isas() {
-  std::vector<cpu::Isa> v{cpu::Isa::Scalar};
-  if (cpu::detected_isa() == cpu::Isa::Avx2) v.push_back(cpu::Isa::Avx2);
+  std::vector<cpu::Isa> v;
+  for (cpu::Isa isa : {cpu::Isa::Scalar, cpu::Isa::Avx2, cpu::Isa::AvxVnni, cpu::Isa::Avx512Vnni})
+    if (cpu::isa_supported(isa)) v.push_back(isa);
   return v;
 }
 
@@ -58,7 +60,8 @@ TEST_P(Int8Matmul, EachRowIsBitwiseItsSoloResult) {
   const int64_t K = GetParam().K;
   for (cpu::Isa isa : isas()) {
     IsaScope scope(isa);
-    for (int64_t M : {int64_t{2}, int64_t{5}, int64_t{9}}) {
+    // Every tile shape: 4-row tiles, and 1-, 2- and 3-row remainders after them.
+    for (int64_t M = 2; M <= 9; ++M) {
       auto x = random_floats(static_cast<size_t>(M * K), 2 + static_cast<uint32_t>(M));
       x[3] = 40.f;  // an outlier in one row's group must not change any other row
       const std::vector<float> batched = linear(Tensor::from_floats(x, {M, K}), packed_).to_floats();
@@ -90,30 +93,68 @@ TEST_P(Int8Matmul, CloseToTheExactKernel) {
   }
 }
 
-TEST_P(Int8Matmul, ScalarAndAvx2Agree) {
-  if (cpu::detected_isa() != cpu::Isa::Avx2) GTEST_SKIP() << "no AVX2 on this CPU";
-  const int64_t K = GetParam().K, M = 4;
-  const Tensor x = Tensor::from_floats(random_floats(static_cast<size_t>(M * K), 9), {M, K});
-  std::vector<float> a, b;
-  {
-    IsaScope s(cpu::Isa::Scalar);
-    a = linear(x, packed_).to_floats();
+TEST_P(Int8Matmul, EveryIsaGivesBitwiseTheScalarResult) {
+  const int64_t K = GetParam().K;
+  for (int64_t M : {int64_t{1}, int64_t{4}, int64_t{7}}) {
+    const Tensor x =
+        Tensor::from_floats(random_floats(static_cast<size_t>(M * K), 9 + static_cast<uint32_t>(M)), {M, K});
+    std::vector<float> ref;
+    {
+      IsaScope s(cpu::Isa::Scalar);
+      ref = linear(x, packed_).to_floats();
+    }
+    // Same int8 activations, the same exact integer halves per group and the same float steps.
+    for (cpu::Isa isa : isas()) {
+      IsaScope s(isa);
+      ASSERT_EQ(cpu::active_isa(), isa);
+      const std::vector<float> y = linear(x, packed_).to_floats();
+      ASSERT_EQ(std::memcmp(y.data(), ref.data(), sizeof(float) * ref.size()), 0) << cpu::isa_name(isa) << " M " << M;
+    }
   }
-  {
-    IsaScope s(cpu::Isa::Avx2);
-    b = linear(x, packed_).to_floats();
-  }
-  // Same int8 activations and exact integer dots; only the float summation order differs.
-  for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], 1e-4 * (1 + std::abs(a[i]))) << i;
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, Int8Matmul,
-                         ::testing::Values(CpuInt8MatmulCase{4, 32, 256}, CpuInt8MatmulCase{4, 64, 320},
-                                           CpuInt8MatmulCase{4, 128, 384}, CpuInt8MatmulCase{8, 32, 256},
+                         // Group counts 8, 14 (a partial quad and octet), 5 and 3.
+                         ::testing::Values(CpuInt8MatmulCase{4, 32, 256}, CpuInt8MatmulCase{4, 32, 448},
+                                           CpuInt8MatmulCase{4, 64, 320}, CpuInt8MatmulCase{4, 128, 384},
+                                           CpuInt8MatmulCase{8, 32, 256}, CpuInt8MatmulCase{8, 32, 448},
                                            CpuInt8MatmulCase{8, 64, 320}, CpuInt8MatmulCase{8, 128, 384}),
                          [](const auto& info) {
-                           return std::to_string(info.param.bits) + "bit_g" + std::to_string(info.param.group);
+                           return std::to_string(info.param.bits) + "bit_g" + std::to_string(info.param.group) + "_k" +
+                                  std::to_string(info.param.K);
                          });
+
+TEST(Int8MatmulPacking, LongPrefillBlocksKeepRowsBitwiseSolo) {
+  // K = 8192 makes the kernel take the activation rows in blocks of 16: 37 rows cross two block edges.
+  const int64_t N = 13, K = 8192, M = 37;
+  const auto w = random_floats(static_cast<size_t>(N * K), 11);
+  Weight q{Tensor(), quant::quantize(w.data(), N, K, 4, 64), true};
+  pack_for_cpu(q.q);
+  const auto x = random_floats(static_cast<size_t>(M * K), 12);
+  for (cpu::Isa isa : isas()) {
+    IsaScope scope(isa);
+    const std::vector<float> batched = linear(Tensor::from_floats(x, {M, K}), q).to_floats();
+    for (int64_t m = 0; m < M; ++m) {
+      const std::vector<float> row(x.begin() + m * K, x.begin() + (m + 1) * K);
+      const std::vector<float> solo = linear(Tensor::from_floats(row, {1, K}), q).to_floats();
+      ASSERT_EQ(std::memcmp(solo.data(), batched.data() + m * N, sizeof(float) * N), 0)
+          << cpu::isa_name(isa) << " " << m;
+    }
+  }
+}
+
+TEST(CpuIsa, ForcedLevelsClampToTheCpu) {
+  const cpu::Isa saved = cpu::active_isa();
+  for (cpu::Isa isa : {cpu::Isa::Scalar, cpu::Isa::Avx2, cpu::Isa::AvxVnni, cpu::Isa::Avx512Vnni}) {
+    cpu::set_isa_for_testing(isa);
+    EXPECT_TRUE(cpu::isa_supported(cpu::active_isa())) << cpu::isa_name(isa);
+    EXPECT_LE(static_cast<int>(cpu::active_isa()), static_cast<int>(isa));
+    if (cpu::isa_supported(isa)) {
+      EXPECT_EQ(cpu::active_isa(), isa);
+    }
+  }
+  cpu::set_isa_for_testing(saved);
+}
 
 TEST(Int8MatmulPacking, RowSliceSharesTheParentPacking) {
   const int64_t N = 24, K = 128;

@@ -46,10 +46,11 @@ std::shared_ptr<const PackedQuant> pack_quantized(const QuantizedMatrix& q) {
   p->rows = rows;
   p->cols = cols;
   p->groups = cols / q.group_size;
+  p->group_stride = (p->groups + 7) / 8 * 8;
   p->row_bytes = cols * q.bits / 8;
   p->codes.reset(new uint8_t[static_cast<size_t>(rows * p->row_bytes)]);
-  p->scales.resize(static_cast<size_t>(rows * p->groups));
-  p->biases.resize(static_cast<size_t>(rows * p->groups));
+  p->scales.assign(static_cast<size_t>(rows * p->group_stride), 0.f);
+  p->biases.assign(static_cast<size_t>(rows * p->group_stride), 0.f);
   parallel_for(rows, 64, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       const uint32_t* words = q.w.data<uint32_t>() + r * q.w.stride(0);
@@ -58,8 +59,8 @@ std::shared_ptr<const PackedQuant> pack_quantized(const QuantizedMatrix& q) {
         pack_row4(words, cols, out);
       else
         pack_row8(words, cols, out);
-      float* s = p->scales.data() + r * p->groups;
-      float* b = p->biases.data() + r * p->groups;
+      float* s = p->scales.data() + r * p->group_stride;
+      float* b = p->biases.data() + r * p->group_stride;
       scale_row_to_f32(q.scales, r, p->groups, s);
       scale_row_to_f32(q.biases, r, p->groups, b);
       if (q.bits == 8)

@@ -1,10 +1,18 @@
 // Integer-dot matmul over packed MLX affine weights (layout and formula in packed_quant.h). Activations are
-// quantized once per call, one row at a time; each output y[m, n] then runs the same instruction sequence
-// (group by group into one accumulator, then the bias term, then one horizontal sum) whether the call has one
-// row or many, so a row's result never depends on what else is in the batch. Tiles of NR weight rows × MR
-// activation rows only share loads.
+// quantized once per call, one row at a time. Each output y[m, n] is then computed by one fixed sequence of
+// float steps over exact integer sums, whether the call has one row or many and whichever kernel runs:
+//   for each group g, h0 = Σ code·xq over its elements with k mod 32 < 16 and h1 over the rest (exact int32);
+//   eight float lanes, all +0; for each quad of groups g0..g0+3 and j < 4, with sd = scale[g]·d[g] (g = g0 + j):
+//     lane j = fma(h0, sd, lane j), lane 4 + j = fma(h1, sd, lane 4 + j);
+//   for each octet of groups, lane j = fma(bias[g], xsum[g], lane j) with g = octet·8 + j;
+//   y = ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)).
+// Missing groups of the last quad or octet add fma(0, 0, lane) = lane. The SIMD kernels (quantized_int8_tile.inc)
+// get h0/h1 by folding each group's eight int32 lanes with its neighbours' (vphaddd), the scalar kernel by
+// summing, so the row's result never depends on the batch nor on the ISA. Tiles of NR weight rows × MR
+// activation rows only share loads and unpacking.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "tensor/cpu/cpu_features.h"
@@ -50,15 +58,15 @@ void quantize_row_scalar(const float* x, int64_t K, int gs, int8_t* q, float* d,
   group_sums(q, K, gs, d, sum);
 }
 
-// The scalar kernel: exact int32 dots per group, then the same formula.
+// The scalar kernel: the same exact integer halves and the same float steps as the SIMD kernels.
 float dot_row_scalar(const PackedQuant& p, int64_t n, const XRow& x) {
   const uint8_t* w = p.codes.get() + n * p.row_bytes;
-  const float* s = p.scales.data() + n * p.groups;
-  const float* b = p.biases.data() + n * p.groups;
+  const float* s = p.scales.data() + n * p.group_stride;
+  const float* b = p.biases.data() + n * p.group_stride;
   const int gs = p.group_size;
-  float acc = 0.f;
+  float lane[8] = {};
   for (int64_t g = 0; g < p.groups; ++g) {
-    int32_t isum = 0;
+    int32_t half[2] = {0, 0};
     for (int i = 0; i < gs; ++i) {
       const int64_t k = g * gs + i;
       int code;
@@ -68,12 +76,15 @@ float dot_row_scalar(const PackedQuant& p, int64_t n, const XRow& x) {
       } else {
         code = static_cast<int8_t>(w[k]);
       }
-      isum += code * x.q[k];
+      half[(k % 32) < 16 ? 0 : 1] += code * x.q[k];
     }
-    acc += static_cast<float>(isum) * (s[g] * x.d[g]);
+    const float sd = s[g] * x.d[g];
+    const int j = static_cast<int>(g % 4);
+    lane[j] = std::fma(static_cast<float>(half[0]), sd, lane[j]);
+    lane[4 + j] = std::fma(static_cast<float>(half[1]), sd, lane[4 + j]);
   }
-  for (int64_t g = 0; g < p.groups; ++g) acc += b[g] * x.sum[g];
-  return acc;
+  for (int64_t g = 0; g < p.groups; ++g) lane[g % 8] = std::fma(b[g], x.sum[g], lane[g % 8]);
+  return ((lane[0] + lane[4]) + (lane[2] + lane[6])) + ((lane[1] + lane[5]) + (lane[3] + lane[7]));
 }
 
 #ifdef LATHE_X86
@@ -111,117 +122,41 @@ LATHE_AVX2_FN void quantize_row_avx2(const float* x, int64_t K, int gs, int8_t* 
   group_sums(q, K, gs, d, sum);
 }
 
-// Σ over 32 codes × 32 activations as 8 int32 lanes: 4-bit codes are unsigned already.
-LATHE_AVX2_FN inline __m256i dot4_half(__m256i codes, const int8_t* x) {
-  return _mm256_maddubs_epi16(codes, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x)));
-}
-// 8-bit codes are signed: |code| × (activation with the code's sign).
-LATHE_AVX2_FN inline __m256i dot8_half(__m256i abs_codes, __m256i codes, const int8_t* x) {
-  const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x));
-  return _mm256_madd_epi16(_mm256_maddubs_epi16(abs_codes, _mm256_sign_epi8(xv, codes)), _mm256_set1_epi16(1));
-}
+using RowsFn = void (*)(const PackedQuant&, int64_t, int64_t, const XRow*, int64_t, int64_t, float*, int64_t);
 
-LATHE_AVX2_FN inline __m256 group_step(__m256 acc, __m256i isum, float s, float d) {
-  return _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(s * d), acc);
-}
+namespace i8_avx2 {
+#define LATHE_I8_FN __attribute__((target("avx2,fma,f16c")))
+#define LATHE_I8_DOT 0
+#include "tensor/cpu/quantized_int8_tile.inc"
+#undef LATHE_I8_FN
+#undef LATHE_I8_DOT
+}  // namespace i8_avx2
 
-// Outputs for NR weight rows × MR activation rows: out[m * ldy + r].
-template <int BITS, int GS, int NR, int MR>
-LATHE_AVX2_FN void tile_avx2(const PackedQuant& p, int64_t n0, const XRow* x, float* out, int64_t ldy) {
-  const int64_t G = p.groups;
-  const uint8_t* w[NR];
-  const float* s[NR];
-  for (int r = 0; r < NR; ++r) {
-    w[r] = p.codes.get() + (n0 + r) * p.row_bytes;
-    s[r] = p.scales.data() + (n0 + r) * G;
-  }
-  __m256 acc[NR][MR];
-  for (int r = 0; r < NR; ++r)
-    for (int m = 0; m < MR; ++m) acc[r][m] = _mm256_setzero_ps();
-  const __m256i ones = _mm256_set1_epi16(1), low = _mm256_set1_epi8(0x0F);
-  if constexpr (BITS == 4) {
-    for (int64_t u = 0; u < p.cols / 64; ++u) {  // one 32-byte unit: 64 elements
-      for (int r = 0; r < NR; ++r) {
-        // Decode is bound by weight loads: ask for each row's bytes 1 KiB ahead of use.
-        _mm_prefetch(reinterpret_cast<const char*>(w[r] + u * 32 + 1024), _MM_HINT_T0);
-        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[r] + u * 32));
-        const __m256i lo = _mm256_and_si256(v, low), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
-        for (int m = 0; m < MR; ++m) {
-          const int8_t* xk = x[m].q + u * 64;
-          const __m256i a = dot4_half(lo, xk), b = dot4_half(hi, xk + 32);
-          if constexpr (GS == 32) {  // the unit is two groups
-            acc[r][m] = group_step(acc[r][m], _mm256_madd_epi16(a, ones), s[r][2 * u], x[m].d[2 * u]);
-            acc[r][m] = group_step(acc[r][m], _mm256_madd_epi16(b, ones), s[r][2 * u + 1], x[m].d[2 * u + 1]);
-          } else if constexpr (GS == 64) {
-            acc[r][m] = group_step(acc[r][m], _mm256_madd_epi16(_mm256_add_epi16(a, b), ones), s[r][u], x[m].d[u]);
-          } else {  // GS == 128: the unit is half a group; finish the group with the next unit
-            const __m256i v2 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[r] + u * 32 + 32));
-            const __m256i lo2 = _mm256_and_si256(v2, low), hi2 = _mm256_and_si256(_mm256_srli_epi16(v2, 4), low);
-            const __m256i c = dot4_half(lo2, xk + 64), e = dot4_half(hi2, xk + 96);
-            const __m256i s16 = _mm256_add_epi16(_mm256_add_epi16(a, b), _mm256_add_epi16(c, e));
-            acc[r][m] = group_step(acc[r][m], _mm256_madd_epi16(s16, ones), s[r][u / 2], x[m].d[u / 2]);
-          }
-        }
-      }
-      if constexpr (GS == 128) ++u;
-    }
-  } else {
-    for (int64_t g = 0; g < G; ++g) {
-      for (int r = 0; r < NR; ++r) {
-        __m256i cv[GS / 32], av[GS / 32];
-        for (int h = 0; h < GS / 32; ++h) {
-          cv[h] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[r] + g * GS + h * 32));
-          av[h] = _mm256_abs_epi8(cv[h]);
-        }
-        for (int m = 0; m < MR; ++m) {
-          const int8_t* xk = x[m].q + g * GS;
-          __m256i isum = dot8_half(av[0], cv[0], xk);
-          for (int h = 1; h < GS / 32; ++h) isum = _mm256_add_epi32(isum, dot8_half(av[h], cv[h], xk + h * 32));
-          acc[r][m] = group_step(acc[r][m], isum, s[r][g], x[m].d[g]);
-        }
-      }
-    }
-  }
-  // The bias term Σ_g bias·xsum joins the same accumulator, eight groups at a time; then one horizontal sum.
-  for (int r = 0; r < NR; ++r) {
-    const float* b = p.biases.data() + (n0 + r) * G;
-    for (int m = 0; m < MR; ++m) {
-      __m256 a = acc[r][m];
-      int64_t g = 0;
-      for (; g + 8 <= G; g += 8) a = _mm256_fmadd_ps(_mm256_loadu_ps(b + g), _mm256_loadu_ps(x[m].sum + g), a);
-      float tail = 0.f;
-      for (; g < G; ++g) tail += b[g] * x[m].sum[g];
-      out[m * ldy + r] = hsum8(a) + tail;
-    }
-  }
-}
+namespace i8_avxvnni {
+#define LATHE_I8_FN __attribute__((target("avx2,fma,f16c,avxvnni")))
+#define LATHE_I8_DOT 1
+#include "tensor/cpu/quantized_int8_tile.inc"
+#undef LATHE_I8_FN
+#undef LATHE_I8_DOT
+}  // namespace i8_avxvnni
 
-template <int BITS, int GS>
-void rows_avx2(const PackedQuant& p, int64_t n0, int64_t n1, const std::vector<XRow>& x, int64_t row0, float* y,
-               int64_t ldy) {
-  const int64_t M = static_cast<int64_t>(x.size());
-  if (M == 1) {  // decode: four weight rows share each activation load
-    int64_t n = n0;
-    for (; n + 4 <= n1; n += 4) tile_avx2<BITS, GS, 4, 1>(p, n, x.data(), y + (n - row0), ldy);
-    for (; n < n1; ++n) tile_avx2<BITS, GS, 1, 1>(p, n, x.data(), y + (n - row0), ldy);
-    return;
-  }
-  // Prefill: four weight rows stay in L1 while the activation rows stream past them two at a time.
-  int64_t n = n0;
-  for (; n + 4 <= n1; n += 4) {
-    int64_t m = 0;
-    for (; m + 2 <= M; m += 2) tile_avx2<BITS, GS, 4, 2>(p, n, x.data() + m, y + m * ldy + (n - row0), ldy);
-    for (; m < M; ++m) tile_avx2<BITS, GS, 4, 1>(p, n, x.data() + m, y + m * ldy + (n - row0), ldy);
-  }
-  for (; n < n1; ++n)
-    for (int64_t m = 0; m < M; ++m) tile_avx2<BITS, GS, 1, 1>(p, n, x.data() + m, y + m * ldy + (n - row0), ldy);
-}
+// With AVX-512 VL enabled the compiler may also use ymm16–31, which relieves the 4×4 tile's registers.
+namespace i8_avx512vnni {
+#define LATHE_I8_FN __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
+#define LATHE_I8_DOT 2
+#include "tensor/cpu/quantized_int8_tile.inc"
+#undef LATHE_I8_FN
+#undef LATHE_I8_DOT
+}  // namespace i8_avx512vnni
 
-using RowsFn = void (*)(const PackedQuant&, int64_t, int64_t, const std::vector<XRow>&, int64_t, float*, int64_t);
-
-RowsFn pick_avx2(int bits, int gs) {
-  if (bits == 4) return gs == 32 ? rows_avx2<4, 32> : gs == 64 ? rows_avx2<4, 64> : rows_avx2<4, 128>;
-  return gs == 32 ? rows_avx2<8, 32> : gs == 64 ? rows_avx2<8, 64> : rows_avx2<8, 128>;
+RowsFn pick_simd(Isa isa, int bits, int gs) {
+  switch (isa) {
+    case Isa::Avx2: return i8_avx2::pick(bits, gs);
+    case Isa::AvxVnni: return i8_avxvnni::pick(bits, gs);
+    case Isa::Avx512Vnni: return i8_avx512vnni::pick(bits, gs);
+    case Isa::Scalar: break;
+  }
+  return nullptr;
 }
 #endif
 
@@ -235,12 +170,13 @@ struct Scratch {
 }  // namespace
 
 void linear_packed(const float* x, int64_t M, const PackedQuant& p, int64_t row0, int64_t N, float* y) {
-  const int64_t K = p.cols, G = p.groups;
+  const int64_t K = p.cols, GP = p.group_stride;
   const Isa isa = active_isa();
   thread_local Scratch sc;
   sc.q.resize(static_cast<size_t>(M * K));
-  sc.d.resize(static_cast<size_t>(M * G));
-  sc.sum.resize(static_cast<size_t>(M * G));
+  // d and xsum padded with zeros to the weights' group stride: the kernels read whole quads and octets.
+  sc.d.assign(static_cast<size_t>(M * GP), 0.f);
+  sc.sum.assign(static_cast<size_t>(M * GP), 0.f);
   sc.rows.resize(static_cast<size_t>(M));
   int8_t* qb = sc.q.data();
   float* db = sc.d.data();
@@ -248,27 +184,26 @@ void linear_packed(const float* x, int64_t M, const PackedQuant& p, int64_t row0
   parallel_for(M, 4, [&](int64_t m0, int64_t m1) {
     for (int64_t m = m0; m < m1; ++m) {
 #ifdef LATHE_X86
-      if (isa == Isa::Avx2) {
-        quantize_row_avx2(x + m * K, K, p.group_size, qb + m * K, db + m * G, sb + m * G);
+      if (isa != Isa::Scalar) {
+        quantize_row_avx2(x + m * K, K, p.group_size, qb + m * K, db + m * GP, sb + m * GP);
         continue;
       }
 #endif
-      quantize_row_scalar(x + m * K, K, p.group_size, qb + m * K, db + m * G, sb + m * G);
+      quantize_row_scalar(x + m * K, K, p.group_size, qb + m * K, db + m * GP, sb + m * GP);
     }
   });
-  for (int64_t m = 0; m < M; ++m) sc.rows[static_cast<size_t>(m)] = XRow{qb + m * K, db + m * G, sb + m * G};
-  const std::vector<XRow>& rows = sc.rows;
+  for (int64_t m = 0; m < M; ++m) sc.rows[static_cast<size_t>(m)] = XRow{qb + m * K, db + m * GP, sb + m * GP};
+  const XRow* xr = sc.rows.data();
   const int64_t r0 = row0;
 #ifdef LATHE_X86
-  if (isa == Isa::Avx2) {
-    const RowsFn fn = pick_avx2(p.bits, p.group_size);
-    parallel_for(N, 16, [&](int64_t a, int64_t b) { fn(p, r0 + a, r0 + b, rows, r0, y, N); });
+  if (const RowsFn fn = pick_simd(isa, p.bits, p.group_size)) {
+    parallel_for(N, 16, [&](int64_t a, int64_t b) { fn(p, r0 + a, r0 + b, xr, M, r0, y, N); });
     return;
   }
 #endif
   parallel_for(N, 16, [&](int64_t a, int64_t b) {
     for (int64_t n = r0 + a; n < r0 + b; ++n)
-      for (int64_t m = 0; m < M; ++m) y[m * N + (n - r0)] = dot_row_scalar(p, n, rows[static_cast<size_t>(m)]);
+      for (int64_t m = 0; m < M; ++m) y[m * N + (n - r0)] = dot_row_scalar(p, n, xr[m]);
   });
 }
 

@@ -7,6 +7,7 @@
 
 #include "tensor/dtype.h"
 #include "tensor/logit_edit.h"
+#include "tensor/row_sampling.h"
 
 namespace lathe::cuda {
 
@@ -55,6 +56,10 @@ void apply_logit_edits(float* x, const LogitEdit* edits, int64_t n);
 // Rows rows[0..n) of f32 x [*, cols]: a token whose bit in bits[k · ⌈cols/64⌉ ..] is clear becomes -inf (device
 // arrays).
 void apply_token_masks(float* x, int64_t cols, const int32_t* rows, int64_t n, const uint64_t* bits);
+// Each row of f32 x [rows, cols] sampled by its params[row] (device array) as the host Sampler samples: the
+// token into tokens[row], its log-probability into logprobs[row] (device arrays).
+void sample_rows(const float* x, int64_t rows, int64_t cols, const RowSampling* params, int32_t* tokens,
+                 float* logprobs);
 
 // Host → device copy ordered on the stream through pinned staging: returns at once, src free to reuse (the
 // engine thread is the only caller). runtime.cc.

@@ -1,0 +1,105 @@
+// Paged KV memory on the CPU, shared copy-on-write between sequences (the prompt cache's RAM tier).
+//
+// A KvBlockPool hands out fixed-size blocks of one shared-memory file (memfd), each with a reference count. A
+// PagedKVCache keeps its keys and its values in such blocks of kKvBlockTokens tokens, mapped in token order
+// into one reserved virtual range per tensor, so attention reads them as one contiguous [tokens, Hkv, D]
+// tensor and no kernel knows about blocks. fork(n) maps the blocks holding a cache's first n tokens into a new
+// cache (each block's count + 1): sequences that share a prefix — a kept finished sequence and every request
+// extending it, or a running row and a later request with the same system prompt — hold it once. A write into
+// a block that another cache still maps first copies it into a fresh block (copy-on-write); a block goes back
+// to the pool (its pages punched out of the file) when the last cache mapping it lets go.
+//
+// On other devices (and for row shapes whose blocks are not whole pages) a PagedKVCache is a contiguous KVCache:
+// the same state, kind "kv", the same CUDA decode paths; fork() is then unavailable (the scheduler moves or
+// copies such caches, as before).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <vector>
+
+#include "cache/layer_cache.h"
+
+namespace lathe {
+
+inline constexpr int64_t kKvBlockTokens = 256;
+
+// Blocks in use over every pool of the process: `bytes` is real KV memory (a shared block counted once),
+// `references` the blocks as the caches see them (a block mapped by three caches counts three).
+struct KvPoolStats {
+  int64_t blocks = 0, bytes = 0, references = 0;
+};
+KvPoolStats kv_pool_stats();
+
+class KvBlockPool {
+ public:
+  // The process-wide pool of blocks of this many bytes (a multiple of the page size); created on first use.
+  static KvBlockPool& for_block_bytes(size_t block_bytes);
+  KvBlockPool(const KvBlockPool&) = delete;
+  KvBlockPool& operator=(const KvBlockPool&) = delete;
+
+  size_t block_bytes() const { return block_bytes_; }
+  int fd() const { return fd_; }
+  int64_t allocate();  // a block with count 1
+  void retain(int64_t block);
+  void release(int64_t block);  // at 0 the block is free and its pages are handed back
+  int refcount(int64_t block) const;
+  KvPoolStats stats() const;
+
+ private:
+  explicit KvBlockPool(size_t block_bytes);
+  mutable std::mutex mu_;
+  size_t block_bytes_;
+  int fd_ = -1;
+  std::vector<int> refs_;   // per block of the file
+  std::set<int64_t> free_;  // lowest first, so the file stays compact
+  int64_t used_ = 0, references_ = 0;
+};
+
+// One tensor's blocks mapped in order into a reserved virtual range [capacity tokens, row].
+struct KvPagedRange;
+
+class PagedKVCache : public LayerCache {
+ public:
+  PagedKVCache() = default;
+  ~PagedKVCache() override;
+  const char* kind() const override { return "kv"; }
+  int64_t offset() const override;
+  KVView update(const Tensor& k, const Tensor& v) override;
+  CacheState state() const override;
+  void restore(const CacheState& s) override;
+  bool can_trim(int64_t n) const override { return n >= 0 && n <= offset(); }
+  int64_t trim(int64_t n) override;
+  size_t bytes() const override;  // the blocks this cache maps (shared ones included)
+  const void* replay_buffer() const override;
+  void replay_append() override;
+  std::optional<DirectRow> direct_row(const Tensor& like) override;
+  KVView commit_direct() override;
+
+  bool paged() const { return keys_ != nullptr; }
+  // A cache of this one's first `tokens` tokens sharing their blocks; null unless paged().
+  std::unique_ptr<PagedKVCache> fork(int64_t tokens) const;
+  // Block ids of the keys / values in token order and the pools they come from (tests, statistics).
+  const std::vector<int64_t>& key_blocks() const;
+  const std::vector<int64_t>& value_blocks() const;
+  const KvBlockPool* key_pool() const;
+  const KvBlockPool* value_pool() const;
+
+ private:
+  bool decide(const Tensor& k, const Tensor& v);  // on first use: paged (CPU) or dense; true when paged
+  void make_room(int64_t end);                    // blocks (fresh or copied) for rows [offset_, end)
+  KVView view() const;
+  std::unique_ptr<KVCache> dense_;
+  std::shared_ptr<KvPagedRange> keys_, values_;
+  Tensor key_rows_, value_rows_;  // aliases of the ranges
+  int64_t offset_ = 0;
+};
+
+// Whether every cache of a list is a paged PagedKVCache holding at least `tokens` tokens...
+bool can_fork_cache_list(const CacheList& caches, int64_t tokens);
+// ...and then forks of them all at `tokens` (else nullopt).
+std::optional<CacheList> fork_cache_list(const CacheList& caches, int64_t tokens);
+
+}  // namespace lathe

@@ -1,0 +1,249 @@
+// The CPU's paged KV pool and the RAM tier on it: PagedKVCache keeps K/V in refcounted blocks of one memfd, a
+// fork maps its parent's blocks (stored once), a write into a shared block copies it first and the parent never
+// sees the child's rows; trimming and dropping caches give blocks back. Through the scheduler: two requests that
+// share a system prompt run concurrently over one copy of the prefix (the pool's block and reference counts say
+// so), each reports the prefix as cached and produces exactly its cold output; a request that arrives while
+// another with the same prefix is running maps the running row's blocks.
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <vector>
+
+#include "cache/kv_block_pool.h"
+#include "engine/scheduler.h"
+#include "support/fixtures.h"
+#include "support/sequence_recorder.h"
+
+namespace lathe {
+namespace {
+
+using testutil::Recorder;
+
+// Rows [t, Hkv, D] whose values name their token: row t holds t + 0.001·(h·D + d) + salt.
+Tensor paged_test_rows(int64_t begin, int64_t n, int64_t heads, int64_t dim, float salt) {
+  std::vector<float> v;
+  for (int64_t t = begin; t < begin + n; ++t)
+    for (int64_t i = 0; i < heads * dim; ++i)
+      v.push_back(static_cast<float>(t) + 0.001f * static_cast<float>(i) + salt);
+  return Tensor::from_floats(v, {n, heads, dim});
+}
+
+int64_t paged_test_refs(const PagedKVCache& c, size_t block) { return c.key_pool()->refcount(c.key_blocks()[block]); }
+
+TEST(KvBlockPool, ForkSharesBlocksAndCopiesOnWrite) {
+  const int64_t H = 2, D = 16;  // 128-byte rows: a 256-token block is 32 KiB
+  const KvPoolStats base = kv_pool_stats();
+  const int64_t block_bytes = kKvBlockTokens * H * D * 4;
+  auto parent = std::make_unique<PagedKVCache>();
+  const int64_t n = 2 * kKvBlockTokens + 40;  // two full blocks and a partial one
+  parent->update(paged_test_rows(0, n, H, D, 0), paged_test_rows(0, n, H, D, 0.5f));
+  ASSERT_TRUE(parent->paged());
+  ASSERT_EQ(parent->key_blocks().size(), 3u);
+  EXPECT_EQ(kv_pool_stats().blocks - base.blocks, 6);  // K and V
+  EXPECT_EQ(kv_pool_stats().bytes - base.bytes, 6 * block_bytes);
+
+  std::unique_ptr<PagedKVCache> child = parent->fork(n);
+  ASSERT_TRUE(child);
+  EXPECT_EQ(child->key_blocks(), parent->key_blocks());
+  EXPECT_EQ(child->value_blocks(), parent->value_blocks());
+  for (size_t b = 0; b < 3; ++b) EXPECT_EQ(paged_test_refs(*parent, b), 2);
+  EXPECT_EQ(kv_pool_stats().blocks - base.blocks, 6);  // stored once
+  EXPECT_EQ(kv_pool_stats().references - base.references, 12);
+
+  // The child appends: its partial last block is copied (the parent's stays), the full ones stay shared.
+  KVView cv = child->update(paged_test_rows(n, 10, H, D, 7), paged_test_rows(n, 10, H, D, 7.5f));
+  EXPECT_EQ(child->offset(), n + 10);
+  EXPECT_EQ(child->key_blocks()[0], parent->key_blocks()[0]);
+  EXPECT_EQ(child->key_blocks()[1], parent->key_blocks()[1]);
+  EXPECT_NE(child->key_blocks()[2], parent->key_blocks()[2]);
+  EXPECT_EQ(paged_test_refs(*parent, 0), 2);
+  EXPECT_EQ(paged_test_refs(*parent, 2), 1);
+  EXPECT_EQ(kv_pool_stats().blocks - base.blocks, 8);
+
+  // The child sees the shared prefix and its own rows; the parent is unchanged.
+  const std::vector<float> want_prefix = paged_test_rows(0, n, H, D, 0).to_floats();
+  const std::vector<float> got = cv.k.to_floats();
+  ASSERT_EQ(got.size(), static_cast<size_t>((n + 10) * H * D));
+  EXPECT_EQ(std::vector<float>(got.begin(), got.begin() + static_cast<std::ptrdiff_t>(want_prefix.size())),
+            want_prefix);
+  EXPECT_EQ(std::vector<float>(got.begin() + static_cast<std::ptrdiff_t>(want_prefix.size()), got.end()),
+            paged_test_rows(n, 10, H, D, 7).to_floats());
+  const CacheState ps = parent->state();
+  EXPECT_EQ(ps.meta.at("offset"), n);
+  EXPECT_EQ(ps.tensors[0].second.to_floats(), want_prefix);
+  EXPECT_EQ(ps.tensors[1].second.to_floats(), paged_test_rows(0, n, H, D, 0.5f).to_floats());
+
+  // The parent appends too, then grows past its reservation (remapped, not copied): still its own rows.
+  parent->update(paged_test_rows(n, 3 * kKvBlockTokens, H, D, 1), paged_test_rows(n, 3 * kKvBlockTokens, H, D, 1.5f));
+  EXPECT_EQ(child->state().tensors[0].second.to_floats(), cv.k.to_floats());
+  EXPECT_EQ(paged_test_refs(*child, 0), 2);
+
+  // A fork at a block boundary, trimmed back into its first block, then written: the shared block is copied.
+  std::unique_ptr<PagedKVCache> second = parent->fork(kKvBlockTokens);
+  EXPECT_EQ(paged_test_refs(*parent, 0), 3);
+  EXPECT_EQ(second->trim(kKvBlockTokens - 5), kKvBlockTokens - 5);
+  second->update(paged_test_rows(5, 1, H, D, 9), paged_test_rows(5, 1, H, D, 9));
+  EXPECT_EQ(paged_test_refs(*parent, 0), 2);
+  EXPECT_EQ(parent->state().tensors[0].second.slice(0, 5, 6).to_floats(), paged_test_rows(5, 1, H, D, 0).to_floats());
+  EXPECT_EQ(second->state().tensors[0].second.slice(0, 5, 6).to_floats(), paged_test_rows(5, 1, H, D, 9).to_floats());
+
+  // Trimming gives whole blocks back; dropping every cache returns the pool to where it was.
+  const int64_t before_trim = kv_pool_stats().blocks;
+  parent->trim(parent->offset() - 10);
+  EXPECT_EQ(parent->key_blocks().size(), 1u);
+  EXPECT_LT(kv_pool_stats().blocks, before_trim);
+  cv = KVView();  // a view keeps its cache's blocks alive too
+  parent.reset();
+  child.reset();
+  second.reset();
+  EXPECT_EQ(kv_pool_stats().blocks, base.blocks);
+  EXPECT_EQ(kv_pool_stats().references, base.references);
+}
+
+TEST(KvBlockPool, StateRoundTripsLikeTheContiguousCache) {
+  const int64_t H = 2, D = 16, n = kKvBlockTokens + 17;
+  PagedKVCache paged;
+  KVCache dense;
+  paged.update(paged_test_rows(0, n, H, D, 0), paged_test_rows(0, n, H, D, 3));
+  dense.update(paged_test_rows(0, n, H, D, 0), paged_test_rows(0, n, H, D, 3));
+  const CacheState a = paged.state(), b = dense.state();
+  EXPECT_EQ(a.kind, b.kind);
+  EXPECT_EQ(a.meta, b.meta);
+  ASSERT_EQ(a.tensors.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) EXPECT_EQ(a.tensors[i].second.to_floats(), b.tensors[i].second.to_floats());
+  PagedKVCache back;
+  back.restore(a);
+  EXPECT_TRUE(back.paged());
+  EXPECT_EQ(back.state().tensors[1].second.to_floats(), b.tensors[1].second.to_floats());
+  // fork_cache_list needs every cache paged.
+  CacheList list;
+  list.push_back(std::make_unique<PagedKVCache>());
+  list[0]->update(paged_test_rows(0, 4, H, D, 0), paged_test_rows(0, 4, H, D, 0));
+  EXPECT_TRUE(fork_cache_list(list, 3).has_value());
+  EXPECT_FALSE(fork_cache_list(list, 5).has_value());
+  list.push_back(std::make_unique<KVCache>());
+  EXPECT_FALSE(fork_cache_list(list, 3).has_value());
+}
+
+class SharedPrefixTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { bundle_ = new ModelBundle(test::model_dir("qwen3-q4g64")); }
+  static void TearDownTestSuite() { delete bundle_; }
+  static void run(Scheduler& s) {
+    for (int i = 0; i < 100000 && !s.idle(); ++i) s.step();
+  }
+  static std::vector<int32_t> system_prompt() {  // two full blocks and 88 tokens of a third
+    std::vector<int32_t> p;
+    for (int k = 0; k < 2 * kKvBlockTokens + 88; ++k) p.push_back(static_cast<int32_t>(7 + k * 13) % 590 + 3);
+    return p;
+  }
+  static std::vector<int32_t> with(std::vector<int32_t> p, int32_t first, int n) {
+    for (int k = 0; k < n; ++k) p.push_back(first + 3 * k);
+    return p;
+  }
+  static GenerateOptions greedy(int max_tokens) {
+    GenerateOptions o;
+    o.max_tokens = max_tokens;
+    o.eos_ids = {-5};  // never: lengths stay fixed
+    return o;
+  }
+  // The request alone on a fresh scheduler: a cold prefill.
+  static std::vector<int32_t> cold(const std::vector<int32_t>& prompt, int max_tokens) {
+    SchedulerOptions o;
+    o.kv_cache_bytes = int64_t{1} << 30;
+    Scheduler s(*bundle_, o);
+    auto rec = std::make_shared<Recorder>();
+    s.add(prompt, greedy(max_tokens), rec);
+    run(s);
+    EXPECT_EQ(rec->result->cached_tokens, 0);
+    return rec->ids;
+  }
+  // K and V blocks of one sequence holding `tokens` tokens, over the model's layers.
+  static int64_t blocks_for(int64_t tokens) {
+    return 2 * bundle_->model().config().num_layers * ((tokens + kKvBlockTokens - 1) / kKvBlockTokens);
+  }
+  static ModelBundle* bundle_;
+};
+ModelBundle* SharedPrefixTest::bundle_ = nullptr;
+
+TEST_F(SharedPrefixTest, TwoConcurrentRequestsShareTheSystemPromptStoredOnce) {
+  const std::vector<int32_t> sys = system_prompt();
+  const int64_t S = static_cast<int64_t>(sys.size());
+  const std::vector<int32_t> pa = with(sys, 40, 20), pb = with(sys, 41, 23);
+  const std::vector<int32_t> want_a = cold(pa, 12), want_b = cold(pb, 12);
+  const KvPoolStats base = kv_pool_stats();
+  {
+    SchedulerOptions o;
+    o.kv_cache_bytes = int64_t{1} << 30;
+    Scheduler s(*bundle_, o);
+    // The system prompt alone first: its cache stays for reuse (the prompt; max_tokens 1 feeds nothing more).
+    auto w = std::make_shared<Recorder>();
+    s.add(sys, greedy(1), w);
+    run(s);
+    const int64_t kept = blocks_for(S);
+    ASSERT_EQ(kv_pool_stats().blocks - base.blocks, kept);
+
+    auto a = std::make_shared<Recorder>(), b = std::make_shared<Recorder>();
+    s.add(pa, greedy(12), a);
+    s.add(pb, greedy(12), b);
+    s.step();  // both admitted, both feed their 20 / 23 new tokens and sample their first token
+    ASSERT_EQ(s.stats().running, 2);
+    ASSERT_EQ(a->ids.size(), 1u);
+    ASSERT_EQ(b->ids.size(), 1u);
+    // The two full blocks of every K and V are mapped by three caches (kept, a, b); each row copied only the
+    // partial third block it wrote into.
+    const int64_t full = blocks_for(2 * kKvBlockTokens), partial = kept - full;
+    const KvPoolStats now = kv_pool_stats();
+    EXPECT_EQ(now.blocks - base.blocks, kept + 2 * partial);
+    EXPECT_EQ(now.references - base.references, 3 * kept);
+    EXPECT_EQ(now.bytes - base.bytes, (now.blocks - base.blocks) * kKvBlockTokens *
+                                          bundle_->model().config().num_kv_heads * bundle_->model().config().head_dim *
+                                          4);
+    EXPECT_LT(now.blocks - base.blocks, 3 * kept);  // what three private copies would hold
+    run(s);
+    ASSERT_TRUE(a->result && b->result);
+    EXPECT_EQ(a->result->cached_tokens, S);
+    EXPECT_EQ(b->result->cached_tokens, S);
+    EXPECT_EQ(a->ids, want_a);
+    EXPECT_EQ(b->ids, want_b);
+    EXPECT_EQ(s.cache_stats().ram_hits, 2);
+    // The system prompt's own entry went when a's extension of it was kept: a and b remain.
+    s.housekeeping();
+    EXPECT_EQ(s.cache_stats().ram_entries, 2);
+  }
+  EXPECT_EQ(kv_pool_stats().blocks, base.blocks);  // every block back once the scheduler is gone
+  EXPECT_EQ(kv_pool_stats().references, base.references);
+}
+
+TEST_F(SharedPrefixTest, ALaterRequestMapsARunningRowsPrefix) {
+  const std::vector<int32_t> sys = system_prompt();
+  const int64_t S = static_cast<int64_t>(sys.size());
+  const std::vector<int32_t> pa = with(sys, 60, 12), pc = with(sys, 61, 9);
+  const std::vector<int32_t> want_c = cold(pc, 6);
+  const KvPoolStats base = kv_pool_stats();
+  {
+    SchedulerOptions o;
+    o.kv_cache_bytes = int64_t{1} << 30;
+    o.reuse_slots = 0;  // no kept caches: only the running row can serve
+    Scheduler s(*bundle_, o);
+    auto a = std::make_shared<Recorder>();
+    s.add(pa, greedy(40), a);
+    while (a->ids.empty()) s.step();  // a's prompt is in its cache
+    const int64_t a_blocks = kv_pool_stats().blocks - base.blocks;
+    auto c = std::make_shared<Recorder>();
+    s.add(pc, greedy(6), c);
+    s.step();
+    ASSERT_EQ(s.stats().running, 2);
+    // c maps a's two full blocks per K and V, and owns a copy of the third it wrote into.
+    EXPECT_EQ(kv_pool_stats().blocks - base.blocks, a_blocks + (blocks_for(S) - blocks_for(2 * kKvBlockTokens)));
+    run(s);
+    ASSERT_TRUE(c->result);
+    EXPECT_EQ(c->result->cached_tokens, S);
+    EXPECT_EQ(c->ids, want_c);
+    EXPECT_EQ(a->ids.size(), 40u);
+  }
+  EXPECT_EQ(kv_pool_stats().blocks, base.blocks);
+}
+
+}  // namespace
+}  // namespace lathe
