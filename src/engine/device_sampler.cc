@@ -1,6 +1,8 @@
 #include "engine/device_sampler.h"
 
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 
 #include "engine/logits_processors.h"
 #include "tensor/ops.h"
@@ -8,12 +10,20 @@
 namespace lathe {
 namespace {
 
+// LATHE_DEVICE_SAMPLING=0 sends sampled rows (and greedy rows that want their logprob) back to the host Sampler,
+// as before the sampling kernel existed. Read each step, so a test or a running server's environment decides.
+bool device_sampling_on() {
+  const char* e = std::getenv("LATHE_DEVICE_SAMPLING");
+  return !e || std::strcmp(e, "0") != 0;
+}
+
 // A row the device serves: any temperature, top-p, min-p and top-k; XTC on a step where its draw leaves it off;
 // any logits processors (logit_bias, penalties); a grammar whose live state it was given; its token's logprob but
 // no top-logprob lists.
 bool device_row(const DeviceSampleRow& r) {
   const SamplingParams* p = r.params;
   if (!p || (p->constraint && !r.constraint) || r.top_logprobs != 0) return false;
+  if ((p->temperature != 0.0f || r.logprob) && !device_sampling_on()) return false;
   return p->temperature == 0.0f || p->xtc_probability == 0.0f || xtc_draw(r.seed, r.step) >= p->xtc_probability;
 }
 
