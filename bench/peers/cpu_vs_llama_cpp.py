@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
 """lathe vs llama.cpp on the CPU: same synthetic Qwen3-0.6B weights, same bytes, alternated runs, one machine.
 
-Issue #15's comparison. Run it on a quiet machine (on the shared build machine: under `flock /work/heavy.lock`):
+Issue #15's comparison. Run it on a quiet machine (nothing else building or benchmarking beside it):
 
-  bench/peers/cpu_vs_llama_cpp.py --llama-src /work/.mirror/unslothai+llama.cpp/repo \
+  bench/peers/cpu_vs_llama_cpp.py --llama-src LLAMA_CPP_SOURCE \
       [--lathe build/lathe] [--rounds 3] [--threads 1,2] [--bits 4,8] [--out bench/results/X.json]
 
-What it does (each step cached under --work, default /work/peer-build/cpu-vs-llama-cpp):
+What it does (each step cached under --work, default $LATHE_PEER_DIR/cpu-vs-llama-cpp, LATHE_PEER_DIR defaulting to ~/.cache/lathe-peers):
  1. builds llama.cpp's llama-bench and llama-quantize from --llama-src (bench/peers/llama_cpp_build.sh: a source
     tree or a git directory; CPU only, -DGGML_NATIVE=ON; outside this repository);
  2. `lathe synth --like qwen3-0.6b --bits 16 --seed 1` (bf16), then from those same weights
@@ -38,6 +38,9 @@ import statistics
 import subprocess
 import sys
 import time
+
+# Peer builds and checkpoints live outside the repo (never committed).
+PEER_DIR = os.environ.get("LATHE_PEER_DIR", os.path.expanduser("~/.cache/lathe-peers"))
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
@@ -246,8 +249,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--bits", default="4,8")
-    ap.add_argument("--work", default="/work/peer-build/cpu-vs-llama-cpp", help="checkpoints and tools (cached)")
-    ap.add_argument("--llama-build", default="/work/peer-build/llama.cpp", help="llama.cpp build directory")
+    ap.add_argument("--work", default=os.path.join(PEER_DIR, "cpu-vs-llama-cpp"), help="checkpoints and tools (cached)")
+    ap.add_argument("--llama-build", default=os.path.join(PEER_DIR, "llama.cpp"), help="llama.cpp build directory")
     ap.add_argument("--python", default="/usr/bin/python3", help="a Python with numpy and PyYAML (converter)")
     ap.add_argument("--out", help="also write the JSON here")
     ap.add_argument("--fresh", action="store_true", help="re-make the checkpoints")

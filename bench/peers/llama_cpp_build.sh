@@ -4,13 +4,13 @@
 #   SRC: a llama.cpp source directory, or a git directory (bare or not) whose HEAD is checked out first into
 #        BUILD_DIR/src (files whose blobs the git directory lacks, e.g. large test vocabularies in a partial
 #        mirror, are skipped: none of them is needed to build).
-#   BUILD_DIR: default /work/peer-build/llama.cpp (re-used: a second call only rebuilds what changed).
+#   BUILD_DIR: default ${LATHE_PEER_DIR:-~/.cache/lathe-peers}/llama.cpp (re-used: a second call only rebuilds what changed).
 #   LLAMA_EXTRA_TARGETS (environment): more targets, e.g. llama-tokenize to check a converted vocabulary.
 # Release, CPU only, -DGGML_NATIVE=ON (the build uses every ISA extension this CPU has), no tests, no server, no
 # network (LLAMA_CURL/LLAMA_OPENSSL off). Nothing here is ever committed.
 set -euo pipefail
 src=${1:?usage: llama_cpp_build.sh SRC [BUILD_DIR]}
-out=${2:-/work/peer-build/llama.cpp}
+out=${2:-${LATHE_PEER_DIR:-$HOME/.cache/lathe-peers}/llama.cpp}
 mkdir -p "$out"
 src=$(cd "$src" && pwd)
 if [ ! -f "$src/CMakeLists.txt" ] && git --git-dir="$src" rev-parse --verify -q HEAD >/dev/null 2>&1; then
