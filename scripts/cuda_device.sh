@@ -22,6 +22,15 @@ synth() {  # synth LIKE BITS GS -> prints the checkpoint dir
   [ -f "$dir/config.json" ] || "$dev/bin/lathe" synth --like "$1" --bits "$2" --group-size "$3" --out "$dir" >&2
   echo "$dir"
 }
+synth_tok() {  # synth_tok LIKE BITS GS: synth, with the real Qwen3 tokenizer from the fixtures (a synthetic
+  # checkpoint has none; its ids stay below that vocabulary) -> prints the checkpoint dir
+  local dir
+  dir=$(synth "$1" "$2" "$3")
+  for f in tokenizer.json tokenizer_config.json; do
+    [ -f "$dir/$f" ] || zcat "tests/fixtures/tokenizers/qwen3-real/$f.gz" > "$dir/$f"
+  done
+  echo "$dir"
+}
 case "$1" in
   test)
     # ctest files name the build tree where it was built: recreate that path as links into .device.
@@ -50,11 +59,7 @@ case "$1" in
     env "${vars[@]}" "$dev/bin/cuda_e2e" --model "$d" --batch "$b" "${args[@]}" | tee -a "$out/batched.jsonl"
     ;;
   serve)  # serve LIKE BITS GS CLIENTS [serve_load args ...]: bench/serve_load through `lathe serve --device cuda`
-    d=$(synth "$2" "$3" "$4")
-    # A synthetic checkpoint has no tokenizer: the real Qwen3 one from the fixtures (ids < its vocabulary).
-    for f in tokenizer.json tokenizer_config.json; do
-      [ -f "$d/$f" ] || zcat "tests/fixtures/tokenizers/qwen3-real/$f.gz" > "$d/$f"
-    done
+    d=$(synth_tok "$2" "$3" "$4")
     c=$5
     shift 5
     "$dev/bin/serve_load" --lathe "$dev/bin/lathe" --model "$d" --clients "$c" --prompt-tokens 128 --max-tokens 128 \
@@ -72,10 +77,7 @@ case "$1" in
       tee -a "$out/lora_serve.jsonl"
     ;;
   cache)  # cache LIKE BITS GS T,T.. [serve_cache args ...]: bench/serve_cache (cold / RAM hit / SSD hit TTFT)
-    d=$(synth "$2" "$3" "$4")
-    for f in tokenizer.json tokenizer_config.json; do
-      [ -f "$d/$f" ] || zcat "tests/fixtures/tokenizers/qwen3-real/$f.gz" > "$d/$f"
-    done
+    d=$(synth_tok "$2" "$3" "$4")
     t=$5
     shift 5
     # The medium under the SSD tier: the working directory's disk, read once with O_DIRECT as a second figure.

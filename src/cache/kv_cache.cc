@@ -7,6 +7,8 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <optional>
+#include <utility>
 
 #include "cache/kv_block_pool.h"
 #include "cache/layer_cache.h"
@@ -28,6 +30,32 @@ int64_t find_meta(const CacheState& s, const char* name) {
     throw Error(ErrorKind::Corrupt, std::string("cache state of kind '") + s.kind + "' lacks '" + name + "'");
   return it->second;
 }
+// A full-attention cache's state (kind "kv"): its live rows and offset. KVCache and PagedKVCache share it, so a
+// KV file does not know which of them wrote it.
+CacheState kv_rows_state(const char* kind, const Tensor& keys, const Tensor& values, int64_t offset) {
+  CacheState s;
+  s.kind = kind;
+  if (offset > 0) {
+    s.tensors.emplace_back("keys", keys.slice(0, 0, offset).clone());
+    s.tensors.emplace_back("values", values.slice(0, 0, offset).clone());
+  }
+  s.meta["offset"] = offset;
+  return s;
+}
+
+// The rows a "kv" state holds (null when it holds none), checked against its offset.
+std::optional<std::pair<const Tensor*, const Tensor*>> kv_state_rows(const CacheState& s, const char* kind) {
+  if (s.kind != kind)
+    throw Error(ErrorKind::InvalidArgument, "cannot restore a '" + s.kind + "' state into a kv cache");
+  const int64_t off = find_meta(s, "offset");
+  if (off == 0) return std::nullopt;
+  const Tensor& k = find_tensor(s, "keys");
+  const Tensor& v = find_tensor(s, "values");
+  if (k.dim(0) != off || v.dim(0) != off)
+    throw Error(ErrorKind::Corrupt, "kv cache state: offset " + std::to_string(off) + " but keys " + k.describe());
+  return std::make_pair(&k, &v);
+}
+
 }  // namespace
 
 KVView LayerCache::commit_direct() {
@@ -75,30 +103,14 @@ KVView KVCache::commit_direct() {
   return view();
 }
 
-CacheState KVCache::state() const {
-  CacheState s;
-  s.kind = kind();
-  if (offset_ > 0) {
-    s.tensors.emplace_back("keys", keys_.slice(0, 0, offset_).clone());
-    s.tensors.emplace_back("values", values_.slice(0, 0, offset_).clone());
-  }
-  s.meta["offset"] = offset_;
-  return s;
-}
+CacheState KVCache::state() const { return kv_rows_state(kind(), keys_, values_, offset_); }
 
 void KVCache::restore(const CacheState& s) {
-  if (s.kind != kind())
-    throw Error(ErrorKind::InvalidArgument, "cannot restore a '" + s.kind + "' state into a kv cache");
-  const int64_t off = find_meta(s, "offset");
+  const auto rows = kv_state_rows(s, kind());
   keys_ = Tensor();
   values_ = Tensor();
   offset_ = 0;
-  if (off == 0) return;
-  const Tensor& k = find_tensor(s, "keys");
-  const Tensor& v = find_tensor(s, "values");
-  if (k.dim(0) != off || v.dim(0) != off)
-    throw Error(ErrorKind::Corrupt, "kv cache state: offset " + std::to_string(off) + " but keys " + k.describe());
-  update(k, v);
+  if (rows) update(*rows->first, *rows->second);
 }
 
 int64_t KVCache::trim(int64_t n) {
@@ -474,32 +486,18 @@ KVView PagedKVCache::update(const Tensor& k, const Tensor& v) {
 
 CacheState PagedKVCache::state() const {
   if (dense_) return dense_->state();
-  CacheState s;
-  s.kind = kind();
-  if (offset_ > 0) {
-    s.tensors.emplace_back("keys", key_rows_.slice(0, 0, offset_).clone());
-    s.tensors.emplace_back("values", value_rows_.slice(0, 0, offset_).clone());
-  }
-  s.meta["offset"] = offset_;
-  return s;
+  return kv_rows_state(kind(), key_rows_, value_rows_, offset_);
 }
 
 void PagedKVCache::restore(const CacheState& s) {
-  if (s.kind != kind())
-    throw Error(ErrorKind::InvalidArgument, "cannot restore a '" + s.kind + "' state into a kv cache");
-  const int64_t off = find_meta(s, "offset");
+  const auto rows = kv_state_rows(s, kind());
   dense_.reset();
   keys_.reset();
   values_.reset();
   key_rows_ = Tensor();
   value_rows_ = Tensor();
   offset_ = 0;
-  if (off == 0) return;
-  const Tensor& k = find_tensor(s, "keys");
-  const Tensor& v = find_tensor(s, "values");
-  if (k.dim(0) != off || v.dim(0) != off)
-    throw Error(ErrorKind::Corrupt, "kv cache state: offset " + std::to_string(off) + " but keys " + k.describe());
-  update(k, v);
+  if (rows) update(*rows->first, *rows->second);
 }
 
 int64_t PagedKVCache::trim(int64_t n) {

@@ -51,6 +51,18 @@ __device__ __forceinline__ int coarse_bin(float lp) {
   return b >= static_cast<float>(kBins - 1) ? kBins - 1 : static_cast<int>(b);
 }
 
+// The warp's largest value and its first index (index < 0: none), in every lane.
+__device__ __forceinline__ void warp_max_first(float& best, int& best_i) {
+  for (int o = 16; o > 0; o >>= 1) {
+    const float ov = __shfl_xor_sync(0xffffffffu, best, o);
+    const int oi = __shfl_xor_sync(0xffffffffu, best_i, o);
+    if (oi >= 0 && (best_i < 0 || ov > best || (ov == best && oi < best_i))) {
+      best = ov;
+      best_i = oi;
+    }
+  }
+}
+
 // Every thread gets op over all threads' v, combined in a fixed tree (the same result each launch).
 template <class T, class Op>
 __device__ T block_all(T v, Op op, T* sh) {
@@ -221,14 +233,7 @@ __global__ void __launch_bounds__(kThreads)
       best_i = i;
     }
   }
-  for (int o = 16; o > 0; o >>= 1) {
-    const float ov = __shfl_xor_sync(0xffffffffu, best, o);
-    const int oi = __shfl_xor_sync(0xffffffffu, best_i, o);
-    if (oi >= 0 && (best_i < 0 || ov > best || (ov == best && oi < best_i))) {
-      best = ov;
-      best_i = oi;
-    }
-  }
+  warp_max_first(best, best_i);
   if ((threadIdx.x & 31) == 0) {
     s.floats[threadIdx.x >> 5] = best;
     s.ints[threadIdx.x >> 5] = best_i;
@@ -236,14 +241,7 @@ __global__ void __launch_bounds__(kThreads)
   __syncthreads();
   best = s.floats[threadIdx.x & 31];
   best_i = s.ints[threadIdx.x & 31];
-  for (int o = 16; o > 0; o >>= 1) {
-    const float ov = __shfl_xor_sync(0xffffffffu, best, o);
-    const int oi = __shfl_xor_sync(0xffffffffu, best_i, o);
-    if (oi >= 0 && (best_i < 0 || ov > best || (ov == best && oi < best_i))) {
-      best = ov;
-      best_i = oi;
-    }
-  }
+  warp_max_first(best, best_i);
   const float mx = best;
   const int top = best_i < 0 ? 0 : best_i;
   double sum = 0;
