@@ -9,6 +9,7 @@
 #include "common/log.h"
 #include "lora/adapter_file.h"
 #include "lora/cpu_residual.h"
+#include "lora/device_slot.h"
 #include "model/model.h"
 
 namespace lathe::lora {
@@ -247,6 +248,7 @@ Selection AdapterManager::resolve(const std::string& spec) {
       if (cpu_bf16_) slot->cpu_by_site[static_cast<size_t>(site)].push_back(f.cpu.get());
     }
   }
+  if (device_ == Device::CUDA) slot->device = make_device_slot(slot->by_site);
   auto next = std::make_shared<SlotTable>(*table_);
   size_t free = 0;
   while (free < next->slots.size() && next->slots[free]) ++free;

@@ -36,13 +36,4 @@ BatchScope::BatchScope(const BatchRow& row) {
   scope_.emplace(&ctx_);
 }
 
-bool any_active() {
-  const ForwardContext* c = current_context();
-  if (!c || !c->table) return false;
-  if (c->token_slots.empty()) return c->table->slot(c->uniform_slot) != nullptr;
-  for (int32_t s : c->token_slots)
-    if (c->table->slot(s)) return true;
-  return false;
-}
-
 }  // namespace lathe::lora

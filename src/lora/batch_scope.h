@@ -21,7 +21,4 @@ class BatchScope {
   std::optional<ScopedContext> scope_;
 };
 
-// True when the current context adds residuals for some token (decode graphs are bypassed then).
-bool any_active();
-
 }  // namespace lathe::lora

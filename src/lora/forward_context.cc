@@ -1,10 +1,17 @@
 #include "lora/forward_context.h"
 
+#include <algorithm>
 #include <map>
 
 #include "common/error.h"
 #include "lora/cpu_residual.h"
+#include "lora/device_slot.h"
 #include "tensor/ops.h"
+#include "tensor/ops_extra.h"
+
+#ifdef LATHE_HAVE_CUDA
+#include "tensor/cuda/kernels.h"
+#endif
 
 namespace lathe::lora {
 namespace {
@@ -64,21 +71,158 @@ bool add_residual_cpu(const ForwardContext& c, int site, const Tensor& x_in, Ten
   if (!groups.empty()) add_cpu_residual(groups, x.data<float>(), x.dim(1), y.data<float>(), y.dim(1));
   return true;
 }
+// Where each token of a forward finds its slot's device descriptors: one array for all (`uniform`, null when
+// every token runs the base model) or a device array of per-token pointers.
+struct DeviceRoute {
+  const LoraSiteDesc* uniform = nullptr;
+  const LoraSiteDesc* const* per_token = nullptr;
+  std::vector<const DeviceSlot*> slots;  // distinct slots in use
+};
+
+// False when some slot in use has no device factors (then the per-module route serves it).
+bool device_route(const ForwardContext& c, int64_t T, DeviceRoute& r) {
+  r.slots.clear();
+  r.uniform = nullptr;
+  r.per_token = nullptr;
+  auto device_of = [&](int32_t slot, const DeviceSlot*& d) {
+    const Slot* s = c.table->slot(slot);
+    d = s ? s->device.get() : nullptr;
+    return !s || d;
+  };
+  const DeviceSlot* d = nullptr;
+  if (c.token_slots.empty()) {
+    if (!device_of(c.uniform_slot, d)) return false;
+    if (d) r.slots.push_back(d);
+    r.uniform = d ? d->sites() : nullptr;
+    return true;
+  }
+  if (static_cast<int64_t>(c.token_slots.size()) != T) return false;
+  thread_local std::vector<const LoraSiteDesc*> host;
+  host.resize(static_cast<size_t>(T));
+  bool same = true;
+  for (int64_t t = 0; t < T; ++t) {
+    if (!device_of(c.token_slots[static_cast<size_t>(t)], d)) return false;
+    host[static_cast<size_t>(t)] = d ? d->sites() : nullptr;
+    if (d && std::find(r.slots.begin(), r.slots.end(), d) == r.slots.end()) r.slots.push_back(d);
+    same = same && host[static_cast<size_t>(t)] == host[0];
+  }
+  if (same) {
+    r.uniform = T > 0 ? host[0] : nullptr;
+    return true;
+  }
+#ifdef LATHE_HAVE_CUDA
+  // One upload per forward: the site calls of one step reuse it while the pointers stay the same. Kept for the
+  // thread's life (never destroyed: a device block freed after the runtime at exit would fault).
+  struct Uploaded {
+    std::vector<const LoraSiteDesc*> host;
+    Tensor dev;
+  };
+  thread_local auto* up = new Uploaded();
+  if (up->host != host) {
+    up->dev = Tensor::empty({static_cast<int64_t>(host.size() * sizeof(void*))}, DType::U8, Device::CUDA);
+    cuda::upload_async(up->dev.raw(), host.data(), host.size() * sizeof(void*));
+    up->host = host;
+  }
+  r.per_token = static_cast<const LoraSiteDesc* const*>(up->dev.raw());
+  return true;
+#else
+  return false;
+#endif
+}
+
+bool any_site_active(const ForwardContext& c, const LoraGroup& g) {
+  for (int i = 0; i < g.n; ++i)
+    if (g.site[i] >= 0) {
+      if (c.token_slots.empty()) {
+        if (factors_at(c.table->slot(c.uniform_slot), g.site[i])) return true;
+      } else {
+        for (int32_t s : c.token_slots)
+          if (factors_at(c.table->slot(s), g.site[i])) return true;
+      }
+    }
+  return false;
+}
+
+// The gathered kernels (tensor/cuda/lora_residual.cu); false when this forward cannot take them.
+bool add_group_device(const ForwardContext& c, const LoraGroup& g, const Tensor& x_in, Tensor& y) {
+#ifdef LATHE_HAVE_CUDA
+  if (y.device() != Device::CUDA || x_in.device() != Device::CUDA || y.stride(-1) != 1) return false;
+  if (x_in.dtype() != DType::F32 && x_in.dtype() != DType::BF16) return false;
+  if (y.dtype() != DType::F32 && y.dtype() != DType::BF16) return false;
+  const int64_t T = x_in.dim(0);
+  DeviceRoute r;
+  if (!device_route(c, T, r)) return false;
+  int32_t rmax = 0;
+  for (const DeviceSlot* d : r.slots)
+    for (int i = 0; i < g.n; ++i)
+      if (g.site[i] >= 0 && static_cast<size_t>(g.site[i]) < d->rank.size())
+        rmax = std::max(rmax, d->rank[static_cast<size_t>(g.site[i])]);
+  if (rmax == 0 || T == 0) return true;
+  // Factors are in the activation type: an input in another type (an F32 residual stream) is converted once.
+  const DType ft = r.slots.front()->dtype;
+  const Tensor x = convert(x_in, ft).contiguous();
+  Tensor u = Tensor::empty({T * g.n * rmax}, DType::F32, Device::CUDA);
+  cuda::lora_residual(ft, x.raw(), x.stride(0), T, x.dim(1), y.dtype(), y.raw(), y.stride(0), r.uniform, r.per_token, g,
+                      rmax, u.data<float>());
+  return true;
+#else
+  (void)c;
+  (void)g;
+  (void)x_in;
+  (void)y;
+  return false;
+#endif
+}
+
+LoraGroup single(int site, int64_t cols) {
+  LoraGroup g;
+  g.n = 1;
+  g.site[0] = site;
+  g.cols[0] = cols;
+  return g;
+}
 }  // namespace
+
+bool group_fusable(const LoraGroup& g, const Tensor& x) {
+  const ForwardContext* c = g_current;
+  if (!c || !c->table || !any_site_active(*c, g)) return true;
+  if (x.device() != Device::CUDA) return false;
+  DeviceRoute r;
+  return device_route(*c, x.dim(0), r);
+}
+
+void add_residual_group(const LoraGroup& g, const Tensor& x, Tensor& y) {
+  const ForwardContext* c = g_current;
+  if (!c || !c->table || !any_site_active(*c, g)) return;
+  if (!add_group_device(*c, g, x, y))
+    throw Error(ErrorKind::Internal, "lora: a fused projection's adapters cannot take the device route");
+}
+
+GraphUse graph_use() {
+  GraphUse u;
+  const ForwardContext* c = g_current;
+  if (!c || !c->table) return u;
+  DeviceRoute r;
+  bool any = false;
+  if (c->token_slots.empty())
+    any = c->table->slot(c->uniform_slot) != nullptr;
+  else
+    for (int32_t s : c->token_slots) any = any || c->table->slot(s) != nullptr;
+  if (!any) return u;
+  // A captured step bakes in one descriptor array: a uniform slot on the device route only.
+  if (!device_route(*c, static_cast<int64_t>(std::max<size_t>(1, c->token_slots.size())), r) || r.per_token) {
+    u.ok = false;
+    return u;
+  }
+  u.key = r.uniform;
+  u.hold = c->table;
+  return u;
+}
 
 ScopedContext::ScopedContext(const ForwardContext* ctx) : previous_(g_current) { g_current = ctx; }
 ScopedContext::~ScopedContext() { g_current = previous_; }
 
 const ForwardContext* current_context() { return g_current; }
-
-bool active_at(int site) {
-  const ForwardContext* c = g_current;
-  if (!c || site < 0 || !c->table) return false;
-  if (c->token_slots.empty()) return factors_at(c->table->slot(c->uniform_slot), site) != nullptr;
-  for (int32_t s : c->token_slots)
-    if (factors_at(c->table->slot(s), site)) return true;
-  return false;
-}
 
 void add_factors(const std::vector<const DeviceFactor*>& factors, const Tensor& x, Tensor& y) {
   for (const DeviceFactor* f : factors) {
@@ -98,6 +242,7 @@ void add_residual(int site, const Tensor& x, Tensor& y) {
   const ForwardContext* c = g_current;
   if (!c || site < 0 || !c->table) return;
   if (add_residual_cpu(*c, site, x, y)) return;
+  if (add_group_device(*c, single(site, y.dim(1)), x, y)) return;
   const int64_t T = x.dim(0), N = y.dim(1);
   if (c->token_slots.empty()) {
     if (auto* f = factors_at(c->table->slot(c->uniform_slot), site)) {

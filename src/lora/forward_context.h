@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "lora/slot_table.h"
+#include "tensor/lora_site_desc.h"
 #include "tensor/tensor.h"
 
 namespace lathe::lora {
@@ -38,12 +39,25 @@ class ScopedContext {
 };
 
 const ForwardContext* current_context();
-// True when the current context could add a residual at this site (fused multi-module paths check it and take
-// their per-module route instead).
-bool active_at(int site);
 // y [T, out] += Σ scale · b·(a·x) over the factors of each token's slot at this site. x: [T, in], the input of
 // the base matmul that produced y. No-op without a context.
 void add_residual(int site, const Tensor& x, Tensor& y);
+
+// Fused projections on a device (q|k|v, gate|up in one GEMV): true when the current context's residuals at
+// group's sites can be added to the fused output by add_residual_group (nothing active there, or every slot in
+// use has its factors on the device for the gathered kernels), so the fused path stays fused.
+bool group_fusable(const LoraGroup& group, const Tensor& x);
+// y [T, Σcols] (row stride free) += each site's residual into its columns; group_fusable must have said true.
+void add_residual_group(const LoraGroup& group, const Tensor& x, Tensor& y);
+
+// Whether a single-sequence decode step under the current context may run from a captured graph, and what the
+// graph is keyed by (the slot's device descriptors; null with no adapter) and must keep alive while it exists.
+struct GraphUse {
+  bool ok = true;
+  const void* key = nullptr;
+  std::shared_ptr<const void> hold;
+};
+GraphUse graph_use();
 // The residual of one factor list over all rows of x, added into y (the op itself; CPU and CUDA through the
 // dense linear, scale and add ops: the base weight is never dequantized).
 void add_factors(const std::vector<const DeviceFactor*>& factors, const Tensor& x, Tensor& y);

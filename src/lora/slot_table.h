@@ -16,7 +16,8 @@
 
 namespace lathe::lora {
 
-struct CpuFactor;  // lora/cpu_residual.h
+struct CpuFactor;   // lora/cpu_residual.h
+struct DeviceSlot;  // lora/device_slot.h
 
 // One adapter's factors for one linear, on the model's device in its activation type (F32 on the CPU under
 // --exact). On the CPU's default path only `cpu` is set: BF16 copies for lora/cpu_residual.h.
@@ -45,6 +46,7 @@ struct Slot {
   std::vector<std::shared_ptr<const MountedAdapter>> adapters;
   std::vector<std::vector<const DeviceFactor*>> by_site;   // [site] -> factors to add, in order
   std::vector<std::vector<const CpuFactor*>> cpu_by_site;  // the same as CPU kernel factors (default CPU path)
+  std::shared_ptr<const DeviceSlot> device;                // the same for the gathered CUDA kernels; null off CUDA
 };
 
 struct SlotTable {

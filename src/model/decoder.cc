@@ -77,10 +77,14 @@ Tensor DecoderModel::forward(const std::vector<int32_t>& ids, CacheList& caches,
   if (ids.empty()) throw Error(ErrorKind::InvalidArgument, "forward: no tokens");
   if (caches.size() != layers_.size())
     throw Error(ErrorKind::InvalidArgument, "forward: cache list does not match the model");
-  // Decode: replayed from a captured graph where the device allows (not yet with LoRA residuals: the graph
-  // holds no adapter reads).
-  if (ids.size() == 1 && !all_logits && !lora::any_active())
-    return step_graph_.run(ids[0], caches, [&] { return forward_tokens(ids, caches, false); });
+  // Decode: replayed from a captured graph where the device allows; with adapters, when the gathered kernels
+  // serve them (the graph then reads that slot's device descriptors and holds the table they live in).
+  if (ids.size() == 1 && !all_logits) {
+    lora::GraphUse g = lora::graph_use();
+    if (g.ok)
+      return step_graph_.run(
+          ids[0], caches, [&] { return forward_tokens(ids, caches, false); }, g.key, std::move(g.hold));
+  }
   return forward_tokens(ids, caches, all_logits);
 }
 

@@ -19,9 +19,11 @@ void StepGraph::reset() {
   graph_ = nullptr;
   key_.clear();
   out_ = Tensor();
+  hold_.reset();
 }
 
-Tensor StepGraph::run(int32_t token, CacheList& caches, const std::function<Tensor()>& step) {
+Tensor StepGraph::run(int32_t token, CacheList& caches, const std::function<Tensor()>& step, const void* extra_key,
+                      std::shared_ptr<const void> hold) {
 #ifdef LATHE_HAVE_CUDA
   static const bool enabled = [] {
     const char* e = std::getenv("LATHE_CUDA_GRAPHS");
@@ -34,6 +36,7 @@ Tensor StepGraph::run(int32_t token, CacheList& caches, const std::function<Tens
     reset();
     return step();
   }
+  key.push_back(extra_key);
   const int64_t pos = caches.front()->offset();
   if (graph_ && key == key_) {
     cuda::graph_launch(static_cast<cuda::Graph*>(graph_), pos - pos_, token);
@@ -54,11 +57,14 @@ Tensor StepGraph::run(int32_t token, CacheList& caches, const std::function<Tens
   graph_ = g;
   key_ = key;
   pos_ = pos;
+  hold_ = std::move(hold);
   cuda::graph_launch(g, 0, token);  // capturing recorded the kernels without running them
   return out_;
 #else
   (void)token;
   (void)caches;
+  (void)extra_key;
+  (void)hold;
   return step();
 #endif
 }

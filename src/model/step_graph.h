@@ -6,6 +6,7 @@
 // LATHE_CUDA_GRAPHS=0, the step simply runs.
 #pragma once
 #include <functional>
+#include <memory>
 #include <vector>
 
 #include "cache/layer_cache.h"
@@ -19,8 +20,10 @@ class StepGraph {
   StepGraph(const StepGraph&) = delete;
   StepGraph& operator=(const StepGraph&) = delete;
   ~StepGraph();
-  // The returned logits stay valid until the next step.
-  Tensor run(int32_t token, CacheList& caches, const std::function<Tensor()>& step);
+  // The returned logits stay valid until the next step. `extra_key`: anything else the step's kernels read
+  // through baked-in pointers (a LoRA slot's descriptors), kept alive by `hold` while the graph exists.
+  Tensor run(int32_t token, CacheList& caches, const std::function<Tensor()>& step, const void* extra_key = nullptr,
+             std::shared_ptr<const void> hold = nullptr);
 
  private:
   void reset();
@@ -28,6 +31,7 @@ class StepGraph {
   std::vector<const void*> key_;
   [[maybe_unused]] int64_t pos_ = 0;  // position of the captured step (unused without CUDA)
   Tensor out_;
+  std::shared_ptr<const void> hold_;
 };
 
 }  // namespace lathe

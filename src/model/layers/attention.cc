@@ -181,12 +181,36 @@ Tensor Attention::decode_rows(const Tensor& y, const std::vector<LayerCache*>& c
   return heads;
 }
 
+LoraGroup Attention::qkv_group() const {
+  LoraGroup g;
+  int64_t col = 0;
+  for (const Linear* l : {&q_, &k_, &v_}) {
+    const int64_t n = l->w.out_features();
+    if (l->lora_site >= 0) {
+      g.site[g.n] = l->lora_site;
+      g.col0[g.n] = col;
+      g.cols[g.n] = n;
+      ++g.n;
+    }
+    col += n;
+  }
+  return g;
+}
+
+Tensor Attention::qkv_fused(const Tensor& x) const {
+  Tensor y = linear(x, qkv_);
+  lora::add_residual_group(qkv_group(), x, y);
+  return y;
+}
+
 Tensor Attention::forward(const Tensor& x, LayerCache& cache, KVView* kv_out) const {
   LATHE_CHECK(!spec_.kv_shared, "a KV-shared attention layer has no cache of its own");
   // Decode: one GEMV over the stacked rows (its column slices of one token are contiguous). Prefill: a GEMM per
   // row view, so each output is contiguous (slicing one [T, q+k+v] output would need three copies).
-  // A LoRA on q, k or v takes the per-module route (row views of the same weight), whose Linears add it.
-  if (fused_qkv_ && x.dim(0) == 1 && !qkv_lora_active()) return out_proj(decode_heads(linear(x, qkv_), cache, kv_out));
+  // LoRA residuals are added to the fused output by the gathered device kernels; where those cannot serve the
+  // adapters in use, the per-module route (row views of the same weight) adds them in its Linears.
+  if (fused_qkv_ && x.dim(0) == 1 && lora::group_fusable(qkv_group(), x))
+    return out_proj(decode_heads(qkv_fused(x), cache, kv_out));
   const int64_t pos0 = cache.offset();
   Tensor gate, k, v;
   const Tensor q = project_q(q_(x), pos0, &gate);
@@ -212,8 +236,9 @@ Tensor Attention::forward_rows(const Tensor& x, const RowSpans& s, const std::ve
   heads.reserve(s.rows());
   // A step of decode rows only: the stacked q|k|v projection over all rows at once, then each row exactly as
   // its solo decode step runs it (the fused append on a device), so a row's result does not depend on the batch.
-  if (fused_qkv_ && !qkv_lora_active() && std::all_of(s.len.begin(), s.len.end(), [](int64_t n) { return n == 1; })) {
-    const Tensor y = linear(x, qkv_);
+  if (fused_qkv_ && std::all_of(s.len.begin(), s.len.end(), [](int64_t n) { return n == 1; }) &&
+      lora::group_fusable(qkv_group(), x)) {
+    const Tensor y = qkv_fused(x);
     if (y.device() != Device::CPU && !spec_.q_gate && batched_decode_enabled())
       return out_proj(decode_rows(y, caches, kv_out));
     for (size_t r = 0; r < s.rows(); ++r)

@@ -59,7 +59,10 @@ class Attention {
   // One row's keys and values from its k/v projections [T, kv_out] (normed, roped at pos0).
   void project_kv(const Tensor& k_lin, const Tensor& v_lin, int64_t pos0, Tensor& k, Tensor& v) const;
   Tensor out_proj(const Tensor& heads) const;
-  bool qkv_lora_active() const { return q_.lora_active() || k_.lora_active() || v_.lora_active(); }
+  // The fused q|k|v output's LoRA group (column ranges of q, k, v in the stacked projection).
+  LoraGroup qkv_group() const;
+  // linear(x, qkv_) plus the adapters' residuals (lora::group_fusable said yes).
+  Tensor qkv_fused(const Tensor& x) const;
   // One decode token from its stacked q|k|v projection y [1, q+k+v]: on a device the fused norm + RoPE + KV
   // append (qkv_rope_append), else the column slices through update(). Returns the attended heads (pre-o_proj).
   Tensor decode_heads(const Tensor& y, LayerCache& cache, KVView* kv_out) const;

@@ -30,11 +30,20 @@ Activation parse_activation(const std::string& name) {
 // within its noise and cost an extra conversion kernel per layer (~3% prefill).
 Tensor GatedMLP::operator()(const Tensor& x, bool f32_out) const {
   Tensor g, u;
-  // Decode: one GEMV; prefill: a GEMM per row view (contiguous outputs). A LoRA on gate or up takes the
-  // per-module route, whose Linears add it.
-  if (fused && x.dim(0) == 1 && !gate.lora_active() && !up.lora_active()) {
-    const Tensor gu = linear(x, gate_up);
-    const int64_t I = gate.w.out_features();
+  // Decode: one GEMV; prefill: a GEMM per row view (contiguous outputs). LoRA residuals on gate or up are added
+  // to the fused output on the device (gathered kernels), else the per-module route's Linears add them.
+  const int64_t I = gate.w.out_features();
+  LoraGroup lg;
+  for (const Linear* l : {&gate, &up})
+    if (l->lora_site >= 0) {
+      lg.site[lg.n] = l->lora_site;
+      lg.col0[lg.n] = l == &gate ? 0 : I;
+      lg.cols[lg.n] = I;
+      ++lg.n;
+    }
+  if (fused && x.dim(0) == 1 && lora::group_fusable(lg, x)) {
+    Tensor gu = linear(x, gate_up);
+    lora::add_residual_group(lg, x, gu);
     g = gu.slice(1, 0, I);
     u = gu.slice(1, I, 2 * I);
   } else {

@@ -19,7 +19,6 @@ struct Linear {
     if (lora_site >= 0) lora::add_residual(lora_site, x, y);
     return y;
   }
-  bool lora_active() const { return lora::active_at(lora_site); }
 };
 
 // Binds module.weight [out, in] (dense or quantized) and, when with_bias, module.bias [out].

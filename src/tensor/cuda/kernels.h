@@ -7,6 +7,7 @@
 
 #include "tensor/dtype.h"
 #include "tensor/logit_edit.h"
+#include "tensor/lora_site_desc.h"
 #include "tensor/row_sampling.h"
 
 namespace lathe::cuda {
@@ -95,5 +96,13 @@ struct AttentionArgs {
 void attention(const AttentionArgs& a);
 // The tensor-core prefill path (BF16, head dims 64/128/256, linear key positions); false when it does not apply.
 bool attention_flash(const AttentionArgs& a);
+
+// LoRA residuals of a group of sites added into y [tokens, ldy] (lora_residual.cu): token t reads the site
+// descriptors per_token[t] (null = no adapter), or `uniform` for every token when per_token is null. x [tokens,
+// ldx] holds `in` values a row, in xt (= the factors' type); u is scratch of tokens · g.n · rmax floats, rmax
+// at least every rank read.
+void lora_residual(DType xt, const void* x, int64_t ldx, int64_t tokens, int64_t in, DType yt, void* y, int64_t ldy,
+                   const LoraSiteDesc* uniform, const LoraSiteDesc* const* per_token, const LoraGroup& g, int rmax,
+                   float* u);
 
 }  // namespace lathe::cuda
