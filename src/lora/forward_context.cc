@@ -76,6 +76,7 @@ bool add_residual_cpu(const ForwardContext& c, int site, const Tensor& x_in, Ten
 struct DeviceRoute {
   const LoraSiteDesc* uniform = nullptr;
   const LoraSiteDesc* const* per_token = nullptr;
+  Tensor per_token_holder;               // keeps the uploaded pointer array alive
   std::vector<const DeviceSlot*> slots;  // distinct slots in use
 };
 
@@ -124,6 +125,7 @@ bool device_route(const ForwardContext& c, int64_t T, DeviceRoute& r) {
     up->host = host;
   }
   r.per_token = static_cast<const LoraSiteDesc* const*>(up->dev.raw());
+  r.per_token_holder = up->dev;
   return true;
 #else
   return false;
@@ -143,34 +145,47 @@ bool any_site_active(const ForwardContext& c, const LoraGroup& g) {
   return false;
 }
 
-// The gathered kernels (tensor/cuda/lora_residual.cu); false when this forward cannot take them.
-bool add_group_device(const ForwardContext& c, const LoraGroup& g, const Tensor& x_in, Tensor& y) {
+// The shrink of the gathered kernels (tensor/cuda/lora_residual.cu); p.device stays false when this forward
+// cannot take them (nothing launched).
+void begin_device(const ForwardContext& c, const LoraGroup& g, const Tensor& x_in, PendingResidual& p) {
 #ifdef LATHE_HAVE_CUDA
-  if (y.device() != Device::CUDA || x_in.device() != Device::CUDA || y.stride(-1) != 1) return false;
-  if (x_in.dtype() != DType::F32 && x_in.dtype() != DType::BF16) return false;
-  if (y.dtype() != DType::F32 && y.dtype() != DType::BF16) return false;
+  if (x_in.device() != Device::CUDA || (x_in.dtype() != DType::F32 && x_in.dtype() != DType::BF16)) return;
   const int64_t T = x_in.dim(0);
   DeviceRoute r;
-  if (!device_route(c, T, r)) return false;
-  int32_t rmax = 0;
+  if (!device_route(c, T, r)) return;
+  p.device = true;
+  p.uniform = r.uniform;
+  p.per_token = r.per_token;
+  p.per_token_holder = r.per_token_holder;
   for (const DeviceSlot* d : r.slots)
     for (int i = 0; i < g.n; ++i)
       if (g.site[i] >= 0 && static_cast<size_t>(g.site[i]) < d->rank.size())
-        rmax = std::max(rmax, d->rank[static_cast<size_t>(g.site[i])]);
-  if (rmax == 0 || T == 0) return true;
+        p.rmax = std::max(p.rmax, d->rank[static_cast<size_t>(g.site[i])]);
+  if (p.rmax == 0 || T == 0) return;
   // Factors are in the activation type: an input in another type (an F32 residual stream) is converted once.
-  const DType ft = r.slots.front()->dtype;
-  const Tensor x = convert(x_in, ft).contiguous();
-  Tensor u = Tensor::empty({T * g.n * rmax}, DType::F32, Device::CUDA);
-  cuda::lora_residual(ft, x.raw(), x.stride(0), T, x.dim(1), y.dtype(), y.raw(), y.stride(0), r.uniform, r.per_token, g,
-                      rmax, u.data<float>());
-  return true;
+  p.factor_type = r.slots.front()->dtype;
+  const Tensor x = convert(x_in, p.factor_type).contiguous();
+  p.u = Tensor::empty({T * g.n * p.rmax}, DType::F32, Device::CUDA);
+  cuda::lora_shrink(p.factor_type, x.raw(), x.stride(0), T, x.dim(1), p.uniform, p.per_token, g, p.rmax,
+                    p.u.data<float>());
 #else
   (void)c;
   (void)g;
   (void)x_in;
+  (void)p;
+#endif
+}
+
+// The expand: y += u · Bᵀ into each site's columns.
+void finish_device(const PendingResidual& p, Tensor& y) {
+  if (p.rmax == 0 || y.dim(0) == 0) return;
+#ifdef LATHE_HAVE_CUDA
+  if (y.device() != Device::CUDA || y.stride(-1) != 1 || (y.dtype() != DType::F32 && y.dtype() != DType::BF16))
+    throw Error(ErrorKind::Internal, "lora: a device residual's output is not a row-major F32 / BF16 device tensor");
+  cuda::lora_expand(p.factor_type, y.dtype(), y.raw(), y.stride(0), y.dim(0), p.uniform, p.per_token, p.group, p.rmax,
+                    p.u.data<float>());
+#else
   (void)y;
-  return false;
 #endif
 }
 
@@ -191,12 +206,25 @@ bool group_fusable(const LoraGroup& g, const Tensor& x) {
   return device_route(*c, x.dim(0), r);
 }
 
-void add_residual_group(const LoraGroup& g, const Tensor& x, Tensor& y) {
+PendingResidual begin_residual(const LoraGroup& g, const Tensor& x) {
+  PendingResidual p;
+  p.group = g;
   const ForwardContext* c = g_current;
-  if (!c || !c->table || !any_site_active(*c, g)) return;
-  if (!add_group_device(*c, g, x, y))
-    throw Error(ErrorKind::Internal, "lora: a fused projection's adapters cannot take the device route");
+  if (!c || !c->table || !any_site_active(*c, g)) return p;
+  p.active = true;
+  begin_device(*c, g, x, p);
+  return p;
 }
+
+void finish_residual(const PendingResidual& p, const Tensor& x, Tensor& y) {
+  if (!p.active) return;
+  if (p.device) return finish_device(p, y);
+  if (p.group.n != 1)
+    throw Error(ErrorKind::Internal, "lora: a fused projection's adapters cannot take the device route");
+  add_residual(p.group.site[0], x, y);
+}
+
+LoraGroup site_group(int site, int64_t cols) { return single(site, cols); }
 
 GraphUse graph_use() {
   GraphUse u;
@@ -242,7 +270,12 @@ void add_residual(int site, const Tensor& x, Tensor& y) {
   const ForwardContext* c = g_current;
   if (!c || site < 0 || !c->table) return;
   if (add_residual_cpu(*c, site, x, y)) return;
-  if (add_group_device(*c, single(site, y.dim(1)), x, y)) return;
+  if (y.device() == Device::CUDA) {
+    PendingResidual p;
+    p.group = single(site, y.dim(1));
+    begin_device(*c, p.group, x, p);
+    if (p.device) return finish_device(p, y);
+  }
   const int64_t T = x.dim(0), N = y.dim(1);
   if (c->token_slots.empty()) {
     if (auto* f = factors_at(c->table->slot(c->uniform_slot), site)) {

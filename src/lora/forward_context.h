@@ -44,11 +44,28 @@ const ForwardContext* current_context();
 void add_residual(int site, const Tensor& x, Tensor& y);
 
 // Fused projections on a device (q|k|v, gate|up in one GEMV): true when the current context's residuals at
-// group's sites can be added to the fused output by add_residual_group (nothing active there, or every slot in
-// use has its factors on the device for the gathered kernels), so the fused path stays fused.
+// group's sites can be added to the fused output (nothing active there, or every slot in use has its factors
+// on the device for the gathered kernels), so the fused path stays fused.
 bool group_fusable(const LoraGroup& group, const Tensor& x);
-// y [T, Σcols] (row stride free) += each site's residual into its columns; group_fusable must have said true.
-void add_residual_group(const LoraGroup& group, const Tensor& x, Tensor& y);
+
+// A group's residual split around its base matmul: begin_residual launches the gathered shrink (x · Aᵀ) before
+// the matmul, so the matmul's weight prefetch overlaps it; finish_residual adds the expand into the matmul's
+// output y [T, Σcols]. Off the device route begin does nothing and finish takes add_residual (one site only:
+// a fused group must have passed group_fusable).
+struct PendingResidual {
+  LoraGroup group;
+  bool active = false;  // some token has a factor at some site of the group
+  bool device = false;
+  const LoraSiteDesc* uniform = nullptr;
+  const LoraSiteDesc* const* per_token = nullptr;
+  Tensor per_token_holder;
+  DType factor_type = DType::F32;
+  int32_t rmax = 0;
+  Tensor u;
+};
+PendingResidual begin_residual(const LoraGroup& group, const Tensor& x);
+void finish_residual(const PendingResidual& p, const Tensor& x, Tensor& y);
+LoraGroup site_group(int site, int64_t cols);  // one site over all of y's columns
 
 // Whether a single-sequence decode step under the current context may run from a captured graph, and what the
 // graph is keyed by (the slot's device descriptors; null with no adapter) and must keep alive while it exists.

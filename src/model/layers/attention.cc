@@ -198,8 +198,9 @@ LoraGroup Attention::qkv_group() const {
 }
 
 Tensor Attention::qkv_fused(const Tensor& x) const {
+  const lora::PendingResidual r = lora::begin_residual(qkv_group(), x);
   Tensor y = linear(x, qkv_);
-  lora::add_residual_group(qkv_group(), x, y);
+  lora::finish_residual(r, x, y);
   return y;
 }
 

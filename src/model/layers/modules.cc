@@ -42,8 +42,9 @@ Tensor GatedMLP::operator()(const Tensor& x, bool f32_out) const {
       ++lg.n;
     }
   if (fused && x.dim(0) == 1 && lora::group_fusable(lg, x)) {
+    const lora::PendingResidual r = lora::begin_residual(lg, x);
     Tensor gu = linear(x, gate_up);
-    lora::add_residual_group(lg, x, gu);
+    lora::finish_residual(r, x, gu);
     g = gu.slice(1, 0, I);
     u = gu.slice(1, I, 2 * I);
   } else {

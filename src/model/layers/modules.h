@@ -15,8 +15,10 @@ struct Linear {
   Tensor bias;
   int lora_site = -1;  // index in the model's LinearSites; -1 = not adaptable
   Tensor operator()(const Tensor& x, bool f32_out = false) const {
+    if (lora_site < 0) return linear(x, w, bias.defined() ? &bias : nullptr, f32_out);
+    const lora::PendingResidual r = lora::begin_residual(lora::site_group(lora_site, w.out_features()), x);
     Tensor y = linear(x, w, bias.defined() ? &bias : nullptr, f32_out);
-    if (lora_site >= 0) lora::add_residual(lora_site, x, y);
+    lora::finish_residual(r, x, y);
     return y;
   }
 };

@@ -97,12 +97,14 @@ void attention(const AttentionArgs& a);
 // The tensor-core prefill path (BF16, head dims 64/128/256, linear key positions); false when it does not apply.
 bool attention_flash(const AttentionArgs& a);
 
-// LoRA residuals of a group of sites added into y [tokens, ldy] (lora_residual.cu): token t reads the site
-// descriptors per_token[t] (null = no adapter), or `uniform` for every token when per_token is null. x [tokens,
-// ldx] holds `in` values a row, in xt (= the factors' type); u is scratch of tokens · g.n · rmax floats, rmax
-// at least every rank read.
-void lora_residual(DType xt, const void* x, int64_t ldx, int64_t tokens, int64_t in, DType yt, void* y, int64_t ldy,
-                   const LoraSiteDesc* uniform, const LoraSiteDesc* const* per_token, const LoraGroup& g, int rmax,
-                   float* u);
+// LoRA residuals of a group of sites (lora_residual.cu), in two launches so that the base matmul can run
+// between them: token t reads the site descriptors per_token[t] (null = no adapter), or `uniform` for every
+// token when per_token is null. lora_shrink: u [tokens, g.n, rmax] = scale · (x · Aᵀ) with x [tokens, ldx]
+// holding `in` values a row in xt (= the factors' type), rmax at least every rank read. lora_expand: y [tokens,
+// ldy] += u · Bᵀ into each site's columns.
+void lora_shrink(DType xt, const void* x, int64_t ldx, int64_t tokens, int64_t in, const LoraSiteDesc* uniform,
+                 const LoraSiteDesc* const* per_token, const LoraGroup& g, int rmax, float* u);
+void lora_expand(DType ft, DType yt, void* y, int64_t ldy, int64_t tokens, const LoraSiteDesc* uniform,
+                 const LoraSiteDesc* const* per_token, const LoraGroup& g, int rmax, const float* u);
 
 }  // namespace lathe::cuda

@@ -145,25 +145,31 @@ __global__ void lora_expand_kernel(Y* __restrict__ y, int64_t ldy, const float* 
 
 }  // namespace
 
-void lora_residual(DType xt, const void* x, int64_t ldx, int64_t tokens, int64_t in, DType yt, void* y, int64_t ldy,
-                   const LoraSiteDesc* uniform, const LoraSiteDesc* const* per_token, const LoraGroup& g, int rmax,
-                   float* u) {
+void lora_shrink(DType xt, const void* x, int64_t ldx, int64_t tokens, int64_t in, const LoraSiteDesc* uniform,
+                 const LoraSiteDesc* const* per_token, const LoraGroup& g, int rmax, float* u) {
+  if (tokens <= 0 || rmax <= 0 || g.n <= 0) return;
+  const dim3 grid(static_cast<unsigned>(rmax), static_cast<unsigned>(g.n), static_cast<unsigned>(tokens));
+  LATHE_DISPATCH_ACT(xt, "lora_shrink", T, {
+    launch_dependent(lora_shrink_kernel<T>, grid, dim3(kShrinkThreads), 0, static_cast<const T*>(x), ldx, in, uniform,
+                     per_token, g, u, rmax);
+  });
+  check_launch("lora_shrink");
+}
+
+void lora_expand(DType ft, DType yt, void* y, int64_t ldy, int64_t tokens, const LoraSiteDesc* uniform,
+                 const LoraSiteDesc* const* per_token, const LoraGroup& g, int rmax, const float* u) {
   if (tokens <= 0 || rmax <= 0 || g.n <= 0) return;
   int64_t total = 0;
   for (int i = 0; i < g.n; ++i) total += g.cols[i];
-  const dim3 sgrid(static_cast<unsigned>(rmax), static_cast<unsigned>(g.n), static_cast<unsigned>(tokens));
-  const dim3 egrid(blocks_for(total, kExpandThreads), static_cast<unsigned>(tokens));
+  const dim3 grid(blocks_for(total, kExpandThreads), static_cast<unsigned>(tokens));
   const size_t smem = static_cast<size_t>(g.n) * static_cast<size_t>(rmax) * sizeof(float);
-  LATHE_DISPATCH_ACT(xt, "lora_residual", T, {
-    launch_dependent(lora_shrink_kernel<T>, sgrid, dim3(kShrinkThreads), 0, static_cast<const T*>(x), ldx, in, uniform,
-                     per_token, g, u, rmax);
-    check_launch("lora_shrink");
-    LATHE_DISPATCH_ACT(yt, "lora_residual", Y, {
-      launch_dependent(lora_expand_kernel<T, Y>, egrid, dim3(kExpandThreads), smem, static_cast<Y*>(y), ldy,
-                       static_cast<const float*>(u), rmax, uniform, per_token, g, total);
-      check_launch("lora_expand");
+  LATHE_DISPATCH_ACT(ft, "lora_expand", T, {
+    LATHE_DISPATCH_ACT(yt, "lora_expand", Y, {
+      launch_dependent(lora_expand_kernel<T, Y>, grid, dim3(kExpandThreads), smem, static_cast<Y*>(y), ldy, u, rmax,
+                       uniform, per_token, g, total);
     });
   });
+  check_launch("lora_expand");
 }
 
 }  // namespace lathe::cuda
