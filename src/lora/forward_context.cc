@@ -164,10 +164,10 @@ void begin_device(const ForwardContext& c, const LoraGroup& g, const Tensor& x_i
   if (p.rmax == 0 || T == 0) return;
   // Factors are in the activation type: an input in another type (an F32 residual stream) is converted once.
   p.factor_type = r.slots.front()->dtype;
-  const Tensor x = convert(x_in, p.factor_type).contiguous();
+  p.x = convert(x_in, p.factor_type).contiguous();
   p.u = Tensor::empty({T * g.n * p.rmax}, DType::F32, Device::CUDA);
-  cuda::lora_shrink(p.factor_type, x.raw(), x.stride(0), T, x.dim(1), p.uniform, p.per_token, g, p.rmax,
-                    p.u.data<float>());
+  p.forked = cuda::lora_shrink(p.factor_type, p.x.raw(), p.x.stride(0), T, p.x.dim(1), p.uniform, p.per_token, g,
+                               p.rmax, p.u.data<float>());
 #else
   (void)c;
   (void)g;
@@ -183,7 +183,7 @@ void finish_device(const PendingResidual& p, Tensor& y) {
   if (y.device() != Device::CUDA || y.stride(-1) != 1 || (y.dtype() != DType::F32 && y.dtype() != DType::BF16))
     throw Error(ErrorKind::Internal, "lora: a device residual's output is not a row-major F32 / BF16 device tensor");
   cuda::lora_expand(p.factor_type, y.dtype(), y.raw(), y.stride(0), y.dim(0), p.uniform, p.per_token, p.group, p.rmax,
-                    p.u.data<float>());
+                    p.u.data<float>(), p.forked);
 #else
   (void)y;
 #endif

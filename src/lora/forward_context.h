@@ -61,7 +61,9 @@ struct PendingResidual {
   Tensor per_token_holder;
   DType factor_type = DType::F32;
   int32_t rmax = 0;
+  bool forked = false;  // the shrink runs on the side stream (captured steps): the expand joins it
   Tensor u;
+  Tensor x;  // the shrink's input, kept until the expand (another stream may still read it)
 };
 PendingResidual begin_residual(const LoraGroup& group, const Tensor& x);
 void finish_residual(const PendingResidual& p, const Tensor& x, Tensor& y);

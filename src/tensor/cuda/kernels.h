@@ -102,9 +102,11 @@ bool attention_flash(const AttentionArgs& a);
 // token when per_token is null. lora_shrink: u [tokens, g.n, rmax] = scale · (x · Aᵀ) with x [tokens, ldx]
 // holding `in` values a row in xt (= the factors' type), rmax at least every rank read. lora_expand: y [tokens,
 // ldy] += u · Bᵀ into each site's columns.
-void lora_shrink(DType xt, const void* x, int64_t ldx, int64_t tokens, int64_t in, const LoraSiteDesc* uniform,
+// lora_shrink returns true when it forked onto a second stream (while a graph is captured); the matching
+// lora_expand must then be told (forked) so that it joins that stream first.
+bool lora_shrink(DType xt, const void* x, int64_t ldx, int64_t tokens, int64_t in, const LoraSiteDesc* uniform,
                  const LoraSiteDesc* const* per_token, const LoraGroup& g, int rmax, float* u);
 void lora_expand(DType ft, DType yt, void* y, int64_t ldy, int64_t tokens, const LoraSiteDesc* uniform,
-                 const LoraSiteDesc* const* per_token, const LoraGroup& g, int rmax, const float* u);
+                 const LoraSiteDesc* const* per_token, const LoraGroup& g, int rmax, const float* u, bool forked);
 
 }  // namespace lathe::cuda

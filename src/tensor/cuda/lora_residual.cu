@@ -3,6 +3,8 @@
 // one shrink and one expand launch per group of sites sharing an input (q|k|v, gate|up), whatever the mix.
 // shrink: u[t, g, r] = scale_r · (x_t · A_g[r]); expand: y[t, col0_g + n] += Σ_r u[t, g, r] · B_g[n, r], each
 // output rounded once. A token's result depends only on its own row and factors, never on the batch beside it.
+#include <cstdlib>
+
 #include "tensor/cuda/common.cuh"
 #include "tensor/cuda/kernels.h"
 
@@ -145,28 +147,73 @@ __global__ void lora_expand_kernel(Y* __restrict__ y, int64_t ldy, const float* 
 
 }  // namespace
 
-void lora_shrink(DType xt, const void* x, int64_t ldx, int64_t tokens, int64_t in, const LoraSiteDesc* uniform,
+namespace {
+// While a decode step is captured, the shrink runs on a second stream beside the base GEMV (both read only x):
+// fork after the kernel that writes x, join before the expand, so the graph holds the two side by side and the
+// shrink leaves the step's critical path. Outside a capture a fork would cost host time on every launch; there
+// the shrink goes first on the one stream, as a programmatic dependent. LATHE_LORA_FORK=0 turns the fork off.
+struct SideStream {
+  cudaStream_t s = nullptr;
+  cudaEvent_t fork = nullptr, join = nullptr;
+};
+SideStream& side_stream() {
+  static SideStream v = [] {
+    SideStream x;
+    LATHE_CUDA_CHECK(cudaStreamCreateWithFlags(&x.s, cudaStreamNonBlocking));
+    LATHE_CUDA_CHECK(cudaEventCreateWithFlags(&x.fork, cudaEventDisableTiming));
+    LATHE_CUDA_CHECK(cudaEventCreateWithFlags(&x.join, cudaEventDisableTiming));
+    return x;
+  }();
+  return v;
+}
+bool fork_enabled() {
+  static const bool on = [] {
+    const char* e = std::getenv("LATHE_LORA_FORK");
+    return !(e && e[0] == '0');
+  }();
+  return on;
+}
+}  // namespace
+
+bool lora_shrink(DType xt, const void* x, int64_t ldx, int64_t tokens, int64_t in, const LoraSiteDesc* uniform,
                  const LoraSiteDesc* const* per_token, const LoraGroup& g, int rmax, float* u) {
-  if (tokens <= 0 || rmax <= 0 || g.n <= 0) return;
+  if (tokens <= 0 || rmax <= 0 || g.n <= 0) return false;
   const dim3 grid(static_cast<unsigned>(rmax), static_cast<unsigned>(g.n), static_cast<unsigned>(tokens));
+  SideStream& side = side_stream();  // created on first use, also outside a capture
+  const bool fork = capturing() && fork_enabled();
+  if (fork) {
+    LATHE_CUDA_CHECK(cudaEventRecord(side.fork, stream()));
+    LATHE_CUDA_CHECK(cudaStreamWaitEvent(side.s, side.fork, 0));
+  }
   LATHE_DISPATCH_ACT(xt, "lora_shrink", T, {
-    launch_dependent(lora_shrink_kernel<T>, grid, dim3(kShrinkThreads), 0, static_cast<const T*>(x), ldx, in, uniform,
-                     per_token, g, u, rmax);
+    if (fork)
+      lora_shrink_kernel<T>
+          <<<grid, kShrinkThreads, 0, side.s>>>(static_cast<const T*>(x), ldx, in, uniform, per_token, g, u, rmax);
+    else
+      launch_dependent(lora_shrink_kernel<T>, grid, dim3(kShrinkThreads), 0, static_cast<const T*>(x), ldx, in, uniform,
+                       per_token, g, u, rmax);
   });
   check_launch("lora_shrink");
+  if (fork) LATHE_CUDA_CHECK(cudaEventRecord(side.join, side.s));
+  return fork;
 }
 
 void lora_expand(DType ft, DType yt, void* y, int64_t ldy, int64_t tokens, const LoraSiteDesc* uniform,
-                 const LoraSiteDesc* const* per_token, const LoraGroup& g, int rmax, const float* u) {
+                 const LoraSiteDesc* const* per_token, const LoraGroup& g, int rmax, const float* u, bool forked) {
   if (tokens <= 0 || rmax <= 0 || g.n <= 0) return;
   int64_t total = 0;
   for (int i = 0; i < g.n; ++i) total += g.cols[i];
   const dim3 grid(blocks_for(total, kExpandThreads), static_cast<unsigned>(tokens));
   const size_t smem = static_cast<size_t>(g.n) * static_cast<size_t>(rmax) * sizeof(float);
+  if (forked) LATHE_CUDA_CHECK(cudaStreamWaitEvent(stream(), side_stream().join, 0));
   LATHE_DISPATCH_ACT(ft, "lora_expand", T, {
     LATHE_DISPATCH_ACT(yt, "lora_expand", Y, {
-      launch_dependent(lora_expand_kernel<T, Y>, grid, dim3(kExpandThreads), smem, static_cast<Y*>(y), ldy, u, rmax,
-                       uniform, per_token, g, total);
+      if (forked)
+        lora_expand_kernel<T, Y>
+            <<<grid, kExpandThreads, smem, stream()>>>(static_cast<Y*>(y), ldy, u, rmax, uniform, per_token, g, total);
+      else
+        launch_dependent(lora_expand_kernel<T, Y>, grid, dim3(kExpandThreads), smem, static_cast<Y*>(y), ldy, u, rmax,
+                         uniform, per_token, g, total);
     });
   });
   check_launch("lora_expand");
