@@ -184,6 +184,15 @@ int main(int argc, char** argv) {
                       {"file_bytes", info.at("bytes")},
                       {"restore_ms", info.at("restore_ms_last")},
                       {"read_mb_s", info.at("read_mb_s_last")},
+                      // Where the restore went (reads of the reused rows; waits for the disk vs copies into
+                      // the caches), and the cost-aware decision (restored, or recomputed as predicted faster).
+                      {"read_bytes", info.value("read_bytes_last", json())},
+                      {"restore_wait_ms", info.value("restore_wait_ms_last", json())},
+                      {"restore_copy_ms", info.value("restore_copy_ms_last", json())},
+                      {"restores_skipped", info.value("skipped", json())},
+                      {"decision", info.value("last_decision", json())},
+                      {"prefill_tok_s_est", info.value("prefill_tok_s_est", json())},
+                      {"restore_mb_s_est", info.value("restore_mb_s_est", json())},
                       {"evicted_files", evicted}});
       std::fprintf(stderr, "%s\n", runs.back().dump().c_str());
     }

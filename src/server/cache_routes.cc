@@ -39,7 +39,20 @@ std::vector<Route> cache_routes(ServerContext& ctx) {
                                  {"removed_tmp", s.removed_tmp},
                                  {"restore_ms_last", s.restore_ms_last},
                                  {"restore_ms_avg", avg},
-                                 {"read_mb_s_last", s.restore_mb_s_last}};
+                                 {"read_mb_s_last", s.restore_mb_s_last},
+                                 {"read_bytes_last", s.restore_bytes_last},
+                                 {"restore_wait_ms_last", s.restore_wait_ms_last},
+                                 {"restore_copy_ms_last", s.restore_copy_ms_last},
+                                 // Cost-aware restore (restore_cost.h): the rates it predicts with, how often
+                                 // it chose to recompute, and its last estimates.
+                                 {"skipped", c.ssd_skipped},
+                                 {"prefill_tok_s_est", c.prefill_tok_s},
+                                 {"restore_mb_s_est", c.restore_mb_s},
+                                 {"last_decision", c.last_restore_est_s == 0 && c.last_recompute_est_s == 0
+                                                       ? json(nullptr)
+                                                       : json({{"restore", c.last_decision_restore},
+                                                               {"restore_s_est", c.last_restore_est_s},
+                                                               {"recompute_s_est", c.last_recompute_est_s}})}};
                  }
                  write_json(res, out);
                }});
