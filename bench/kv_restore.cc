@@ -133,11 +133,13 @@ int main(int argc, char** argv) {
     evict(path);
     uint64_t read_bytes = 0;
     const double seq_ms = read_ms(path, &read_bytes);
-    auto restore = [&](double* load_ms) {
+    KvLoadStats ssd_stats, ram_stats;
+    auto restore = [&](double* load_ms, KvLoadStats* st) {
       CacheList c = model->make_cache(opts);
       const auto t0 = Clock::now();
       KvLoadOptions lo;
       lo.expect = &id.meta;
+      lo.stats = st;
       load_kv_file(path, layout, c, lo);
       *load_ms = ms_since(t0);
       model->forward({ids.back()}, c, false);
@@ -145,8 +147,8 @@ int main(int argc, char** argv) {
     };
     evict(path);
     double ssd_load_ms = 0, ram_load_ms = 0;
-    const double ssd_ttft = restore(&ssd_load_ms);
-    const double ram_ttft = restore(&ram_load_ms);  // the file's pages are now in the page cache
+    const double ssd_ttft = restore(&ssd_load_ms, &ssd_stats);
+    const double ram_ttft = restore(&ram_load_ms, &ram_stats);  // the file's pages are now in the page cache
     const double mb = static_cast<double>(file_bytes) / 1e6;
     nlohmann::json j = {{"tokens", T},
                         {"kv_bits", opts.kv_bits},
@@ -156,6 +158,10 @@ int main(int argc, char** argv) {
                         {"medium_read_mb_s", static_cast<double>(read_bytes) / 1e6 / (seq_ms / 1000)},
                         {"restore_cold_ms", ssd_load_ms},
                         {"restore_cold_mb_s", mb / (ssd_load_ms / 1000)},
+                        {"restore_cold_wait_ms", ssd_stats.wait_ms},
+                        {"restore_cold_copy_ms", ssd_stats.copy_ms},
+                        {"restore_page_cache_wait_ms", ram_stats.wait_ms},
+                        {"restore_page_cache_copy_ms", ram_stats.copy_ms},
                         {"ttft_cold_ms", random_kv ? nlohmann::json() : nlohmann::json(prefill_ms)},
                         {"ttft_ssd_hit_ms", ssd_ttft},
                         {"ttft_page_cache_hit_ms", ram_ttft},

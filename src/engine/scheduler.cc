@@ -234,6 +234,7 @@ void Scheduler::drop_cancelled() {
 // for the next request; others are taken (trimmed to the prefix; running rows' only when they can be shared).
 // The SSD tier serves instead when a file holds more. Else a fresh cache.
 void Scheduler::attach_cache(Row& row) {
+  const auto attach_start = Clock::now();
   const std::vector<int32_t>& h = row.seq->history();
   auto common_prefix = [&](const std::vector<int32_t>& tokens, size_t n) {
     size_t c = 0;
@@ -308,6 +309,7 @@ void Scheduler::attach_cache(Row& row) {
     row.base = row.fed;
     row.segments.clear();
   }
+  cache_stats_.last_attach_ms = std::chrono::duration<double, std::milli>(Clock::now() - attach_start).count();
   if (row.fed == row.base) {
     row.replayed = 0;  // resumed from the same start: replay every recorded forward
   } else {             // resumed from another prefix: fresh chunks from here (close, not bit-exact)
@@ -514,6 +516,8 @@ void Scheduler::step() {
       if (!r->prefilled && r->fed >= static_cast<int64_t>(r->seq->prompt_size())) {
         r->prefilled = true;
         r->seq->result().prefill_seconds = std::chrono::duration<double>(now - r->admitted).count();
+        cache_stats_.last_prefill_ms = r->seq->result().prefill_seconds * 1000;
+        cache_stats_.last_prefill_tokens = static_cast<int64_t>(r->seq->prompt_size()) - std::max<int64_t>(r->base, 0);
         // What recomputing costs on this engine under this load: the prompt tokens the row prefilled since its
         // admission (a preempted row's time includes its wait).
         if (cost_ && !r->preempted) {

@@ -69,6 +69,10 @@ struct CacheTierStats {
   double prefill_tok_s = 0, restore_mb_s = 0;
   double last_restore_est_s = 0, last_recompute_est_s = 0;
   bool last_decision_restore = false;
+  // Where the last request's time to its first token went on the engine thread: attaching its cache (a RAM
+  // fork or take, or an SSD restore) and its prefill from admission to the last prompt token's logits.
+  double last_attach_ms = 0, last_prefill_ms = 0;
+  int64_t last_prefill_tokens = 0;
   int64_t spills_queued = 0;
 };
 

@@ -23,6 +23,10 @@ std::vector<Route> cache_routes(ServerContext& ctx) {
                  ram["pool_bytes"] = pool.bytes;
                  ram["pool_block_refs"] = pool.references;
                  json out = {{"object", "cache"}, {"ram", ram}, {"ssd", nullptr}};
+                 // The last request's engine-side split of its time to first token (attach vs prefill).
+                 out["last_request"] = {{"attach_ms", c.last_attach_ms},
+                                        {"prefill_ms", c.last_prefill_ms},
+                                        {"prefill_tokens", c.last_prefill_tokens}};
                  if (const SsdStore* store = ctx.ssd_store()) {
                    const SsdStoreStats s = store->stats();
                    const double avg = c.ssd_hits > 0 ? c.ssd_restore_ms_total / static_cast<double>(c.ssd_hits) : 0;
