@@ -143,7 +143,7 @@ class KvFd {
   int fd_;
 };
 
-bool read_all_at(int fd, uint8_t* p, size_t n, off_t off) {
+bool kv_read_all_at(int fd, uint8_t* p, size_t n, off_t off) {
   while (n > 0) {
     const ssize_t r = ::pread(fd, p, n, off);
     if (r < 0 && errno == EINTR) continue;
@@ -158,13 +158,13 @@ bool read_all_at(int fd, uint8_t* p, size_t n, off_t off) {
 // Reads and parses the prefix and header of an open file of `size` bytes (the header hash is checked).
 KvFileHeader read_header_fd(int fd, uint64_t size) {
   std::vector<uint8_t> buf(kKvFilePrefixBytes);
-  if (size >= kKvFilePrefixBytes && read_all_at(fd, buf.data(), kKvFilePrefixBytes, 0)) {
+  if (size >= kKvFilePrefixBytes && kv_read_all_at(fd, buf.data(), kKvFilePrefixBytes, 0)) {
     uint32_t len = 0;
     for (int i = 0; i < 4; ++i) len |= static_cast<uint32_t>(buf[8 + static_cast<size_t>(i)]) << (8 * i);
     const uint64_t want = kKvFilePrefixBytes + std::min<uint64_t>(len, KvFileLimits::kMaxHeaderBytes);
     if (want <= size) {
       buf.resize(static_cast<size_t>(want));
-      if (!read_all_at(fd, buf.data() + kKvFilePrefixBytes, buf.size() - kKvFilePrefixBytes, kKvFilePrefixBytes))
+      if (!kv_read_all_at(fd, buf.data() + kKvFilePrefixBytes, buf.size() - kKvFilePrefixBytes, kKvFilePrefixBytes))
         buf.resize(kKvFilePrefixBytes);
     }
   }

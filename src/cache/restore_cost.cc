@@ -27,7 +27,7 @@ constexpr double kSeedRestoreMbS = 1000;
 constexpr int64_t kMinObservedPrefill = 64;
 constexpr uint64_t kMinObservedRestore = uint64_t{1} << 20;
 
-bool positive(double x) { return std::isfinite(x) && x > 0; }
+bool rate_positive(double x) { return std::isfinite(x) && x > 0; }
 
 }  // namespace
 
@@ -82,7 +82,7 @@ RestoreDecision RestoreCostModel::decide(uint64_t bytes, int64_t tokens) const {
 }
 
 void RestoreCostModel::observe_prefill(int64_t tokens, double seconds) {
-  if (!options_.learn || tokens < kMinObservedPrefill || !positive(seconds)) return;
+  if (!options_.learn || tokens < kMinObservedPrefill || !rate_positive(seconds)) return;
   const double keep = prefill_measured_ ? kRestoreCostDecay : 0;  // the first measurement replaces the seed
   prefill_amount_ = keep * prefill_amount_ + static_cast<double>(tokens);
   prefill_seconds_ = keep * prefill_seconds_ + seconds;
@@ -90,7 +90,7 @@ void RestoreCostModel::observe_prefill(int64_t tokens, double seconds) {
 }
 
 void RestoreCostModel::observe_restore(uint64_t bytes, double seconds) {
-  if (!options_.learn || bytes < kMinObservedRestore || !positive(seconds)) return;
+  if (!options_.learn || bytes < kMinObservedRestore || !rate_positive(seconds)) return;
   const double keep = restore_measured_ ? kRestoreCostDecay : 0;
   restore_amount_ = keep * restore_amount_ + static_cast<double>(bytes);
   restore_seconds_ = keep * restore_seconds_ + seconds;
@@ -113,7 +113,7 @@ bool RestoreCostModel::from_json(const std::string& text) {
       if (!j.contains(key)) return false;
       *a = j.at(key).at(amount).get<double>();
       *s = j.at(key).at("seconds").get<double>();
-      if (!positive(*a) || !positive(*s)) throw Error(ErrorKind::Corrupt, "not a rate");
+      if (!rate_positive(*a) || !rate_positive(*s)) throw Error(ErrorKind::Corrupt, "not a rate");
       return true;
     };
     double pa = 0, ps = 0, ra = 0, rs = 0;
