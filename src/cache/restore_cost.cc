@@ -26,6 +26,9 @@ constexpr double kSeedRestoreMbS = 1000;
 // Observations smaller than these are mostly fixed costs (a request's admission, a file's header): not rates.
 constexpr int64_t kMinObservedPrefill = 64;
 constexpr uint64_t kMinObservedRestore = uint64_t{1} << 20;
+// A restore must be predicted this much faster than recomputing: near a tie the estimates' error (page-cache
+// luck, a busy disk, attention's superlinear cost) decides, and recomputing risks no I/O.
+constexpr double kRestoreMargin = 1.2;
 
 bool rate_positive(double x) { return std::isfinite(x) && x > 0; }
 
@@ -77,7 +80,7 @@ RestoreDecision RestoreCostModel::decide(uint64_t bytes, int64_t tokens) const {
   }
   d.restore_s = static_cast<double>(bytes) / 1e6 / restore_mb_s();
   d.recompute_s = static_cast<double>(std::max<int64_t>(tokens, 0)) / prefill_tok_s();
-  d.restore = d.restore_s < d.recompute_s;
+  d.restore = d.restore_s * kRestoreMargin < d.recompute_s;
   return d;
 }
 

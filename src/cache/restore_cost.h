@@ -3,7 +3,8 @@
 //   restore   ≈ bytes the restore reads / this store's restore rate (MB/s, running average)
 //   recompute ≈ tokens the restore would save / this engine's prefill rate (tokens/s, running average)
 //
-// and a file is restored only when restore < recompute. Both rates start from seeds (flags, else per-device
+// and a file is restored only when restore is predicted at least 20% faster than recompute (near a tie the
+// estimates' error decides, and recomputing risks no I/O). Both rates start from seeds (flags, else per-device
 // defaults that lean towards recomputing on a GPU and towards restoring on the CPU); the first real measurement
 // replaces a seed, and later ones update a decayed sum of amounts over a decayed sum of seconds (prefills of 64
 // tokens or more, restores of 1 MiB or more), so long prefills and large restores weigh most and old figures fade. The

@@ -27,6 +27,9 @@ TEST(RestoreCost, RestoresOnlyWhenReadingIsPredictedFaster) {
   EXPECT_FALSE(d.restore);
   EXPECT_NEAR(d.restore_s, 2.42e9 / 1.7e9, 1e-6);
   EXPECT_NEAR(d.recompute_s, 16384 / 12500.0, 1e-6);
+  // Near a tie it recomputes: predicted 10% faster is not enough, 30% is.
+  EXPECT_FALSE(RestoreCostModel(seeded(1000, 1000), Device::CUDA).decide(1'000'000'000, 1100).restore);
+  EXPECT_TRUE(RestoreCostModel(seeded(1000, 1000), Device::CUDA).decide(1'000'000'000, 1300).restore);
   // A 55 GB/s read of the same bytes wins.
   EXPECT_TRUE(RestoreCostModel(seeded(11500, 55000), Device::CUDA).decide(2'420'000'000, 16384).restore);
   // The CPU of this machine: 31 tok/s at 4k, 1 GB/s: restore.
