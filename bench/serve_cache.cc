@@ -61,6 +61,7 @@ std::string http_get(int port, const std::string& path) {
 struct Shot {
   double ttft_ms = 0;
   int cached = 0, prompt = 0;
+  json engine;  // /v1/cache's last_request: the engine's attach and prefill times for it
 };
 
 Shot complete(int port, const std::vector<int>& ids) {
@@ -119,7 +120,19 @@ double probe_medium_mb_s(const std::string& dir, int mb) {
   return s > 0 ? static_cast<double>(got) / 1e6 / s : 0;
 }
 
-json shot_json(const Shot& s) { return {{"ttft_ms", s.ttft_ms}, {"cached_tokens", s.cached}, {"prompt", s.prompt}}; }
+json shot_json(const Shot& s) {
+  return {{"ttft_ms", s.ttft_ms}, {"cached_tokens", s.cached}, {"prompt", s.prompt}, {"engine", s.engine}};
+}
+
+// complete() plus the engine's own split of that request's time (attach vs prefill), read right after it.
+Shot complete_timed(int port, const std::vector<int>& ids) {
+  Shot s = complete(port, ids);
+  try {
+    s.engine = json::parse(http_get(port, "/v1/cache")).value("last_request", json());
+  } catch (const std::exception&) {
+  }
+  return s;
+}
 
 }  // namespace
 
@@ -157,8 +170,8 @@ int main(int argc, char** argv) {
       {
         bench::ServerProcess server(lathe, args);
         const int port = server.wait_ready(300).first;
-        cold = complete(port, ids);
-        ram = complete(port, extended(8));
+        cold = complete_timed(port, ids);
+        ram = complete_timed(port, extended(8));
         // Wait until the write-behind has stored the conversation (the stop's flush would do it too, but the
         // harness kills a server that takes more than 5 s to stop).
         for (int i = 0; i < 6000; ++i) {
@@ -172,7 +185,7 @@ int main(int argc, char** argv) {
       {
         bench::ServerProcess server(lathe, args);
         const int port = server.wait_ready(300).first;
-        ssd = complete(port, extended(16));
+        ssd = complete_timed(port, extended(16));
         info = json::parse(http_get(port, "/v1/cache")).at("ssd");
       }
       runs.push_back({{"tokens", t},
@@ -184,6 +197,15 @@ int main(int argc, char** argv) {
                       {"file_bytes", info.at("bytes")},
                       {"restore_ms", info.at("restore_ms_last")},
                       {"read_mb_s", info.at("read_mb_s_last")},
+                      // Where the restore went (reads of the reused rows; waits for the disk vs copies into
+                      // the caches), and the cost-aware decision (restored, or recomputed as predicted faster).
+                      {"read_bytes", info.value("read_bytes_last", json())},
+                      {"restore_wait_ms", info.value("restore_wait_ms_last", json())},
+                      {"restore_copy_ms", info.value("restore_copy_ms_last", json())},
+                      {"restores_skipped", info.value("skipped", json())},
+                      {"decision", info.value("last_decision", json())},
+                      {"prefill_tok_s_est", info.value("prefill_tok_s_est", json())},
+                      {"restore_mb_s_est", info.value("restore_mb_s_est", json())},
                       {"evicted_files", evicted}});
       std::fprintf(stderr, "%s\n", runs.back().dump().c_str());
     }

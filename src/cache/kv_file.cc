@@ -1,9 +1,8 @@
-// KV file v2: writing (atomic, one cache state in memory at a time) and loading (copy-on-write mapping, checks
-// before restore). The header's parsing and checks are in kv_file_header.cc.
+// KV file v2: writing (atomic, one cache state in memory at a time) and loading (checks before restore, then
+// large reads one cache ahead: kv_file_reader.h). The header's parsing and checks are in kv_file_header.cc.
 #include "cache/kv_file.h"
 
 #include <fcntl.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -14,6 +13,7 @@
 
 #include "cache/content_hash.h"
 #include "cache/kv_file_json.h"
+#include "cache/kv_file_reader.h"
 #include "common/error.h"
 #include "io/mapped_file.h"
 
@@ -122,30 +122,53 @@ void check_saveable(const std::vector<int32_t>& tokens, const CacheList& caches)
                                                   std::to_string(tokens.size()) + " given");
 }
 
-// A whole file mapped copy-on-write: restored caches may alias it, and a write to a page never reaches the file.
-std::shared_ptr<void> map_cow(const std::string& path, uint64_t* size) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw Error(errno == ENOENT ? ErrorKind::NotFound : ErrorKind::Io, path + ": " + std::strerror(errno));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    throw Error(ErrorKind::Io, path + ": not a regular file");
+// An open file descriptor, closed when it goes.
+class KvFd {
+ public:
+  explicit KvFd(const std::string& path) : fd_(::open(path.c_str(), O_RDONLY | O_CLOEXEC)) {
+    if (fd_ < 0) throw Error(errno == ENOENT ? ErrorKind::NotFound : ErrorKind::Io, std::strerror(errno));
   }
-  *size = static_cast<uint64_t>(st.st_size);
-  if (*size < kKvFilePrefixBytes) {
-    ::close(fd);
-    throw Error(ErrorKind::Corrupt,
-                path + ": KV file header: the file is " + std::to_string(*size) + " bytes, shorter than the prefix");
+  ~KvFd() { ::close(fd_); }
+  KvFd(const KvFd&) = delete;
+  KvFd& operator=(const KvFd&) = delete;
+  int get() const { return fd_; }
+  uint64_t size() const {
+    struct stat st {};
+    if (::fstat(fd_, &st) != 0) throw Error(ErrorKind::Io, std::strerror(errno));
+    if (!S_ISREG(st.st_mode)) throw Error(ErrorKind::Io, "not a regular file");
+    return static_cast<uint64_t>(st.st_size);
   }
-  void* p = ::mmap(nullptr, *size, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
-  const int e = errno;
-  ::close(fd);
-  if (p == MAP_FAILED) throw Error(ErrorKind::Io, path + ": mmap failed: " + std::strerror(e));
-  const size_t n = static_cast<size_t>(*size);
-  // The restore reads every page once, in order: large readahead, and pages behind may go. (MADV_WILLNEED on the
-  // whole file was measured 5-10x slower than faulting in order on the build machine's disk.) Advice only.
-  (void)::madvise(p, n, MADV_SEQUENTIAL);
-  return std::shared_ptr<void>(p, [n](void* q) { ::munmap(q, n); });
+
+ private:
+  int fd_;
+};
+
+bool kv_read_all_at(int fd, uint8_t* p, size_t n, off_t off) {
+  while (n > 0) {
+    const ssize_t r = ::pread(fd, p, n, off);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return false;
+    p += r;
+    n -= static_cast<size_t>(r);
+    off += r;
+  }
+  return true;
+}
+
+// Reads and parses the prefix and header of an open file of `size` bytes (the header hash is checked).
+KvFileHeader read_header_fd(int fd, uint64_t size) {
+  std::vector<uint8_t> buf(kKvFilePrefixBytes);
+  if (size >= kKvFilePrefixBytes && kv_read_all_at(fd, buf.data(), kKvFilePrefixBytes, 0)) {
+    uint32_t len = 0;
+    for (int i = 0; i < 4; ++i) len |= static_cast<uint32_t>(buf[8 + static_cast<size_t>(i)]) << (8 * i);
+    const uint64_t want = kKvFilePrefixBytes + std::min<uint64_t>(len, KvFileLimits::kMaxHeaderBytes);
+    if (want <= size) {
+      buf.resize(static_cast<size_t>(want));
+      if (!kv_read_all_at(fd, buf.data() + kKvFilePrefixBytes, buf.size() - kKvFilePrefixBytes, kKvFilePrefixBytes))
+        buf.resize(kKvFilePrefixBytes);
+    }
+  }
+  return parse_kv_header(buf.data(), size < kKvFilePrefixBytes ? static_cast<size_t>(size) : buf.size(), size);
 }
 
 // Runs f, prefixing any lathe::Error with the path.
@@ -236,48 +259,16 @@ uint64_t save_kv_file(const std::string& path, const std::vector<int32_t>& token
 
 KvFileHeader read_kv_header(const std::string& path) {
   return with_path(path, [&] {
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) throw Error(errno == ENOENT ? ErrorKind::NotFound : ErrorKind::Io, std::strerror(errno));
-    struct stat st {};
-    std::vector<uint8_t> buf(kKvFilePrefixBytes);
-    auto read_all = [&](uint8_t* p, size_t n, off_t off) {
-      while (n > 0) {
-        const ssize_t r = ::pread(fd, p, n, off);
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) return false;
-        p += r;
-        n -= static_cast<size_t>(r);
-        off += r;
-      }
-      return true;
-    };
-    if (::fstat(fd, &st) != 0) {
-      ::close(fd);
-      throw Error(ErrorKind::Io, std::strerror(errno));
-    }
-    const uint64_t size = static_cast<uint64_t>(st.st_size);
-    if (size >= kKvFilePrefixBytes && read_all(buf.data(), kKvFilePrefixBytes, 0)) {
-      uint32_t len = 0;
-      for (int i = 0; i < 4; ++i) len |= static_cast<uint32_t>(buf[8 + static_cast<size_t>(i)]) << (8 * i);
-      const uint64_t want = kKvFilePrefixBytes + std::min<uint64_t>(len, KvFileLimits::kMaxHeaderBytes);
-      if (want <= size) {
-        buf.resize(static_cast<size_t>(want));
-        if (!read_all(buf.data() + kKvFilePrefixBytes, buf.size() - kKvFilePrefixBytes, kKvFilePrefixBytes))
-          buf.resize(kKvFilePrefixBytes);
-      }
-    }
-    ::close(fd);
-    return parse_kv_header(buf.data(), size < kKvFilePrefixBytes ? static_cast<size_t>(size) : buf.size(), size);
+    const KvFd fd(path);
+    return read_header_fd(fd.get(), fd.size());
   });
 }
 
 KvFileHeader load_kv_file(const std::string& path, const CacheLayout& layout, CacheList& caches,
                           const KvLoadOptions& options) {
   return with_path(path, [&] {
-    uint64_t size = 0;
-    const std::shared_ptr<void> map = map_cow(path, &size);
-    auto* base = static_cast<uint8_t*>(map.get());
-    KvFileHeader h = parse_kv_header(base, static_cast<size_t>(size), size);
+    const KvFd fd(path);
+    KvFileHeader h = read_header_fd(fd.get(), fd.size());
     if (options.expect) {
       const std::string why = kv_meta_mismatch(h.meta, *options.expect);
       if (!why.empty()) throw Error(ErrorKind::InvalidArgument, "KV file belongs elsewhere: " + why);
@@ -286,12 +277,30 @@ KvFileHeader load_kv_file(const std::string& path, const CacheLayout& layout, Ca
     if (caches.size() != layout.layers.size())
       throw Error(ErrorKind::InvalidArgument, "KV file: restoring into " + std::to_string(caches.size()) +
                                                   " caches, the layout has " + std::to_string(layout.layers.size()));
-    if (options.verify) check_tensor_hashes(h, base);
+    const int64_t stored = static_cast<int64_t>(h.tokens.size());
+    const int64_t rows = options.tokens < 0 ? stored : options.tokens;
+    if (rows < 1 || rows > stored)
+      throw Error(ErrorKind::InvalidArgument,
+                  "KV file: cannot restore " + std::to_string(rows) + " of its " + std::to_string(stored) + " tokens");
+    if (rows < stored && !h.trimmable())
+      throw Error(ErrorKind::InvalidArgument, "KV file: holds a wrapped ring or SSM state, so only all of its " +
+                                                  std::to_string(stored) + " tokens restore, not " +
+                                                  std::to_string(rows));
+    // Tell the kernel the data is read once, in order (a larger readahead window). Advice only.
+    (void)::posix_fadvise(fd.get(), h.data_start, 0, POSIX_FADV_SEQUENTIAL);
+    KvFileReader reader(fd.get(), h, rows, options.verify);
+    using Clock = std::chrono::steady_clock;
+    double wait_ms = 0, copy_ms = 0;
     for (size_t i = 0; i < h.caches.size(); ++i) {
       const KvCacheEntry& e = h.caches[i];
+      const auto t0 = Clock::now();
+      const std::vector<Tensor>& read = reader.next();
+      const auto t1 = Clock::now();
+      wait_ms += std::chrono::duration<double, std::milli>(t1 - t0).count();
       CacheState s;
       s.kind = state_kind_of(e.kind);
-      s.meta["offset"] = e.offset;
+      const bool by_rows = e.kind == "kv" || e.kind == "qkv";  // the reader read only the rows restored
+      s.meta["offset"] = by_rows ? rows : e.offset;
       if (e.idx) {
         s.meta["idx"] = *e.idx;
         s.meta["max_size"] = *e.max_size;
@@ -302,13 +311,16 @@ KvFileHeader load_kv_file(const std::string& path, const CacheLayout& layout, Ca
         s.meta["group_size"] = *e.group_size;
       }
       const auto& names = tensor_names(e.kind);
-      for (size_t t = 0; t < e.tensors.size(); ++t) {
-        const KvTensorSlot& slot = e.tensors[t];
-        Tensor x = Tensor::alias(base + h.data_start + slot.off, slot.shape, slot.dtype, map);
-        if (layout.device != Device::CPU) x = x.to(layout.device);
-        s.tensors.emplace_back(names[t], std::move(x));
-      }
+      for (size_t t = 0; t < read.size(); ++t)
+        s.tensors.emplace_back(names[t], layout.device == Device::CPU ? read[t] : read[t].to(layout.device));
       caches[i]->restore(s);
+      if (!by_rows && e.offset > rows) caches[i]->trim(e.offset - rows);  // a ring that has not wrapped
+      copy_ms += std::chrono::duration<double, std::milli>(Clock::now() - t1).count();
+    }
+    if (options.stats) {
+      options.stats->bytes_read = reader.bytes_read();
+      options.stats->wait_ms = wait_ms;
+      options.stats->copy_ms = copy_ms;
     }
     return h;
   });

@@ -92,13 +92,25 @@ std::string kv_meta_mismatch(const KvFileMeta& file, const KvFileMeta& expect);
 // Checks a header against a model's cache layout (count, kinds, shapes, dtypes, windows, quantization).
 void check_kv_layout(const KvFileHeader& h, const CacheLayout& layout);
 
+// Where a load's time went (restore phases): waiting for the disk vs copying into the caches.
+struct KvLoadStats {
+  uint64_t bytes_read = 0;  // tensor bytes read (less than the file when only some tokens are restored)
+  double wait_ms = 0;       // the restore waited for reads (what overlapping with the copies did not hide)
+  double copy_ms = 0;       // restore() into the caches (on the CPU mostly the fresh pages' first touch)
+};
+
 struct KvLoadOptions {
   const KvFileMeta* expect = nullptr;  // compare the file's metadata with this (mismatch: InvalidArgument)
-  bool verify = false;                 // check every tensor hash before restoring
+  bool verify = false;                 // check every tensor hash (each before its cache is restored)
+  // Restore only the file's first `tokens` tokens (-1: all). Full-attention caches then read only those rows
+  // (the rest of the file is never read); a file holding a wrapped ring or SSM state refuses (InvalidArgument).
+  int64_t tokens = -1;
+  KvLoadStats* stats = nullptr;  // filled when given
 };
-// Restores a file into fresh caches (model.make_cache(), matching layout) and returns its header. The file is
-// mapped copy-on-write and the caches restore from the mapped pages (no read buffer; on CUDA, copied from
-// them to the device); the mapping is released when the load returns.
+// Restores a file into fresh caches (model.make_cache(), matching layout) and returns its header (whose
+// `tokens` are all the file holds). Everything is checked before a byte of tensor data is read; the tensors are
+// then read with large pread()s into two host buffers, one cache ahead of its restore (on CUDA copied from
+// there to the device). On an exception the caches may hold part of the file: discard them.
 KvFileHeader load_kv_file(const std::string& path, const CacheLayout& layout, CacheList& caches,
                           const KvLoadOptions& options = {});
 // Checks the header and every tensor hash without a model (`lathe cache verify`); throws on the first fault.

@@ -250,6 +250,9 @@ SsdStore::Match SsdStore::lookup_locked(const std::vector<int32_t>& tokens, cons
       best.path = path;
       best.reused = usable;
       best.stored = static_cast<int64_t>(e.tokens.size());
+      // A trimmable file is read only as far as the reused tokens (kv rows are laid out token by token).
+      best.read_bytes = e.trimmable ? e.disk_bytes / static_cast<uint64_t>(best.stored) * static_cast<uint64_t>(usable)
+                                    : e.disk_bytes;
       best_used = e.last_used;
     }
   }
@@ -277,16 +280,15 @@ SsdStore::Restored SsdStore::restore(const std::vector<int32_t>& tokens, const s
     KvLoadOptions o;
     o.expect = &want;
     o.verify = options_.verify;
+    o.tokens = m.reused;  // only the rows the request reuses are read
+    KvLoadStats ls;
+    o.stats = &ls;
     const KvFileHeader h = load_kv_file(m.path, layout_, r.caches, o);
     if (static_cast<int64_t>(h.tokens.size()) < m.reused ||
         !std::equal(tokens.begin(), tokens.begin() + m.reused, h.tokens.begin()))
       throw Error(ErrorKind::Corrupt, m.path + ": holds other tokens than its index entry");
-    const int64_t drop = static_cast<int64_t>(h.tokens.size()) - m.reused;
-    if (drop > 0) {  // (a wrapped ring refuses even can_trim(0))
-      for (const auto& c : r.caches)
-        if (!c->can_trim(drop)) throw Error(ErrorKind::Corrupt, m.path + ": cannot trim to the usable prefix");
-      for (const auto& c : r.caches) c->trim(drop);
-    }
+    for (const auto& c : r.caches)
+      if (c->offset() != m.reused) throw Error(ErrorKind::Corrupt, m.path + ": restored to the wrong length");
     const double ms = ms_since(t0);
     ::utimensat(AT_FDCWD, m.path.c_str(), nullptr, 0);  // the LRU time survives restarts as the mtime
     std::lock_guard<std::mutex> lock(mu_);
@@ -294,8 +296,13 @@ SsdStore::Restored SsdStore::restore(const std::vector<int32_t>& tokens, const s
     if (it != index_.end()) it->second.last_used = now_ns();
     ++stats_.hits;
     stats_.restore_ms_last = ms;
-    stats_.restore_mb_s_last = ms > 0 ? static_cast<double>(h.file_size) / 1e6 / (ms / 1000.0) : 0;
+    stats_.restore_bytes_last = ls.bytes_read;
+    stats_.restore_mb_s_last = ms > 0 ? static_cast<double>(ls.bytes_read) / 1e6 / (ms / 1000.0) : 0;
+    stats_.restore_wait_ms_last = ls.wait_ms;
+    stats_.restore_copy_ms_last = ls.copy_ms;
     r.reused = m.reused;
+    r.bytes_read = ls.bytes_read;
+    r.ms = ms;
     return r;
   } catch (const std::exception& e) {
     log::warn(std::string("ssd cache: dropping an entry that did not restore: ") + e.what());

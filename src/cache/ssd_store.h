@@ -35,7 +35,10 @@ struct SsdStoreStats {
   uint64_t hits = 0, misses = 0, spills = 0, write_failures = 0, removed_invalid = 0;
   uint64_t removed_tmp = 0;  // unfinished writes (a crash mid-spill) deleted by scans
   double restore_ms_last = 0;
-  double restore_mb_s_last = 0;
+  double restore_mb_s_last = 0;     // tensor bytes read / restore time (the file's reused rows only)
+  uint64_t restore_bytes_last = 0;  // tensor bytes the last restore read
+  double restore_wait_ms_last = 0;  // of restore_ms_last: waiting for the disk (reads overlap the copies)
+  double restore_copy_ms_last = 0;  // of restore_ms_last: copying into the caches
 };
 
 struct SsdScanReport {
@@ -57,8 +60,9 @@ class SsdStore {
 
   struct Match {
     std::string path;
-    int64_t reused = 0;  // tokens of the request the entry serves (at most tokens.size() - 1)
-    int64_t stored = 0;  // tokens the file holds (more than reused: the rest is trimmed after restore)
+    int64_t reused = 0;       // tokens of the request the entry serves (at most tokens.size() - 1)
+    int64_t stored = 0;       // tokens the file holds (more than reused: only the reused rows are read)
+    uint64_t read_bytes = 0;  // about what restoring `reused` tokens reads (for the cost of a restore)
   };
   // The entry with the longest usable prefix of tokens in ns (index only, no I/O); reused 0 when none.
   Match lookup(const std::vector<int32_t>& tokens, const std::string& ns = "") const;
@@ -66,9 +70,11 @@ class SsdStore {
   struct Restored {
     int64_t reused = 0;  // 0: a miss (caches are fresh and empty)
     CacheList caches;    // holding tokens[0, reused)
+    uint64_t bytes_read = 0;
+    double ms = 0;  // the restore's time (lookup, checks, reads and copies)
   };
-  // lookup + load + trim to the usable prefix. A hit bumps the entry's LRU time; a file that fails to restore
-  // is deleted and counted as a miss. Never throws for file problems.
+  // lookup + load of the usable prefix (only its rows are read where the file allows). A hit bumps the entry's LRU
+  // time; a file that fails to restore is deleted and counted as a miss. Never throws for file problems.
   Restored restore(const std::vector<int32_t>& tokens, const std::string& ns = "");
 
   SsdStoreStats stats() const;

@@ -113,7 +113,8 @@ int run_serve(ServeFlags& f) {
   if (!f.chat_template.empty()) o.ssd.template_source = read_file(f.chat_template);
   if (o.ssd.dir.empty() && (f.ssd_flags_given))
     throw Error(ErrorKind::InvalidArgument,
-                "--ssd-cache-max, --ssd-cache-verify and --ssd-demote-idle need --ssd-cache DIR");
+                "--ssd-cache-max, --ssd-cache-verify, --ssd-demote-idle, --ssd-restore, --ssd-read-rate and "
+                "--prefill-rate need --ssd-cache DIR");
   o.defaults.sampling = f.sampling.resolve(session->default_sampling());
   if (f.max_tokens) o.defaults.max_tokens = *f.max_tokens;
   o.defaults.logprobs_format =
@@ -306,6 +307,32 @@ Verb add_serve(CLI::App& app) {
            f->ssd_flags_given = true;
          },
          "a kept prompt cache idle this many seconds leaves RAM for the SSD cache (default: only when evicted)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option_function<std::string>(
+         "--ssd-restore",
+         [f](const std::string& p) {
+           f->server.ssd.restore.policy = parse_restore_policy(p);
+           f->ssd_flags_given = true;
+         },
+         "auto: restore a stored prefix only when reading it is predicted faster than prefilling it (learned "
+         "rates); always; never (default auto)")
+      ->check(CLI::IsMember({"auto", "always", "never"}));
+  cmd->add_option_function<double>(
+         "--ssd-read-rate",
+         [f](double mb_s) {
+           f->server.ssd.restore.restore_mb_s = mb_s;
+           f->ssd_flags_given = true;
+         },
+         "the SSD cache's restore rate in MB/s to assume until restores have measured it (default 1000)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option_function<double>(
+         "--prefill-rate",
+         [f](double tok_s) {
+           f->server.ssd.restore.prefill_tok_s = tok_s;
+           f->ssd_flags_given = true;
+         },
+         "this engine's prefill rate in tokens/s to assume until prefills have measured it (default 400 on the "
+         "CPU, 20000 on a GPU); only the SSD cache's restore decisions use it")
       ->check(CLI::PositiveNumber);
   return {cmd, [f] { return run_serve(*f); }};
 }

@@ -19,7 +19,7 @@ struct Scheduler::Row {
   CacheList cache;
   bool has_cache = false;
   int64_t fed = 0;  // history tokens the cache holds
-  bool admitted_before = false, prefilled = false;
+  bool admitted_before = false, prefilled = false, preempted = false;
   Clock::time_point arrived, admitted, first_token;
   int64_t planned = 0;  // tokens this step
   // How the row's input was fed since `base` (the prefix reused at first admission): a resumed row replays the
@@ -95,9 +95,18 @@ bool Scheduler::evict_idle() {
   return true;
 }
 
+namespace {
+// The learned restore and prefill rates, beside the identity's namespace folders (scan() leaves files alone).
+std::string restore_rates_path(const SsdStore& store) { return store.root() + "/restore_rates.json"; }
+}  // namespace
+
 void Scheduler::enable_ssd(SsdStore& store, SsdTierOptions options) {
   ssd_ = &store;
   ssd_options_ = options;
+  cost_ = std::make_unique<RestoreCostModel>(options.restore, options.device);
+  cost_->load(restore_rates_path(store));
+  cache_stats_.prefill_tok_s = cost_->prefill_tok_s();
+  cache_stats_.restore_mb_s = cost_->restore_mb_s();
   writer_ = std::make_unique<SsdSpillWriter>(store);
 }
 
@@ -135,16 +144,29 @@ CacheList Scheduler::take_idle(Idle& idle) {
   return copy;
 }
 
-// Restores from the SSD tier when a file serves more of the row's input than RAM (ram_best tokens) does.
+// Restores from the SSD tier when a file serves more of the row's input than RAM (ram_best tokens) does, and
+// the cost model predicts reading it faster than prefilling the tokens it would add.
 bool Scheduler::try_ssd(Row& row, int64_t ram_best) {
   if (!ssd_) return false;
   const std::vector<int32_t>& h = row.seq->history();
   const std::string ns = row.cache_ns();
-  if (ssd_->lookup(h, ns).reused <= ram_best) return false;
+  const SsdStore::Match m = ssd_->lookup(h, ns);
+  if (m.reused <= ram_best) return false;
+  const RestoreDecision d = cost_->decide(m.read_bytes, m.reused - ram_best);
+  cache_stats_.last_restore_est_s = d.restore_s;
+  cache_stats_.last_recompute_est_s = d.recompute_s;
+  cache_stats_.last_decision_restore = d.restore;
+  if (cost_->policy() == RestorePolicy::Auto) log::info("ssd cache: " + d.describe(m.reused - ram_best, m.read_bytes));
+  if (!d.restore) {
+    ++cache_stats_.ssd_skipped;
+    return false;
+  }
   const auto t0 = Clock::now();
   SsdStore::Restored r = ssd_->restore(h, ns);
   if (r.reused <= ram_best) return false;  // the file failed (deleted, counted) or served less
   cache_stats_.ssd_restore_ms_total += std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  cost_->observe_restore(r.bytes_read, r.ms / 1000.0);
+  cache_stats_.restore_mb_s = cost_->restore_mb_s();
   row.cache = std::move(r.caches);
   row.fed = r.reused;
   return true;
@@ -182,6 +204,7 @@ void Scheduler::flush_ssd() {
   if (!ssd_) return;
   for (Idle& i : idle_) spill(i);
   writer_->drain();
+  cost_->save(restore_rates_path(*ssd_));
 }
 
 void Scheduler::drop_cancelled() {
@@ -211,6 +234,7 @@ void Scheduler::drop_cancelled() {
 // for the next request; others are taken (trimmed to the prefix; running rows' only when they can be shared).
 // The SSD tier serves instead when a file holds more. Else a fresh cache.
 void Scheduler::attach_cache(Row& row) {
+  const auto attach_start = Clock::now();
   const std::vector<int32_t>& h = row.seq->history();
   auto common_prefix = [&](const std::vector<int32_t>& tokens, size_t n) {
     size_t c = 0;
@@ -248,6 +272,7 @@ void Scheduler::attach_cache(Row& row) {
   if (!shared) donor_common = 0;
   const size_t ram_best = std::max(best_common, donor_common);
   bool from_ram = false, from_ssd = false;
+  const int64_t skipped_before = cache_stats_.ssd_skipped;
   if (!exact_replay && try_ssd(row, static_cast<int64_t>(ram_best))) {
     from_ssd = true;
   } else if (shared && donor_common > best_common) {
@@ -280,10 +305,11 @@ void Scheduler::attach_cache(Row& row) {
       ++cache_stats_.ssd_hits;
       cache_stats_.ssd_reused_tokens += row.fed;
     }
-    if (ssd_ && !from_ssd && !from_ram) ++cache_stats_.ssd_misses;
+    if (ssd_ && !from_ssd && !from_ram && cache_stats_.ssd_skipped == skipped_before) ++cache_stats_.ssd_misses;
     row.base = row.fed;
     row.segments.clear();
   }
+  cache_stats_.last_attach_ms = std::chrono::duration<double, std::milli>(Clock::now() - attach_start).count();
   if (row.fed == row.base) {
     row.replayed = 0;  // resumed from the same start: replay every recorded forward
   } else {             // resumed from another prefix: fresh chunks from here (close, not bit-exact)
@@ -320,6 +346,7 @@ void Scheduler::preempt(size_t index) {
   }
   row->cache.clear();
   row->has_cache = false;
+  row->preempted = true;
   row->fed = 0;
   if (row->base > 0) {  // its reused prefix cannot be recomputed as it was: resume in fresh chunks
     row->segments.clear();
@@ -489,6 +516,15 @@ void Scheduler::step() {
       if (!r->prefilled && r->fed >= static_cast<int64_t>(r->seq->prompt_size())) {
         r->prefilled = true;
         r->seq->result().prefill_seconds = std::chrono::duration<double>(now - r->admitted).count();
+        cache_stats_.last_prefill_ms = r->seq->result().prefill_seconds * 1000;
+        cache_stats_.last_prefill_tokens = static_cast<int64_t>(r->seq->prompt_size()) - std::max<int64_t>(r->base, 0);
+        // What recomputing costs on this engine under this load: the prompt tokens the row prefilled since its
+        // admission (a preempted row's time includes its wait).
+        if (cost_ && !r->preempted) {
+          cost_->observe_prefill(static_cast<int64_t>(r->seq->prompt_size()) - r->base,
+                                 r->seq->result().prefill_seconds);
+          cache_stats_.prefill_tok_s = cost_->prefill_tok_s();
+        }
       }
     }
     sample_rows(logits, sampled);

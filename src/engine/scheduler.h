@@ -12,8 +12,10 @@
 // fixed per row and every row samples from its own (seed, step) stream.
 //
 // With an SSD tier (enable_ssd), a request whose longest RAM prefix is shorter than what a KV file holds restores
-// from the file; kept caches are written behind (housekeeping(), after write_behind_s idle) and when they leave
-// RAM (eviction, demotion after demote_idle_s), by a background writer: the step loop never waits for the disk.
+// from the file when the cost model predicts that faster than prefilling the difference (restore_cost.h; it
+// learns from this scheduler's prefills and restores); kept caches are written behind (housekeeping(), after
+// write_behind_s idle) and when they leave RAM (eviction, demotion after demote_idle_s), by a background writer: the
+// step loop never waits for the disk.
 //
 // Single-threaded: the caller (the server's engine thread, or a test) owns the scheduler and the model.
 #pragma once
@@ -27,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "cache/restore_cost.h"
 #include "cache/ssd_spill_writer.h"
 #include "cache/ssd_store.h"
 #include "engine/kv_budget.h"
@@ -50,6 +53,8 @@ struct SsdTierOptions {
   double demote_idle_s = 0;     // ...and leaves RAM once idle this long (0: only when evicted)
   int64_t min_tokens = 8;       // shorter prefixes are not worth a file
   bool host_snapshot = false;   // caches on a GPU: copied to the host on the engine thread before the writer
+  Device device = Device::CPU;  // where the caches live (the cost model's default prefill rate)
+  RestoreCostOptions restore;   // cost-aware restore (restore_cost.h): --ssd-restore and the rate seeds
 };
 
 // Prompt-cache counters by tier (per first admission of a request).
@@ -57,8 +62,17 @@ struct CacheTierStats {
   int64_t ram_entries = 0, ram_bytes = 0;
   int64_t ram_hits = 0, ram_misses = 0;  // a kept RAM cache served the request / did not
   int64_t ssd_hits = 0, ssd_misses = 0;  // asked when RAM fell short: a file served it / none could
+  int64_t ssd_skipped = 0;               // a file could serve more than RAM, but recomputing was predicted faster
   int64_t ssd_reused_tokens = 0, ram_reused_tokens = 0;
   double ssd_restore_ms_total = 0;
+  // The cost model's current estimates and its last decision (restore_cost.h); 0 before any.
+  double prefill_tok_s = 0, restore_mb_s = 0;
+  double last_restore_est_s = 0, last_recompute_est_s = 0;
+  bool last_decision_restore = false;
+  // Where the last request's time to its first token went on the engine thread: attaching its cache (a RAM
+  // fork or take, or an SSD restore) and its prefill from admission to the last prompt token's logits.
+  double last_attach_ms = 0, last_prefill_ms = 0;
+  int64_t last_prefill_tokens = 0;
   int64_t spills_queued = 0;
 };
 
@@ -105,7 +119,8 @@ class Scheduler {
   // Debounced write-behind and idle demotion; returns how long until it has more to do (-1: nothing pending).
   // Cheap: call it after every step and when idle.
   double housekeeping();
-  // Writes every kept cache not yet on the SSD and waits for the writer (shutdown, tests).
+  // Writes every kept cache not yet on the SSD and waits for the writer, and keeps the learned restore and
+  // prefill rates beside the files (shutdown, tests).
   void flush_ssd();
   const CacheTierStats& cache_stats() const { return cache_stats_; }
   const SsdStore* ssd() const { return ssd_; }
@@ -151,6 +166,7 @@ class Scheduler {
   CacheTierStats cache_stats_;
   SsdStore* ssd_ = nullptr;
   SsdTierOptions ssd_options_;
+  std::unique_ptr<RestoreCostModel> cost_;  // with the SSD tier
   std::unique_ptr<SsdSpillWriter> writer_;  // declared last: joined first, while the caches it reads live
 };
 

@@ -23,6 +23,10 @@ std::vector<Route> cache_routes(ServerContext& ctx) {
                  ram["pool_bytes"] = pool.bytes;
                  ram["pool_block_refs"] = pool.references;
                  json out = {{"object", "cache"}, {"ram", ram}, {"ssd", nullptr}};
+                 // The last request's engine-side split of its time to first token (attach vs prefill).
+                 out["last_request"] = {{"attach_ms", c.last_attach_ms},
+                                        {"prefill_ms", c.last_prefill_ms},
+                                        {"prefill_tokens", c.last_prefill_tokens}};
                  if (const SsdStore* store = ctx.ssd_store()) {
                    const SsdStoreStats s = store->stats();
                    const double avg = c.ssd_hits > 0 ? c.ssd_restore_ms_total / static_cast<double>(c.ssd_hits) : 0;
@@ -39,7 +43,20 @@ std::vector<Route> cache_routes(ServerContext& ctx) {
                                  {"removed_tmp", s.removed_tmp},
                                  {"restore_ms_last", s.restore_ms_last},
                                  {"restore_ms_avg", avg},
-                                 {"read_mb_s_last", s.restore_mb_s_last}};
+                                 {"read_mb_s_last", s.restore_mb_s_last},
+                                 {"read_bytes_last", s.restore_bytes_last},
+                                 {"restore_wait_ms_last", s.restore_wait_ms_last},
+                                 {"restore_copy_ms_last", s.restore_copy_ms_last},
+                                 // Cost-aware restore (restore_cost.h): the rates it predicts with, how often
+                                 // it chose to recompute, and its last estimates.
+                                 {"skipped", c.ssd_skipped},
+                                 {"prefill_tok_s_est", c.prefill_tok_s},
+                                 {"restore_mb_s_est", c.restore_mb_s},
+                                 {"last_decision", c.last_restore_est_s == 0 && c.last_recompute_est_s == 0
+                                                       ? json(nullptr)
+                                                       : json({{"restore", c.last_decision_restore},
+                                                               {"restore_s_est", c.last_restore_est_s},
+                                                               {"recompute_s_est", c.last_recompute_est_s}})}};
                  }
                  write_json(res, out);
                }});

@@ -131,6 +131,13 @@ std::string Metrics::render() const {
              std::to_string(c.ssd_restore_ms_total / 1000.0));
       scalar("lathe_ssd_cache_restore_mb_per_second", "gauge", "Read rate of the last KV file restore.",
              std::to_string(s.restore_mb_s_last));
+      scalar("lathe_ssd_cache_restores_skipped_total", "counter",
+             "Stored prefixes recomputed because the cost model predicted that faster than restoring them.",
+             std::to_string(c.ssd_skipped));
+      scalar("lathe_ssd_cache_prefill_tokens_per_second_estimate", "gauge",
+             "The cost model's running prefill rate of this engine.", std::to_string(c.prefill_tok_s));
+      scalar("lathe_ssd_cache_restore_mb_per_second_estimate", "gauge",
+             "The cost model's running restore rate of the SSD tier.", std::to_string(c.restore_mb_s));
       scalar("lathe_ssd_cache_spills_total", "counter", "KV files written.", std::to_string(s.spills));
       scalar("lathe_ssd_cache_write_failures_total", "counter", "Spills the disk refused (full, I/O error).",
              std::to_string(s.write_failures));

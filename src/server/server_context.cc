@@ -22,6 +22,8 @@ ServerContext::ServerContext(ServeOptions options, std::unique_ptr<ModelBundle> 
     tier.host_snapshot = layout.device != Device::CPU;
     tier.demote_idle_s = options_.ssd.demote_idle_s;
     tier.write_behind_s = options_.ssd.write_behind_s;
+    tier.device = layout.device;
+    tier.restore = options_.ssd.restore;
     SsdStoreOptions so{options_.ssd.dir, options_.ssd.max_bytes, options_.ssd.verify};
     ModelBundle* bundle = session_.get();
     ssd_ = std::make_unique<SsdStore>(so, cache_identity(session_->model(), co, options_.ssd.template_source),

@@ -28,6 +28,7 @@ struct SsdCacheOptions {
   double demote_idle_s = 0;
   double write_behind_s = 1.0;
   std::string template_source;  // --chat-template's text: part of the identity
+  RestoreCostOptions restore;   // --ssd-restore, --ssd-read-rate, --prefill-rate
 };
 
 struct ServeOptions {

@@ -9,6 +9,7 @@
 #include "common/error.h"
 #include "tensor/cpu/kernels.h"
 #include "tensor/device_memory.h"
+#include "tensor/thread_pool.h"
 #ifdef LATHE_HAVE_CUDA
 #include "tensor/ops_cuda.h"
 // Sends an op to the CUDA backend when its first tensor lives on the GPU.
@@ -358,6 +359,18 @@ void copy_rows(Tensor& dst, int64_t dst_row, const Tensor& src_in, int64_t src_r
   char* d = static_cast<char*>(dst.raw()) + static_cast<size_t>(dst_row) * row;
   const char* s = static_cast<const char*>(src.raw()) + static_cast<size_t>(src_row) * row;
   if (dst.device() == Device::CPU) {
+    // A large copy (a cache restored from a KV file, a grown cache) is mostly the kernel allocating and
+    // clearing the destination's fresh pages at first touch, not the memcpy: split over the pool in 1 MiB
+    // pieces it ran 2-3x faster on the 2-vCPU build machine (940 MB into the KV block pool's shared memory).
+    constexpr size_t kParallelCopyBytes = size_t{8} << 20;
+    if (static_cast<size_t>(n) * row >= kParallelCopyBytes) {
+      const int64_t piece = std::max<int64_t>(1, static_cast<int64_t>((size_t{1} << 20) / row));
+      parallel_for(n, piece, [&](int64_t b, int64_t e) {
+        std::memcpy(d + static_cast<size_t>(b) * row, s + static_cast<size_t>(b) * row,
+                    static_cast<size_t>(e - b) * row);
+      });
+      return;
+    }
     std::memcpy(d, s, static_cast<size_t>(n) * row);
     return;
   }

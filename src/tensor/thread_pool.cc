@@ -1,6 +1,8 @@
 #include "tensor/thread_pool.h"
 
+#include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 
 #include <algorithm>
 #include <atomic>
@@ -79,7 +81,19 @@ class ThreadPool::Impl {
  public:
   explicit Impl(int n) : n_(std::max(1, n)) {
     maybe_pin(0);
-    for (int i = 1; i < n_; ++i) workers_.emplace_back([this, i] { loop(i); });
+    for (int i = 1; i < n_; ++i)
+      workers_.emplace_back([this, i] {
+        // Workers never take the stop signals: a process-directed SIGTERM or SIGINT must reach the thread that
+        // waits for it (`lathe serve` blocks them once loaded, but the pool often starts while a model loads;
+        // a worker with them unblocked took SIGTERM's default action and the server died without its graceful
+        // stop — no SSD cache flush).
+        sigset_t stop;
+        sigemptyset(&stop);
+        sigaddset(&stop, SIGINT);
+        sigaddset(&stop, SIGTERM);
+        pthread_sigmask(SIG_BLOCK, &stop, nullptr);
+        loop(i);
+      });
   }
   ~Impl() {
     {

@@ -339,6 +339,77 @@ TEST(KvFile, MetadataMismatchNamesTheField) {
   }
 }
 
+// Restoring only a file's first tokens (KvLoadOptions::tokens) reads only their rows, and gives exactly the
+// caches a whole restore trimmed to them gives: the same state bytes and the same continued logits. Files whose
+// caches cannot drop tokens (a wrapped ring, SSM state) refuse a partial restore rather than restore wrongly.
+TEST(KvFile, PrefixRestoreEqualsWholeRestoreTrimmed) {
+  int partial = 0, refused = 0;
+  for (const KvFileCase& c : all_cases()) {
+    auto model = load_model(testing::fixture_dir(c.model));
+    CacheOptions o;
+    o.kv_bits = c.kv_bits;
+    o.kv_group_size = 32;
+    const std::vector<int32_t> ids = testing::Reference::load(c.model).prompt("long");
+    const std::vector<int32_t> stored(ids.begin(), ids.begin() + 12);
+    CacheList caches = model->make_cache(o);
+    model->forward(stored, caches, false);
+    TempDir dir;
+    const std::string path = dir.path + "/p.lkv";
+    const uint64_t file_bytes = save_kv_file(path, stored, caches, {});
+    const CacheLayout layout = probe_cache_layout(*model, o);
+    const KvFileHeader h = read_kv_header(path);
+    const std::string what = c.model + " kv_bits " + std::to_string(c.kv_bits);
+    KvLoadOptions lo;
+    lo.tokens = 7;
+    KvLoadStats st;
+    lo.stats = &st;
+    CacheList part = model->make_cache(o);
+    if (!h.trimmable()) {
+      try {
+        load_kv_file(path, layout, part, lo);
+        ADD_FAILURE() << what << ": a partial restore of an untrimmable file";
+      } catch (const Error& e) {
+        EXPECT_EQ(e.kind(), ErrorKind::InvalidArgument) << what;
+      }
+      ++refused;
+      continue;
+    }
+    load_kv_file(path, layout, part, lo);
+    EXPECT_LT(st.bytes_read, file_bytes) << what;
+    CacheList whole = model->make_cache(o);
+    KvLoadStats ws;
+    KvLoadOptions wo;
+    wo.verify = true;
+    wo.stats = &ws;
+    load_kv_file(path, layout, whole, wo);
+    EXPECT_GT(ws.bytes_read, st.bytes_read) << what;
+    for (const auto& w : whole) w->trim(w->offset() - 7);
+    for (size_t i = 0; i < whole.size(); ++i) {
+      ASSERT_EQ(part[i]->offset(), 7) << what;
+      const CacheState a = part[i]->state(), b = whole[i]->state();
+      ASSERT_EQ(a.tensors.size(), b.tensors.size()) << what;
+      for (size_t t = 0; t < a.tensors.size(); ++t)
+        EXPECT_TRUE(bit_identical(a.tensors[t].second, b.tensors[t].second)) << what << " cache " << i;
+    }
+    for (size_t i = 7; i < 10; ++i) {
+      const Tensor a = model->forward({ids[i]}, part, false);
+      const Tensor b = model->forward({ids[i]}, whole, false);
+      ASSERT_TRUE(bit_identical(a, b)) << what << " step " << i;
+    }
+    ++partial;
+  }
+  EXPECT_GT(partial, 0);
+  EXPECT_GT(refused, 0);  // the SSM fixtures
+  // Out of range: nothing, or more than the file holds.
+  auto s = save_one("qwen3-bf16");
+  for (int64_t n : {int64_t{0}, static_cast<int64_t>(s->tokens.size()) + 1}) {
+    KvLoadOptions lo;
+    lo.tokens = n;
+    CacheList fresh = s->model->make_cache();
+    EXPECT_THROW(load_kv_file(s->path, s->layout, fresh, lo), Error) << n;
+  }
+}
+
 TEST(KvFile, RefusesCachesThatDoNotHoldTheTokens) {
   auto model = load_model(testing::fixture_dir("qwen3-bf16"));
   CacheList caches = model->make_cache();

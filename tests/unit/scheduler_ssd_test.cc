@@ -23,13 +23,14 @@ class SchedulerSsdTest : public ::testing::Test {
   static void TearDownTestSuite() { delete bundle_; }
 
   std::unique_ptr<SsdStore> store() { return kvtest::open_ssd_store(*bundle_, dir_.path); }
-  static std::unique_ptr<Scheduler> scheduler(SsdStore* ssd, int reuse_slots = 4) {
+  static std::unique_ptr<Scheduler> scheduler(SsdStore* ssd, int reuse_slots = 4, RestoreCostOptions cost = {}) {
     SchedulerOptions o;
     o.kv_cache_bytes = 1 << 30;
     o.prefill_chunk = 32;
     o.reuse_slots = reuse_slots;
     auto s = std::make_unique<Scheduler>(*bundle_, o);
     SsdTierOptions t;
+    t.restore = cost;
     t.write_behind_s = 1000;  // only explicit flushes and evictions write
     if (ssd) s->enable_ssd(*ssd, t);
     return s;
@@ -117,6 +118,75 @@ TEST_F(SchedulerSsdTest, AFileThatFailsToRestoreIsAMissAnsweredByPrefill) {
   EXPECT_EQ(s->cache_stats().ssd_hits, 0);
   auto cold = scheduler(nullptr);
   EXPECT_EQ(b->ids, run(*cold, next)->ids);
+}
+
+// Cost-aware restore with injected rates (learning off): an engine predicted to prefill faster than the disk
+// reads recomputes — no restore, counted as skipped, not as a miss, tokens as cold — and one predicted slower
+// restores. The fixed policies ignore the rates.
+TEST_F(SchedulerSsdTest, CostModelDecidesBetweenRestoreAndRecompute) {
+  const std::vector<int32_t> first = prompt(70, 9);
+  std::vector<int32_t> next;
+  {
+    auto st = store();
+    auto s = scheduler(st.get());
+    next = extend(first, run(*s, first)->ids);
+    s->flush_ssd();
+    EXPECT_TRUE(fs::exists(st->root() + "/restore_rates.json"));  // what it learned, for the next start
+  }
+  auto cold = scheduler(nullptr);
+  const std::vector<int32_t> cold_ids = run(*cold, next)->ids;
+  auto rates = [](double tok_s, double mb_s, RestorePolicy p = RestorePolicy::Auto) {
+    RestoreCostOptions o;
+    o.prefill_tok_s = tok_s;
+    o.restore_mb_s = mb_s;
+    o.learn = false;
+    o.policy = p;
+    return o;
+  };
+  struct Case {
+    RestoreCostOptions cost;
+    bool restores;
+  };
+  const Case cases[] = {{rates(1e9, 0.001), false},
+                        {rates(1, 1e6), true},
+                        {rates(1e9, 0.001, RestorePolicy::Always), true},
+                        {rates(1, 1e6, RestorePolicy::Never), false}};
+  for (const Case& c : cases) {
+    auto st = store();
+    auto s = scheduler(st.get(), 4, c.cost);
+    auto b = run(*s, next);
+    const CacheTierStats& cs = s->cache_stats();
+    EXPECT_EQ(b->ids, cold_ids);
+    EXPECT_EQ(cs.ssd_misses, 0);
+    if (c.restores) {
+      EXPECT_EQ(b->result->cached_tokens, static_cast<int>(first.size() + 6 - 1));
+      EXPECT_EQ(cs.ssd_hits, 1);
+      EXPECT_EQ(cs.ssd_skipped, 0);
+    } else {
+      EXPECT_EQ(b->result->cached_tokens, 0);
+      EXPECT_EQ(cs.ssd_hits, 0);
+      EXPECT_EQ(cs.ssd_skipped, 1);
+      EXPECT_FALSE(cs.last_decision_restore);
+    }
+    if (c.cost.policy == RestorePolicy::Auto) {
+      EXPECT_EQ(cs.last_decision_restore, c.restores);
+      EXPECT_GT(cs.last_restore_est_s, 0);
+      EXPECT_GT(cs.last_recompute_est_s, 0);
+    }
+    EXPECT_EQ(st->stats().entries, 1u);  // a skipped file stays for a later, costlier request
+  }
+}
+
+// The prefill rate learns from real prefills: after a prompt the estimate moves from the seed towards what the
+// engine did.
+TEST_F(SchedulerSsdTest, PrefillRateLearnsFromRealPrefills) {
+  auto st = store();
+  RestoreCostOptions o;
+  o.prefill_tok_s = 1e-3;  // absurdly slow seed
+  auto s = scheduler(st.get(), 4, o);
+  EXPECT_LT(s->cache_stats().prefill_tok_s, 1e-2);
+  run(*s, prompt(200, 1));
+  EXPECT_GT(s->cache_stats().prefill_tok_s, 1.0);
 }
 
 }  // namespace

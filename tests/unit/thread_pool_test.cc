@@ -2,6 +2,8 @@
 // regions back to back and after the workers went to sleep, nested calls run inline, and an exception thrown
 // in any chunk reaches the caller after every claimed chunk finished.
 #include <gtest/gtest.h>
+#include <pthread.h>
+#include <signal.h>
 
 #include <atomic>
 #include <chrono>
@@ -21,6 +23,31 @@ void expect_each_index_once(int64_t n, int64_t grain) {
     for (int64_t i = b; i < e; ++i) hits[static_cast<size_t>(i)].fetch_add(1);
   });
   for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[static_cast<size_t>(i)].load(), 1) << "n " << n << " i " << i;
+}
+
+// Workers block SIGINT and SIGTERM even when the pool starts before `lathe serve` blocks them (while a model
+// loads): else a process-directed SIGTERM could land on a worker and kill the server without its graceful stop.
+TEST(ThreadPool, WorkersNeverTakeTheStopSignals) {
+  sigset_t none, old;
+  sigemptyset(&none);
+  pthread_sigmask(SIG_SETMASK, &none, &old);  // the creating thread has them unblocked
+  std::atomic<int> worker_chunks{0}, unblocked{0};
+  {
+    ThreadPool pool(3);
+    const std::thread::id caller = std::this_thread::get_id();
+    for (int rep = 0; rep < 50 && worker_chunks.load() == 0; ++rep)
+      pool.run(64, 1, [&](int64_t, int64_t) {
+        std::this_thread::sleep_for(std::chrono::microseconds(200));  // the workers get chunks too
+        if (std::this_thread::get_id() == caller) return;
+        sigset_t mask;
+        pthread_sigmask(SIG_BLOCK, nullptr, &mask);
+        ++worker_chunks;
+        if (!sigismember(&mask, SIGTERM) || !sigismember(&mask, SIGINT)) ++unblocked;
+      });
+  }
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  EXPECT_GT(worker_chunks.load(), 0);
+  EXPECT_EQ(unblocked.load(), 0);
 }
 
 TEST(ThreadPool, EveryIndexOnce) {
