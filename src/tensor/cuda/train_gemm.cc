@@ -1,0 +1,21 @@
+// f32 GEMM of the training autograd through cuBLAS. Row-major C = op(A) · op(B) is column-major
+// Cᵀ = op(B)ᵀ · op(A)ᵀ: a row-major matrix read column-major is its transpose, so B goes first with its own
+// transpose flag and A second. The pedantic f32 compute type keeps cuBLAS off TF32 whatever the handle's mode.
+#include <cublas_v2.h>
+
+#include "tensor/cuda/runtime.h"
+#include "tensor/cuda/train_kernels.h"
+
+namespace lathe::cuda::train {
+
+void sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+           const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  if (M == 0 || N == 0) return;
+  check(cublasGemmEx(cublas(), trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
+                     static_cast<int>(N), static_cast<int>(M), static_cast<int>(K), &alpha, B, CUDA_R_32F,
+                     static_cast<int>(ldb), A, CUDA_R_32F, static_cast<int>(lda), &beta, C, CUDA_R_32F,
+                     static_cast<int>(ldc), CUBLAS_COMPUTE_32F_PEDANTIC, CUBLAS_GEMM_DEFAULT),
+        "cublasGemmEx (train sgemm)");
+}
+
+}  // namespace lathe::cuda::train
