@@ -8,6 +8,7 @@
 #include "lab/train/autograd_cuda.h"
 #include "lab/train/lora_dropout.h"
 #include "lab/train/lora_engine_arch.h"
+#include "tensor/cuda/train_kernels.h"
 #endif
 
 namespace lathe::train {
@@ -28,7 +29,7 @@ bool same_rope(const RopeTable& a, const RopeTable& b) {
 
 class CudaEngine : public LoraGradientEngine {
  public:
-  CudaEngine(const Model& model, LoraParams& params);
+  CudaEngine(const Model& model, LoraParams& params, const CudaEngineOptions& options);
   SequenceLogProbs forward(const std::vector<TrainSequence>& batch, bool with_adapter) override;
   void backward(const std::vector<double>& weight_per_sequence) override;
   void dropout_next(const LoraDropout& d) override { pending_drop_ = d; }
@@ -45,6 +46,7 @@ class CudaEngine : public LoraGradientEngine {
   dg::Var head_logprobs(dg::Tape& t, const dg::Var& h, const std::vector<int32_t>& targets);
   dg::DeviceLora& device_lora(const LoraParam* p) { return lora_[static_cast<size_t>(p - params_.params.data())]; }
 
+  CudaEngineOptions options_;
   ModelConfig cfg_;  // the model's, binding on the device in f32
   ArchSpec spec_;
   LoraParams& params_;
@@ -55,8 +57,8 @@ class CudaEngine : public LoraGradientEngine {
   LoraDropout pending_drop_, saved_drop_;
 };
 
-CudaEngine::CudaEngine(const Model& model, LoraParams& params)
-    : cfg_(model.config()), spec_(arch_spec(cfg_)), params_(params) {
+CudaEngine::CudaEngine(const Model& model, LoraParams& params, const CudaEngineOptions& options)
+    : options_(options), cfg_(model.config()), spec_(arch_spec(cfg_)), params_(params) {
   if (!cuda_available()) throw Error(ErrorKind::Unsupported, "the CUDA LoRA gradient engine needs a CUDA device");
   cfg_.load.device = Device::CUDA;
   cfg_.load.dtype = DType::F32;  // dense weights widened once: every matmul runs in f32 against the f32 reference
@@ -143,6 +145,7 @@ dg::Var CudaEngine::head_logprobs(dg::Tape& t, const dg::Var& h, const std::vect
 }
 
 SequenceLogProbs CudaEngine::forward(const std::vector<TrainSequence>& batch, bool with_adapter) {
+  cuda::train::set_sgemm_bf16(options_.bf16_matmul);
   SequenceLogProbs out;
   std::vector<CudaSeq> states;
   LoraDropout drop;  // only a forward with the adapter takes the pending dropout, as on the CPU
@@ -183,6 +186,7 @@ void CudaEngine::backward(const std::vector<double>& weight_per_sequence) {
   if (weight_per_sequence.size() != saved_.size())
     throw Error(ErrorKind::InvalidArgument, "backward: " + std::to_string(weight_per_sequence.size()) +
                                                 " weights for a batch of " + std::to_string(saved_.size()));
+  cuda::train::set_sgemm_bf16(options_.bf16_matmul);
   for (dg::DeviceLora& d : lora_) {
     device_memset_zero(d.grad_a.raw(), d.grad_a.nbytes());
     device_memset_zero(d.grad_b.raw(), d.grad_b.nbytes());
@@ -227,15 +231,17 @@ void CudaEngine::backward(const std::vector<double>& weight_per_sequence) {
 
 bool cuda_training_available() { return cuda_available(); }
 
-std::unique_ptr<LoraGradientEngine> make_cuda_lora_gradient_engine(const Model& model, LoraParams& params) {
-  return std::make_unique<CudaEngine>(model, params);
+std::unique_ptr<LoraGradientEngine> make_cuda_lora_gradient_engine(const Model& model, LoraParams& params,
+                                                                   const CudaEngineOptions& options) {
+  return std::make_unique<CudaEngine>(model, params, options);
 }
 
 #else
 
 bool cuda_training_available() { return false; }
 
-std::unique_ptr<LoraGradientEngine> make_cuda_lora_gradient_engine(const Model&, LoraParams&) {
+std::unique_ptr<LoraGradientEngine> make_cuda_lora_gradient_engine(const Model&, LoraParams&,
+                                                                   const CudaEngineOptions&) {
   throw Error(ErrorKind::Unsupported, "this build of lathe has no CUDA backend (the CUDA LoRA gradient engine)");
 }
 

@@ -16,6 +16,12 @@ namespace lathe::train {
 bool cuda_training_available();
 // Throws Error(Unsupported) without a CUDA build or device, or for a model the engines cannot train; other
 // errors as make_cpu_lora_gradient_engine. `model` and `params` must outlive the engine.
-std::unique_ptr<LoraGradientEngine> make_cuda_lora_gradient_engine(const Model& model, LoraParams& params);
+struct CudaEngineOptions {
+  // Matmuls on bf16 tensor cores (f32 accumulation, f32 activations and master weights): the speed mode, outside
+  // the f32 parity bounds. Off: plain f32.
+  bool bf16_matmul = false;
+};
+std::unique_ptr<LoraGradientEngine> make_cuda_lora_gradient_engine(const Model& model, LoraParams& params,
+                                                                   const CudaEngineOptions& options = {});
 
 }  // namespace lathe::train

@@ -7,6 +7,12 @@
 #include "tensor/cuda/train_kernels.h"
 
 namespace lathe::cuda::train {
+namespace {
+bool g_sgemm_bf16 = false;
+}
+
+void set_sgemm_bf16(bool on) { g_sgemm_bf16 = on; }
+bool sgemm_bf16() { return g_sgemm_bf16; }
 
 void sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
            const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
@@ -14,7 +20,8 @@ void sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float al
   check(cublasGemmEx(cublas(), trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
                      static_cast<int>(N), static_cast<int>(M), static_cast<int>(K), &alpha, B, CUDA_R_32F,
                      static_cast<int>(ldb), A, CUDA_R_32F, static_cast<int>(lda), &beta, C, CUDA_R_32F,
-                     static_cast<int>(ldc), CUBLAS_COMPUTE_32F_PEDANTIC, CUBLAS_GEMM_DEFAULT),
+                     static_cast<int>(ldc), g_sgemm_bf16 ? CUBLAS_COMPUTE_32F_FAST_16BF : CUBLAS_COMPUTE_32F_PEDANTIC,
+                     CUBLAS_GEMM_DEFAULT),
         "cublasGemmEx (train sgemm)");
 }
 

@@ -11,6 +11,10 @@ namespace lathe::cuda::train {
 // B stored [K, N], or [N, K] when trans_b.
 void sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
            const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
+// The speed mode of sgemm (process-wide; off by default): cuBLAS rounds the f32 inputs to bf16 for the tensor cores
+// and accumulates in f32. Gradients then differ from the f32 reference at bf16's precision.
+void set_sgemm_bf16(bool on);
+bool sgemm_bf16();
 
 // Elementwise (n values).
 void fill(float* x, int64_t n, float v);
