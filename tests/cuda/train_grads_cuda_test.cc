@@ -97,9 +97,16 @@ TEST(TrainCudaOps, RopeFullAndPartial) {
   }
 }
 
-TEST(TrainCudaOps, AttentionGqaWindowSoftcapSegments) {
+// Both device paths (direct kernels, cuBLAS scores) on each case.
+class TrainCudaAttention : public ::testing::TestWithParam<train::dg::AttentionPath> {
+ protected:
+  void TearDown() override { train::dg::set_attention_path(train::dg::AttentionPath::Auto); }
+};
+
+TEST_P(TrainCudaAttention, GqaWindowSoftcapSegments) {
   LATHE_REQUIRE_GPU();
-  const int64_t T = 19, Hq = 4, Hkv = 2, D = 40;  // D not a multiple of 32: the lanes' tails
+  train::dg::set_attention_path(GetParam());
+  const int64_t T = 19, Hq = 6, Hkv = 2, D = 40;  // D not a multiple of 32: the lanes' tails
   struct Case {
     int64_t window;
     float softcap;
@@ -139,6 +146,39 @@ TEST(TrainCudaOps, AttentionGqaWindowSoftcapSegments) {
     expect_grads(k, "attention dk");
     expect_grads(v, "attention dv");
   }
+}
+
+INSTANTIATE_TEST_SUITE_P(Paths, TrainCudaAttention,
+                         ::testing::Values(train::dg::AttentionPath::Direct, train::dg::AttentionPath::Gemm));
+
+// A longer sequence (Auto takes the cuBLAS path there) against the CPU, with a window and softcap.
+TEST(TrainCudaOps, AttentionLongSequence) {
+  LATHE_REQUIRE_GPU();
+  const int64_t T = 300, Hq = 4, Hkv = 1, D = 64;
+  const Pair q = input(T, Hq * D, 30), k = input(T, Hkv * D, 31), v = input(T, Hkv * D, 32);
+  train::ag::AttnShape sc;
+  sc.heads = Hq;
+  sc.kv_heads = Hkv;
+  sc.head_dim = D;
+  sc.scale = 0.125f;
+  sc.softcap = 20.f;
+  sc.window = 200;
+  train::dg::AttnShape sd;
+  sd.heads = Hq;
+  sd.kv_heads = Hkv;
+  sd.head_dim = D;
+  sd.scale = 0.125f;
+  sd.softcap = 20.f;
+  sd.window = 200;
+  train::ag::Tape tc;
+  train::ag::Tape td;
+  const auto yc = train::ag::attention(tc, q.c, k.c, v.c, sc);
+  const auto yd = train::dg::attention(td, q.d, k.d, v.d, sd);
+  expect_close(yd->value.to_floats(), yc->value, "attention value");
+  run_back(tc, yc, td, yd, 33);
+  expect_grads(q, "attention dq");
+  expect_grads(k, "attention dk");
+  expect_grads(v, "attention dv");
 }
 
 TEST(TrainCudaOps, GatedAddScaleMasked) {

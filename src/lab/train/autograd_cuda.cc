@@ -125,6 +125,12 @@ Var rope(Tape& t, const Var& x, const Tensor& cos_sin, int64_t head_dim) {
   return y;
 }
 
+namespace {
+AttentionPath g_attention_path = AttentionPath::Auto;
+}
+
+void set_attention_path(AttentionPath p) { g_attention_path = p; }
+
 Var attention(Tape& t, const Var& q, const Var& k, const Var& v, const AttnShape& s) {
   LATHE_CHECK(s.heads > 0 && s.kv_heads > 0 && s.heads % s.kv_heads == 0, "dg::attention: heads");
   const int64_t T = q->rows;
@@ -151,11 +157,25 @@ Var attention(Tape& t, const Var& q, const Var& k, const Var& v, const AttnShape
   a.seg = s.segment_start.defined() ? s.segment_start.data<int64_t>() : nullptr;
   Var y = make_var(T, q->cols, q->requires_grad || k->requires_grad || v->requires_grad);
   Tensor lse = Tensor::empty({s.heads * T}, DType::F32, Device::CUDA);
-  tk::attention(a, y->mv(), lse.data<float>());
+  const bool gemm =
+      g_attention_path == AttentionPath::Gemm || (g_attention_path == AttentionPath::Auto && T >= kGemmAttentionRows);
+  if (gemm) {
+    Tensor scores = Tensor::empty({tk::attention_gemm_scratch(a)}, DType::F32, Device::CUDA);
+    tk::attention_gemm(a, y->mv(), lse.data<float>(), scores.data<float>());
+  } else {
+    tk::attention(a, y->mv(), lse.data<float>());
+  }
   if (y->requires_grad)
-    t.record([q, k, v, y, lse, a, seg = s.segment_start] {
+    t.record([q, k, v, y, lse, a, gemm, seg = s.segment_start] {
       const float* gy = y->gy();
       if (!gy) return;
+      if (gemm) {
+        const int64_t n = tk::attention_gemm_scratch(a);
+        Tensor s1 = Tensor::empty({n}, DType::F32, Device::CUDA), s2 = Tensor::empty({n}, DType::F32, Device::CUDA);
+        tk::attention_gemm_backward(a, lse.data<float>(), gy, s1.data<float>(), s2.data<float>(), q->g(), k->g(),
+                                    v->g());
+        return;
+      }
       Tensor delta = Tensor::empty({a.Hq * a.T}, DType::F32, Device::CUDA);
       tk::attention_backward(a, y->v(), lse.data<float>(), gy, delta.data<float>(), q->g(), k->g(), v->g());
     });

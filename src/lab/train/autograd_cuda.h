@@ -56,6 +56,11 @@ struct AttnShape {
   Tensor segment_start;
 };
 Var attention(Tape& t, const Var& q, const Var& k, const Var& v, const AttnShape& s);
+// Which attention kernels run (process-wide): Auto takes the direct kernels below kGemmAttentionRows rows and the
+// cuBLAS path (T² scores per head in scratch) from there; the tests pin each.
+enum class AttentionPath { Auto, Direct, Gemm };
+constexpr int64_t kGemmAttentionRows = 256;
+void set_attention_path(AttentionPath p);
 Var gated(Tape& t, const Var& gate, const Var& up, Gate act);
 // y = x · Wᵀ (+ bias, F32 [out] on the device) through a frozen device weight.
 Var linear(Tape& t, const Var& x, const Weight& w, const Tensor* bias = nullptr);

@@ -25,4 +25,16 @@ void sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float al
         "cublasGemmEx (train sgemm)");
 }
 
+void sgemm_batched(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                   int64_t lda, int64_t sa, const float* B, int64_t ldb, int64_t sb, float beta, float* C, int64_t ldc,
+                   int64_t sc, int64_t batch) {
+  if (M == 0 || N == 0 || batch == 0) return;
+  check(cublasGemmStridedBatchedEx(
+            cublas(), trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, static_cast<int>(N),
+            static_cast<int>(M), static_cast<int>(K), &alpha, B, CUDA_R_32F, static_cast<int>(ldb), sb, A, CUDA_R_32F,
+            static_cast<int>(lda), sa, &beta, C, CUDA_R_32F, static_cast<int>(ldc), sc, static_cast<int>(batch),
+            g_sgemm_bf16 ? CUBLAS_COMPUTE_32F_FAST_16BF : CUBLAS_COMPUTE_32F_PEDANTIC, CUBLAS_GEMM_DEFAULT),
+        "cublasGemmStridedBatchedEx (train sgemm_batched)");
+}
+
 }  // namespace lathe::cuda::train

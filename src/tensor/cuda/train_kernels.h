@@ -11,6 +11,10 @@ namespace lathe::cuda::train {
 // B stored [K, N], or [N, K] when trans_b.
 void sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
            const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
+// sgemm over `batch` matrices: batch b reads A + b · sa and B + b · sb and writes C + b · sc.
+void sgemm_batched(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                   int64_t lda, int64_t sa, const float* B, int64_t ldb, int64_t sb, float beta, float* C, int64_t ldc,
+                   int64_t sc, int64_t batch);
 // The speed mode of sgemm (process-wide; off by default): cuBLAS rounds the f32 inputs to bf16 for the tensor cores
 // and accumulates in f32. Gradients then differ from the f32 reference at bf16's precision.
 void set_sgemm_bf16(bool on);
@@ -53,6 +57,21 @@ void attention(const AttnArgs& a, float* out, float* lse);
 // Adds dq, dk, dv; delta [Hq · T] is scratch.
 void attention_backward(const AttnArgs& a, const float* out, const float* lse, const float* gout, float* delta,
                         float* gq, float* gk, float* gv);
+
+// The same attention through cuBLAS: each head's [T, T] scores as a GEMM into scratch, a row kernel for the mask,
+// softcap and softmax, and GEMMs for P·V and the gradients (dP = dO·Vᵀ, dV += Pᵀ·dO, dQ += dS·K, dK += dSᵀ·Q).
+// O(T²) memory per head, so kv groups go a chunk at a time through scratch of attention_gemm_scratch(a) floats
+// (each of s and dp); the cheap path for long sequences. Results equal attention()'s up to f32 rounding order.
+int64_t attention_gemm_scratch(const AttnArgs& a);
+void attention_gemm(const AttnArgs& a, float* out, float* lse, float* s);
+void attention_gemm_backward(const AttnArgs& a, const float* lse, const float* gout, float* s, float* dp, float* gq,
+                             float* gk, float* gv);
+// Row kernels of the GEMM path over `rows` rows of [T] scores of heads h0.. (row = (h - h0) · T + i): raw scores
+// (scale applied, before the softcap) in, probabilities out (0 where masked), lse[h · T + i] out.
+void attention_softmax_rows(const AttnArgs& a, int64_t h0, int64_t rows, float* s, float* lse);
+// Raw scores and dP in, P into s and dS (d loss / d (q·k), scale and softcap included) into dp.
+void attention_softmax_backward_rows(const AttnArgs& a, int64_t h0, int64_t rows, const float* lse, float* s,
+                                     float* dp);
 
 // The chunked log-softmax of a frozen head. z [T, n] holds raw logits of vocabulary rows [v0, v0 + n): softcapped
 // in place when cap > 0, folded into each row's running max m and sum s (online log-sum-exp), and the target's
