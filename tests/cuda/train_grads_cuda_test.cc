@@ -1,8 +1,9 @@
 // The CUDA training autograd and LoRA gradient engine. Per op: forward values and input / parameter gradients of
 // each dg:: op against the CPU autograd (ag::) on small random shapes (f32 against f32: 2e-5 relative). Then the
 // gradient parity of `lathe train grads --device cuda` (compute_batch_grads on the CUDA engine) against the
-// PyTorch oracle's fixtures, with the CPU suite's bounds (loss 1e-5, each gradient 1e-4 relative), and the base
-// forward against the CPU engine's.
+// PyTorch oracle's fixtures, with the CPU suite's bounds (loss 1e-5, each gradient 1e-4 relative), the base
+// forward against the CPU engine's, and the whole engine against the CPU engine on all seven targets with packing
+// and dropout.
 #include <cmath>
 #include <cstdio>
 #include <set>
@@ -18,6 +19,7 @@
 #include "model/model.h"
 #include "quant/affine.h"
 #include "support/fixtures.h"
+#include "support/lora_test_util.h"
 
 namespace lathe {
 namespace {
@@ -347,6 +349,59 @@ TEST_P(TrainGradsCudaParity, ForwardMatchesCpuEngine) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, TrainGradsCudaParity, ::testing::Values("qwen3", "gemma3"));
+
+// The CUDA engine against the CPU engine with LoRA on all seven targets of every layer, LoRA dropout on, a packed
+// row (block-diagonal attention, restarting positions) beside a plain one, and two steps (the factors are
+// re-read at every forward; grads accumulate into the host params): llama (separate head, llama3 rope), qwen3
+// (4-bit, q/k norms), gemma3 (sandwich norms, sliding layers, softcaps).
+class TrainCudaEngineVsCpu : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(TrainCudaEngineVsCpu, AllTargetsPackedWithDropout) {
+  LATHE_REQUIRE_GPU();
+  LoadOptions lo;
+  lo.exact = true;
+  const auto model = load_model(test::model_dir(GetParam()), lo);
+  const int64_t V = model->config().vocab_size;
+  std::vector<train::TrainSequence> batch(2);
+  std::mt19937 g(11);
+  std::uniform_int_distribution<int32_t> tok(3, static_cast<int32_t>(V - 1));
+  for (int j = 0; j < 14; ++j) batch[0].ids.push_back(tok(g));
+  batch[0].target.assign(14, 1);
+  batch[0].target[0] = batch[0].target[6] = 0;
+  batch[0].segments = {6, 8};
+  for (int j = 0; j < 9; ++j) batch[1].ids.push_back(tok(g));
+  batch[1].target.assign(9, 0);
+  for (int j = 3; j < 9; ++j) batch[1].target[static_cast<size_t>(j)] = 1;
+  train::LoraParams pc = train::all_targets(model->config(), 4, 5), pd = train::all_targets(model->config(), 4, 5);
+  auto cpu = train::make_cpu_lora_gradient_engine(*model, pc);
+  auto gpu = train::make_cuda_lora_gradient_engine(*model, pd);
+  const std::vector<double> w{-0.4, -0.9};
+  for (int64_t step = 0; step < 2; ++step) {
+    train::LoraDropout drop;
+    drop.p = 0.25;
+    drop.seed = 3;
+    drop.step = step;
+    cpu->dropout_next(drop);
+    gpu->dropout_next(drop);
+    const auto a = gpu->forward(batch, true), b = cpu->forward(batch, true);
+    for (size_t s = 0; s < batch.size(); ++s)
+      EXPECT_NEAR(a.sum_logp[s], b.sum_logp[s], 1e-5 * std::abs(b.sum_logp[s])) << "step " << step << " seq " << s;
+    gpu->backward(w);
+    cpu->backward(w);
+    for (size_t i = 0; i < pc.params.size(); ++i) {
+      expect_close(pd.params[i].grad_a.to_floats(), pc.params[i].grad_a.to_floats(), pc.params[i].module.c_str(), 1e-4);
+      expect_close(pd.params[i].grad_b.to_floats(), pc.params[i].grad_b.to_floats(), pc.params[i].module.c_str(), 1e-4);
+    }
+    for (train::LoraParams* ps : {&pc, &pd})  // a step's worth of change, the same on both sides
+      for (train::LoraParam& p : ps->params) {
+        float* b = p.b.data<float>();
+        const float* gb = p.grad_b.data<float>();
+        for (int64_t e = 0; e < p.b.numel(); ++e) b[e] -= 0.5f * gb[e];
+      }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, TrainCudaEngineVsCpu, ::testing::Values("llama-bf16", "qwen3-q4g64", "gemma3-bf16"));
 
 }  // namespace
 }  // namespace lathe
