@@ -1,8 +1,11 @@
-// Forward + backward of the CPU LoRA gradient engine (src/lab/train) on a synthetic qwen3-shaped checkpoint
-// (random weights, 4-bit g64 or bf16, shape from flags), LoRA on all seven targets of every layer. Prints one
-// JSON line: tokens/s of a training step (forward + backward) and the process's peak RSS.
+// Forward + backward of the LoRA gradient engine (src/lab/train; CPU, or CUDA with --cuda 1) on a synthetic
+// qwen3-shaped checkpoint (random weights, 4-bit g64 or bf16, shape from flags), LoRA on all seven targets of
+// every layer. Prints one JSON line: tokens/s of a training step (forward + backward), the process's peak RSS and,
+// on CUDA, the device allocator's peak (reserved: what the process holds on the GPU beyond its context).
 //   train_step [--hidden 512] [--inter 1536] [--layers 4] [--heads 8] [--kv-heads 4] [--head-dim 64]
 //              [--vocab 8192] [--seq 256] [--batch 1] [--rank 16] [--bits 4|0] [--steps 3] [--mixed 0]
+//              [--cuda 0|1] [--bf16 0|1 (CUDA: matmuls on bf16 tensor cores)]
+// Qwen3-4B's shape: --hidden 2560 --inter 9728 --layers 36 --heads 32 --kv-heads 8 --head-dim 128 --vocab 151936.
 // --mixed N: instead, N short examples (8 .. seq/2 tokens, seeded) as one micro-batch laid out three ways, one
 // line each: padded to the longest (pad tokens computed, no loss), ragged (each at its own length) and packed
 // (train_packing.h, rows of seq tokens); tokens/s counts real tokens only.
@@ -21,9 +24,11 @@
 #include "io/mapped_file.h"
 #include "io/safetensors.h"
 #include "lab/train/lora_engine_cpu.h"
+#include "lab/train/lora_engine_cuda.h"
 #include "lab/train/train_losses.h"
 #include "lab/train/train_packing.h"
 #include "model/model.h"
+#include "tensor/device_memory.h"
 #include "tensor/thread_pool.h"
 
 namespace {
@@ -58,7 +63,7 @@ void add_random(lathe::SafetensorsWriter& w, const std::string& name, DType dt, 
 int main(int argc, char** argv) {
   std::map<std::string, int64_t> f{{"hidden", 512},  {"inter", 1536}, {"layers", 4}, {"heads", 8}, {"kv-heads", 4},
                                    {"head-dim", 64}, {"vocab", 8192}, {"seq", 256},  {"batch", 1}, {"rank", 16},
-                                   {"bits", 4},      {"steps", 3},    {"mixed", 0}};
+                                   {"bits", 4},      {"steps", 3},    {"mixed", 0},  {"cuda", 0},  {"bf16", 0}};
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i];
     if (k.rfind("--", 0) != 0 || !f.count(k.substr(2))) {
@@ -143,7 +148,14 @@ int main(int argc, char** argv) {
         p.scale = 2.0f;
         params.params.push_back(std::move(p));
       }
-    auto engine = lathe::train::make_cpu_lora_gradient_engine(*model, params);
+    std::unique_ptr<lathe::train::LoraGradientEngine> engine;
+    if (f["cuda"] != 0) {
+      lathe::train::CudaEngineOptions o;
+      o.bf16_matmul = f["bf16"] != 0;
+      engine = lathe::train::make_cuda_lora_gradient_engine(*model, params, o);
+    } else {
+      engine = lathe::train::make_cpu_lora_gradient_engine(*model, params);
+    }
     if (f["mixed"] > 0) {
       namespace tr = lathe::train;
       std::vector<tr::Example> ex;
@@ -221,6 +233,11 @@ int main(int argc, char** argv) {
                           {"best_step_s", best},
                           {"loss", loss},
                           {"peak_rss_mib", static_cast<double>(ru.ru_maxrss) / 1024.0}};
+    if (f["cuda"] != 0) {
+      const lathe::DeviceMemoryStats m = lathe::device_memory_stats();
+      out["device_peak_reserved_gib"] = static_cast<double>(m.peak_reserved_bytes) / (1 << 30);
+      out["device_peak_in_use_gib"] = static_cast<double>(m.peak_in_use_bytes) / (1 << 30);
+    }
     std::printf("%s\n", out.dump().c_str());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "train_step: %s\n", e.what());

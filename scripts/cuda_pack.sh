@@ -10,7 +10,7 @@ dest=${2:-${LATHE_DEVICE_DIR:-$(pwd)/.device}}
 src_root=$(pwd)
 rm -rf "$dest" && mkdir -p "$dest/bin" "$dest/ctest/tests"
 cp "$build/lathe" "$dest/bin/"
-for b in cuda_e2e cuda_kernels cuda_kv_quant; do [ -x "$build/bench/$b" ] && cp "$build/bench/$b" "$dest/bin/"; done
+for b in cuda_e2e cuda_kernels cuda_kv_quant train_step; do [ -x "$build/bench/$b" ] && cp "$build/bench/$b" "$dest/bin/"; done
 [ -x "$build/bench/serve_load" ] && cp "$build/bench/serve_load" "$dest/bin/"  # HTTP load on `lathe serve`
 [ -x "$build/bench/serve_cache" ] && cp "$build/bench/serve_cache" "$dest/bin/"  # prompt-cache TTFT through serve
 strip "$dest"/bin/* 2>/dev/null || true

@@ -15,7 +15,7 @@ namespace lathe::cli {
 namespace {
 
 struct TrainFlags {
-  std::string model, data, adapter_path, method = "sft", lr_schedule, sft_scope = "full";
+  std::string model, data, adapter_path, method = "sft", lr_schedule, sft_scope = "full", device = "cpu";
   int64_t iters = 100, rank = 8, batch_size = 1, grad_accum = 1, seed = 0, steps_per_eval = 50, steps_per_report = 10,
           save_every = 0, max_seq_length = 512, num_layers = -1, warmup = 0, val_max_examples = 256;
   double learning_rate = -1, scale = 1.0, lora_dropout = 0, lora_plus_ratio = 1.0, weight_decay = 0.01, grad_clip = 1.0,
@@ -51,6 +51,7 @@ jobs::json to_config(const TrainFlags& f) {
                   {"orpo_lambda", f.orpo_lambda},
                   {"sft_scope", f.sft_scope},
                   {"pack", f.pack},
+                  {"device", f.device},
                   {"resume", !f.no_resume}};
   if (f.learning_rate >= 0) c["learning_rate"] = f.learning_rate;
   if (!f.lr_schedule.empty()) c["lr_schedule"] = f.lr_schedule;
@@ -95,6 +96,7 @@ Verb add_train(CLI::App& app) {
   cmd->add_option("--orpo-lambda", f->orpo_lambda, "ORPO lambda")->capture_default_str();
   cmd->add_option("--sft-scope", f->sft_scope, "ORPO NLL term: full or response")->capture_default_str();
   cmd->add_flag("--pack", f->pack, "sft: pack several examples into each row of max-seq-length tokens");
+  cmd->add_option("--device", f->device, "cpu or cuda: where the gradients are computed (f32)")->capture_default_str();
   cmd->add_flag("--no-resume", f->no_resume, "start over even if adapter-path has checkpoints");
   const Verb grads = add_train_grads(*cmd);
   return {cmd, [f, cmd, grads] {

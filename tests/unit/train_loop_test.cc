@@ -436,6 +436,9 @@ TEST(TrainConfigParse, NamesTheBadField) {
   EXPECT_TRUE(train::parse_train_config(ojson::parse("{" + base + R"(, "pack": true})")).pack);
   EXPECT_NE(msg("{" + base + R"(, "pack": true, "method": "dpo"})").find("pack"), std::string::npos);
   EXPECT_NE(msg("{" + base + R"(, "pack": 1})").find("pack"), std::string::npos);
+  EXPECT_EQ(train::parse_train_config(ojson::parse("{" + base + "}")).device, "cpu");
+  EXPECT_EQ(train::parse_train_config(ojson::parse("{" + base + R"(, "device": "cuda"})")).device, "cuda");
+  EXPECT_NE(msg("{" + base + R"(, "device": "gpu"})").find("device"), std::string::npos);
   const auto dpo = train::parse_train_config(ojson::parse("{" + base + R"(, "method": "dpo"})"));
   EXPECT_DOUBLE_EQ(dpo.learning_rate, 5e-5);
   EXPECT_EQ(dpo.lr_schedule, "cosine");

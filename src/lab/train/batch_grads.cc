@@ -5,6 +5,7 @@
 #include "io/mapped_file.h"
 #include "io/safetensors.h"
 #include "lab/train/lora_engine_cpu.h"
+#include "lab/train/lora_engine_cuda.h"
 #include "lora/adapter_file.h"
 
 namespace lathe::train {
@@ -68,11 +69,12 @@ std::vector<TrainSequence> read_grad_batch(const std::string& path) {
 }
 
 BatchGrads compute_batch_grads(const Model& model, const std::string& adapter_dir,
-                               const std::vector<TrainSequence>& batch) {
+                               const std::vector<TrainSequence>& batch, Device device) {
   const lora::AdapterWeights adapter = lora::read_adapter(adapter_dir);
   if (adapter.factors.empty()) throw Error(ErrorKind::InvalidArgument, adapter_dir + ": the adapter has no LoRA pairs");
   LoraParams params = lora_params_from_adapter(adapter);
-  auto engine = make_cpu_lora_gradient_engine(model, params);
+  auto engine = device == Device::CUDA ? make_cuda_lora_gradient_engine(model, params)
+                                       : make_cpu_lora_gradient_engine(model, params);
   const SequenceLogProbs lp = engine->forward(batch, /*with_adapter=*/true);
   BatchGrads g;
   double sum = 0;

@@ -26,9 +26,10 @@ struct BatchGrads {
   std::vector<NamedGrad> grads;
 };
 
-// Loads the adapter at adapter_dir as trainable params, runs forward + backward on the CPU engine.
+// Loads the adapter at adapter_dir as trainable params, runs forward + backward on the engine of `device` (CPU
+// or CUDA, both f32).
 BatchGrads compute_batch_grads(const Model& model, const std::string& adapter_dir,
-                               const std::vector<TrainSequence>& batch);
+                               const std::vector<TrainSequence>& batch, Device device = Device::CPU);
 // Writes the grads as F32 safetensors (atomic).
 void write_grads(const BatchGrads& g, const std::string& path);
 

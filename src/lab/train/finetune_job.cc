@@ -2,6 +2,7 @@
 
 #include "common/error.h"
 #include "lab/train/lora_engine_cpu.h"
+#include "lab/train/lora_engine_cuda.h"
 #include "lab/train/lora_init.h"
 #include "lab/train/train_backend.h"
 #include "lab/train/train_data.h"
@@ -22,7 +23,8 @@ jobs::JobResult run_finetune(const train::TrainConfig& c, const jobs::Emit& emit
                        std::to_string(data.train_report.truncated + data.valid_report.truncated) + ", skipped " +
                        std::to_string(data.train_report.skipped_no_targets + data.valid_report.skipped_no_targets)));
   train::LoraParams params = train::init_lora(*backend.sites, c.lora);
-  std::unique_ptr<train::LoraGradientEngine> engine = train::make_gradient_engine(backend, params);
+  std::unique_ptr<train::LoraGradientEngine> engine =
+      train::make_gradient_engine(backend, params, train::training_device(c.device));
   emit(jobs::stage_event("training", 0.0, std::to_string(params.params.size()) + " LoRA pairs"));
   const train::TrainSummary s = train::run_training(c, data, params, *engine, emit);
   jobs::JobResult r;
@@ -41,6 +43,8 @@ jobs::JobKind finetune_kind() {
     train::validate_train_config(c, true);
     if (!train::gradient_engine_available())
       throw Error(ErrorKind::Unsupported, "job kind 'finetune': the LoRA gradient engine is not in this build");
+    if (c.device == "cuda" && !train::cuda_training_available())
+      throw Error(ErrorKind::Unsupported, "config field 'device': cuda, but this build or machine has no CUDA device");
     const std::string type = load_model_config(c.model_dir).model_type;
     if (!train::lora_training_supported(type))
       throw Error(ErrorKind::Unsupported, "config field 'model_dir': LoRA training does not support model_type '" +

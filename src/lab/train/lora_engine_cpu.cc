@@ -1,83 +1,18 @@
 // CPU f32 LoRA gradient engine: DecoderModel's forward on the autograd tape with per-layer checkpointing.
 #include "lab/train/lora_engine_cpu.h"
 
-#include <cmath>
-#include <map>
-
 #include "common/error.h"
 #include "lab/train/autograd.h"
 #include "lab/train/lora_dropout.h"
-#include "model/layers/rope.h"
-#include "model/weights.h"
+#include "lab/train/lora_engine_arch.h"
 
 namespace lathe::train {
 namespace {
 
-// What differs between the dense decoders (as the arch/*.cc builders fill DecoderSpec).
-struct ArchSpec {
-  bool norm_plus_one = false, sandwich = false, qk_norm = false, qkv_bias = false, mlp_bias = false;
-  ag::Gate act = ag::Gate::SiLU;
-  float embed_scale = 1.0f, attn_scale = 0.0f, attn_softcap = 0.0f, final_softcap = 0.0f;
-};
-
-ag::Gate gate_of(const std::string& name) {
-  if (name == "silu" || name == "swish") return ag::Gate::SiLU;
-  if (name == "gelu_pytorch_tanh" || name == "gelu_tanh" || name == "gelu_new" || name == "gelu_approx")
-    return ag::Gate::GeluTanh;
-  throw Error(ErrorKind::Unsupported, "activation '" + name + "' is not supported for training");
-}
-
-ArchSpec arch_spec(const ModelConfig& c) {
-  ArchSpec s;
-  const std::string& t = c.model_type;
-  if (t == "llama" || t == "mistral") {
-    s.qkv_bias = c.get_bool("attention_bias", false);
-    s.mlp_bias = c.get_bool("mlp_bias", false);
-    s.act = gate_of(c.hidden_act);
-  } else if (t == "qwen2") {
-    s.qkv_bias = true;
-    s.act = gate_of(c.hidden_act);
-  } else if (t == "qwen3") {
-    s.qk_norm = true;
-    s.qkv_bias = c.get_bool("attention_bias", false);
-    s.act = gate_of(c.hidden_act);
-  } else if (t == "gemma3" || t == "gemma3_text") {
-    s.norm_plus_one = s.sandwich = s.qk_norm = true;
-    s.act = gate_of(c.get_string("hidden_activation", "gelu_pytorch_tanh"));
-    s.embed_scale = std::sqrt(static_cast<float>(c.hidden_size));
-    s.attn_scale =
-        1.0f / std::sqrt(static_cast<float>(c.get_double("query_pre_attn_scalar", static_cast<double>(c.head_dim))));
-    s.attn_softcap = static_cast<float>(c.get_double("attn_logit_softcapping", 0.0));
-    s.final_softcap = static_cast<float>(c.get_double("final_logit_softcapping", 0.0));
-  } else {
-    throw Error(ErrorKind::Unsupported,
-                "LoRA training does not support model_type '" + t + "' yet (llama, mistral, qwen2, qwen3, gemma3)");
-  }
-  return s;
-}
-
-// The seven LoRA targets of a layer, in a fixed order.
-enum Site { kQ, kK, kV, kO, kGate, kUp, kDown, kSites };
-const char* const kSiteNames[kSites] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
-                                        "mlp.gate_proj",    "mlp.up_proj",      "mlp.down_proj"};
-
-struct LayerWeights {
-  Tensor input_norm, post_attn_norm, pre_ff_norm, post_ff_norm, q_norm, k_norm;
-  Weight w[kSites];
-  Tensor bias[kSites];
-  LoraParam* lora[kSites] = {};
-  RopeTable rope;
-  int64_t window = 0;
-};
-
 // One sequence between forward and backward: its ids, per-position targets (the next token or -1), each
 // layer's input residual and the final residual.
-struct SeqState {
-  std::vector<int32_t> ids;
-  std::vector<int32_t> targets;
-  std::vector<int64_t> positions;  // restart at 0 per packed example
-  std::vector<int64_t> seg_start;  // per row: the first row of its example (empty: one example)
-  std::vector<ag::Var> layer_in;   // [layers + 1]: the last one is the final norm's input
+struct SeqState : SequencePlan {
+  std::vector<ag::Var> layer_in;  // [layers + 1]: the last one is the final norm's input
 };
 
 class CpuEngine : public LoraGradientEngine {
@@ -102,9 +37,7 @@ class CpuEngine : public LoraGradientEngine {
   ModelConfig cfg_;  // the model's, with exact (unpacked) CPU weights for the binder
   ArchSpec spec_;
   LoraParams& params_;
-  Weight embed_, head_;
-  Tensor final_norm_;
-  std::vector<LayerWeights> layers_;
+  BoundDecoder bound_;
   float eps_ = 1e-6f;
   std::vector<SeqState> saved_;  // from the last forward(with_adapter=true)
   LoraDropout pending_drop_;     // for the next forward(with_adapter=true)
@@ -116,65 +49,8 @@ CpuEngine::CpuEngine(const Model& model, LoraParams& params)
   if (cfg_.load.device != Device::CPU)
     throw Error(ErrorKind::Unsupported, "the CPU LoRA gradient engine needs a model loaded on the CPU");
   cfg_.load.exact = true;
-  const ModelConfig& c = cfg_;
-  eps_ = static_cast<float>(c.rms_norm_eps);
-  WeightBinder b(model_.checkpoint(), cfg_);
-  const int64_t H = c.hidden_size, I = c.intermediate_size, D = c.head_dim;
-  embed_ = b.embedding("model.embed_tokens", c.vocab_size, H);
-  const bool tied = c.tie_word_embeddings || !b.has("lm_head.weight");
-  head_ = tied ? embed_ : b.linear("lm_head", c.vocab_size, H);
-  final_norm_ = b.tensor("model.norm.weight", {H});
-  std::map<std::string, LoraParam*> by_module;
-  for (LoraParam& p : params_.params) {
-    if (p.a.dtype() != DType::F32 || p.b.dtype() != DType::F32 || !p.a.is_contiguous() || !p.b.is_contiguous() ||
-        p.a.ndim() != 2 || p.b.ndim() != 2 || p.grad_a.shape() != p.a.shape() || p.grad_b.shape() != p.b.shape() ||
-        p.grad_a.dtype() != DType::F32 || p.grad_b.dtype() != DType::F32)
-      throw Error(ErrorKind::InvalidArgument, "LoRA param " + p.module + ": a/b and their grads must be F32 2-D");
-    if (!by_module.emplace(p.module, &p).second)
-      throw Error(ErrorKind::InvalidArgument, "LoRA param " + p.module + " is given twice");
-  }
-  layers_.resize(static_cast<size_t>(c.num_layers));
-  for (int64_t i = 0; i < c.num_layers; ++i) {
-    const std::string p = "model.layers." + std::to_string(i);
-    LayerWeights& L = layers_[static_cast<size_t>(i)];
-    const std::string& type = c.layer_types[static_cast<size_t>(i)];
-    if (type != "full_attention" && type != "sliding_attention")
-      throw Error(ErrorKind::Unsupported, "LoRA training: layer type '" + type + "' is not supported");
-    const int64_t qo = c.num_heads * D, kvo = c.num_kv_heads * D;
-    const int64_t outs[kSites] = {qo, kvo, kvo, H, I, I, H}, ins[kSites] = {H, H, H, qo, H, H, I};
-    for (int s = 0; s < kSites; ++s) {
-      const std::string m = p + "." + kSiteNames[s];
-      L.w[s] = b.linear(m, outs[s], ins[s]);
-      const bool biased = s <= kV ? spec_.qkv_bias : (s >= kGate && spec_.mlp_bias);
-      if (biased) L.bias[s] = b.tensor(m + ".bias", {outs[s]});
-      if (auto it = by_module.find(m); it != by_module.end()) {
-        LoraParam* lp = it->second;
-        if (lp->a.dim(1) != ins[s] || lp->b.dim(0) != outs[s] || lp->b.dim(1) != lp->a.dim(0))
-          throw Error(ErrorKind::InvalidArgument, "LoRA param " + m + " has a " + shape_str(lp->a.shape()) + ", b " +
-                                                      shape_str(lp->b.shape()) + "; the layer is [" +
-                                                      std::to_string(outs[s]) + ", " + std::to_string(ins[s]) + "]");
-        L.lora[s] = lp;
-        by_module.erase(it);
-      }
-    }
-    L.input_norm = b.tensor(p + ".input_layernorm.weight", {H});
-    L.post_attn_norm = b.tensor(p + ".post_attention_layernorm.weight", {H});
-    if (spec_.sandwich) {
-      L.pre_ff_norm = b.tensor(p + ".pre_feedforward_layernorm.weight", {H});
-      L.post_ff_norm = b.tensor(p + ".post_feedforward_layernorm.weight", {H});
-    }
-    if (spec_.qk_norm) {
-      L.q_norm = b.tensor(p + ".self_attn.q_norm.weight", {D});
-      L.k_norm = b.tensor(p + ".self_attn.k_norm.weight", {D});
-    }
-    L.rope = make_rope(c.rope_for_layer(i), D);
-    L.window = c.is_sliding(i) ? c.sliding_window : 0;
-    if (c.is_sliding(i) && c.sliding_window <= 0)
-      throw Error(ErrorKind::Corrupt, c.dir + "/config.json: sliding layers need a positive sliding_window");
-  }
-  if (!by_module.empty())
-    throw Error(ErrorKind::InvalidArgument,
-                "LoRA param " + by_module.begin()->first + " names no trainable linear of this model");
+  eps_ = static_cast<float>(cfg_.rms_norm_eps);
+  bound_ = bind_decoder(model_, cfg_, spec_, params_);
 }
 
 ag::Var CpuEngine::proj(ag::Tape& t, const LayerWeights& L, Site s, const ag::Var& x, bool adapter, const Branch& br) {
@@ -190,7 +66,7 @@ ag::Var CpuEngine::proj(ag::Tape& t, const LayerWeights& L, Site s, const ag::Va
 ag::Var CpuEngine::layer_forward(ag::Tape& t, size_t l, const ag::Var& h, const SeqState& st, bool adapter,
                                  const LoraDropout* drop, int64_t seq) {
   const std::vector<int64_t>& pos = st.positions;
-  const LayerWeights& L = layers_[l];
+  const LayerWeights& L = bound_.layers[l];
   const Branch br{drop, seq, static_cast<int64_t>(l)};
   const ModelConfig& c = cfg_;
   const bool p1 = spec_.norm_plus_one;
@@ -207,7 +83,7 @@ ag::Var CpuEngine::layer_forward(ag::Tape& t, size_t l, const ag::Var& h, const 
   as.heads = c.num_heads;
   as.kv_heads = c.num_kv_heads;
   as.head_dim = D;
-  as.scale = spec_.attn_scale > 0 ? spec_.attn_scale : 1.0f / std::sqrt(static_cast<float>(D));
+  as.scale = attention_scale(c, spec_);
   as.softcap = spec_.attn_softcap;
   as.window = L.window;
   if (!st.seg_start.empty()) as.segment_start = &st.seg_start;
@@ -226,8 +102,8 @@ ag::Var CpuEngine::layer_forward(ag::Tape& t, size_t l, const ag::Var& h, const 
 }
 
 ag::Var CpuEngine::head_logprobs(ag::Tape& t, const ag::Var& h, const std::vector<int32_t>& targets) {
-  const ag::Var x = ag::rms_norm(t, h, final_norm_, eps_, spec_.norm_plus_one, cfg_.hidden_size);
-  return ag::target_logprobs(t, x, head_, targets, spec_.final_softcap);
+  const ag::Var x = ag::rms_norm(t, h, bound_.final_norm, eps_, spec_.norm_plus_one, cfg_.hidden_size);
+  return ag::target_logprobs(t, x, bound_.head, targets, spec_.final_softcap);
 }
 
 SequenceLogProbs CpuEngine::forward(const std::vector<TrainSequence>& batch, bool with_adapter) {
@@ -237,50 +113,13 @@ SequenceLogProbs CpuEngine::forward(const std::vector<TrainSequence>& batch, boo
   LoraDropout drop;
   if (with_adapter) std::swap(drop, pending_drop_);
   for (size_t si = 0; si < batch.size(); ++si) {
-    const TrainSequence& seq = batch[si];
-    const std::string which = "sequence " + std::to_string(si);
-    if (seq.ids.empty()) throw Error(ErrorKind::InvalidArgument, which + " is empty");
-    if (seq.target.size() != seq.ids.size())
-      throw Error(ErrorKind::InvalidArgument, which + ": target mask length differs from its ids");
-    if (seq.target[0]) throw Error(ErrorKind::InvalidArgument, which + ": position 0 cannot be a target");
     SeqState st;
-    st.ids = seq.ids;
-    const int64_t T = static_cast<int64_t>(seq.ids.size());
-    for (int32_t id : seq.ids)
-      if (id < 0 || id >= cfg_.vocab_size)
-        throw Error(ErrorKind::InvalidArgument, which + ": token id " + std::to_string(id) +
-                                                    " is outside the vocabulary of " + std::to_string(cfg_.vocab_size));
-    // Row r predicts token r + 1 when that token is a target.
-    st.targets.assign(static_cast<size_t>(T), -1);
-    int64_t n = 0;
-    for (int64_t j = 1; j < T; ++j)
-      if (seq.target[static_cast<size_t>(j)]) {
-        st.targets[static_cast<size_t>(j - 1)] = seq.ids[static_cast<size_t>(j)];
-        ++n;
-      }
-    if (seq.segments.empty()) {
-      for (int64_t r = 0; r < T; ++r) st.positions.push_back(r);
-    } else {
-      // A packed row: positions restart and attention stays inside each example; no example predicts the next
-      // one's first token.
-      int64_t start = 0;
-      for (int64_t len : seq.segments) {
-        if (len <= 0 || len > T - start)
-          throw Error(ErrorKind::InvalidArgument,
-                      which + ": packed segment lengths must be positive and sum to " + std::to_string(T));
-        if (seq.target[static_cast<size_t>(start)])
-          throw Error(ErrorKind::InvalidArgument, which + ": the first token of a packed example cannot be a target");
-        for (int64_t r = 0; r < len; ++r) st.positions.push_back(r), st.seg_start.push_back(start);
-        start += len;
-      }
-      if (start != T)
-        throw Error(ErrorKind::InvalidArgument,
-                    which + ": packed segment lengths must be positive and sum to " + std::to_string(T));
-    }
+    static_cast<SequencePlan&>(st) = plan_sequence(batch[si], si, cfg_.vocab_size);
+    const int64_t T = static_cast<int64_t>(st.ids.size()), n = st.n_targets;
     ag::Tape none(false);
-    ag::Var h = ag::embedding(none, st.ids, embed_);
+    ag::Var h = ag::embedding(none, st.ids, bound_.embed);
     if (spec_.embed_scale != 1.0f) h = ag::scale(none, h, spec_.embed_scale);
-    for (size_t l = 0; l < layers_.size(); ++l) {
+    for (size_t l = 0; l < bound_.layers.size(); ++l) {
       if (with_adapter) st.layer_in.push_back(h);
       h = layer_forward(none, l, h, st, with_adapter, &drop, static_cast<int64_t>(si));
     }
@@ -316,7 +155,7 @@ void CpuEngine::backward(const std::vector<double>& weight_per_sequence) {
       dh = std::move(h->grad);
     }
     // Layers, last first: recompute the layer's forward from its saved input, then run its tape back.
-    for (size_t l = layers_.size(); l-- > 0;) {
+    for (size_t l = bound_.layers.size(); l-- > 0;) {
       const ag::Var& in = st.layer_in[l];
       ag::Var x = ag::from_values(in->value, in->rows, in->cols, true);
       ag::Tape t;

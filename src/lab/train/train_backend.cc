@@ -2,6 +2,7 @@
 
 #include "common/error.h"
 #include "lab/train/lora_engine_cpu.h"
+#include "lab/train/lora_engine_cuda.h"
 
 namespace lathe::train {
 
@@ -36,9 +37,16 @@ TrainBackend open_backend(const std::string& model_dir) {
 
 bool gradient_engine_available() { return true; }
 
-std::unique_ptr<LoraGradientEngine> make_gradient_engine(TrainBackend& backend, LoraParams& params) {
-  // The CPU f32 engine of branch train-grad (lora_engine_cpu.h); a CUDA engine would be chosen here.
+std::unique_ptr<LoraGradientEngine> make_gradient_engine(TrainBackend& backend, LoraParams& params, Device device) {
+  // The model stays loaded on the CPU (mapped, zero-copy); the CUDA engine uploads its own f32 / packed copy.
+  if (device == Device::CUDA) return make_cuda_lora_gradient_engine(backend.bundle->model(), params);
   return make_cpu_lora_gradient_engine(backend.bundle->model(), params);
+}
+
+Device training_device(const std::string& name) {
+  if (name == "cpu") return Device::CPU;
+  if (name == "cuda") return Device::CUDA;
+  throw Error(ErrorKind::InvalidArgument, "device must be cpu or cuda (got '" + name + "')");
 }
 
 }  // namespace lathe::train

@@ -2,7 +2,8 @@
 // sites LoRA attaches to) and the gradient engine over it.
 //
 // The gradient engine is the other half of [train] #19 (autograd over the frozen base, lora_engine_cpu.h):
-// make_gradient_engine is the one place that picks it (CPU f32 today).
+// make_gradient_engine is the one place that picks it: CPU f32 (lora_engine_cpu.h) or CUDA f32
+// (lora_engine_cuda.h).
 #pragma once
 #include <memory>
 #include <string>
@@ -26,7 +27,11 @@ TrainBackend open_backend(const std::string& model_dir);
 TextCodec codec_for(const ModelBundle& bundle);
 
 bool gradient_engine_available();
-// params must outlive the engine (it reads a / b and adds into grad_a / grad_b).
-std::unique_ptr<LoraGradientEngine> make_gradient_engine(TrainBackend& backend, LoraParams& params);
+// params must outlive the engine (it reads a / b and adds into grad_a / grad_b). Device::CUDA throws
+// Error(Unsupported) where the build or the machine has no GPU.
+std::unique_ptr<LoraGradientEngine> make_gradient_engine(TrainBackend& backend, LoraParams& params,
+                                                         Device device = Device::CPU);
+// "cpu" or "cuda" (a config's / flag's spelling); throws InvalidArgument otherwise.
+Device training_device(const std::string& name);
 
 }  // namespace lathe::train

@@ -68,7 +68,8 @@ std::vector<std::string> train_config_fields() {
           "resume",
           "lora_dropout",
           "lora_plus_ratio",
-          "pack"};
+          "pack",
+          "device"};
 }
 
 TrainConfig parse_train_config(const ojson& c) {
@@ -134,6 +135,9 @@ TrainConfig parse_train_config(const ojson& c) {
     throw Error(ErrorKind::InvalidArgument, "config field 'sft_scope' must be full or response");
   t.resume = bool_field(c, "resume", true);
   t.pack = bool_field(c, "pack", false);
+  t.device = jobs::string_field(c, "device", "cpu");
+  if (t.device != "cpu" && t.device != "cuda")
+    throw Error(ErrorKind::InvalidArgument, "config field 'device' must be cpu or cuda (got '" + t.device + "')");
   t.lora_dropout = jobs::number_field(c, "lora_dropout", 0, 0, 1);
   if (t.lora_dropout >= 1)  // every element dropped: the 1 / (1 - p) rescale is undefined
     throw Error(ErrorKind::InvalidArgument, "config field 'lora_dropout' must be in [0, 1)");

@@ -40,6 +40,7 @@ struct TrainConfig {
   std::string sft_scope = "full";  // ORPO's NLL term: full | response
   bool pack = false;               // SFT: pack examples into rows of max_seq_length (train_packing.h)
   bool resume = true;              // pick up the last checkpoint in adapter_path/checkpoints
+  std::string device = "cpu";      // the gradient engine: cpu | cuda (lora_engine_cuda.h)
 
   nlohmann::ordered_json to_json() const;
 };
