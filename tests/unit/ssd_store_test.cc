@@ -108,6 +108,12 @@ TEST(SsdStore, LongestPrefixWinsAndTrimsWhenItCan) {
   SsdStore::Restored r = store->restore(seq(5), X);
   ASSERT_EQ(r.reused, 4);
   for (const auto& c : r.caches) EXPECT_EQ(c->offset(), 4);
+  // Only the 4 reused tokens' rows were read (the file holds 10): the restore's read and its estimate agree.
+  const SsdStore::Match m = store->lookup(seq(5), X);
+  EXPECT_EQ(r.bytes_read, store->stats().restore_bytes_last);
+  EXPECT_GT(r.bytes_read, 0u);
+  EXPECT_LT(r.bytes_read * 2, m.read_bytes * 10 / 4);  // under half of the whole file's tensor bytes
+  EXPECT_LE(r.bytes_read, m.read_bytes);
   // The trimmed restore continues like a fresh prefill of those 4 tokens.
   CacheList fresh = f.prefill(seq(4));
   const Tensor x = f.model->forward({5}, fresh, false);
