@@ -15,6 +15,7 @@
 #include "lab/train/train_checkpoint.h"
 #include "lab/train/train_losses.h"
 #include "lab/train/train_packing.h"
+#include "tensor/device_memory.h"
 
 namespace lathe::train {
 namespace {
@@ -255,6 +256,8 @@ TrainSummary run_training(const TrainConfig& c, const Dataset& data, LoraParams&
                  {"eta_s", eta},
                  {"message", msg}};
       if (c.method != Method::Sft) e["accuracy"] = acc, e["margin"] = margin;
+      if (c.device == "cuda")  // the GPU's share: the caching allocator's peak reserve
+        e["peak_device_gb"] = static_cast<double>(device_memory_stats().peak_reserved_bytes) / (1 << 30);
       report(e);
       window_start = Clock::now();
       window_eval_s = 0, window_loss = 0, window_tokens = 0, window_steps = 0;
