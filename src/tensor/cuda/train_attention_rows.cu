@@ -5,32 +5,12 @@
 
 #include "tensor/cuda/common.cuh"
 #include "tensor/cuda/train_kernels.h"
+#include "tensor/cuda/train_reduce.cuh"
 
 namespace lathe::cuda::train {
 namespace {
 
 constexpr int kRowThreads = 256;
-
-__device__ float tr_block_max(float v) {
-  __shared__ float part[32];
-  __syncthreads();
-  v = warp_max(v);
-  if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = v;
-  __syncthreads();
-  float t = -INFINITY;
-  for (int w = 0; w < static_cast<int>(blockDim.x >> 5); ++w) t = fmaxf(t, part[w]);
-  return t;
-}
-__device__ float tr_block_sum(float v) {
-  __shared__ float part[32];
-  __syncthreads();
-  v = warp_sum(v);
-  if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = v;
-  __syncthreads();
-  float t = 0.f;
-  for (int w = 0; w < static_cast<int>(blockDim.x >> 5); ++w) t += part[w];
-  return t;
-}
 
 __device__ __forceinline__ int64_t tr_first_key(const AttnArgs& a, int64_t i) {
   int64_t f = a.window > 0 ? (i - a.window + 1 > 0 ? i - a.window + 1 : 0) : 0;
@@ -53,10 +33,10 @@ __global__ void tr_softmax(AttnArgs a, int64_t h0, float* s, float* lse) {
   float* sr = s + row * a.T;
   float th, m = -INFINITY;
   for (int64_t j = j0 + threadIdx.x; j <= i; j += blockDim.x) m = fmaxf(m, tr_capped(a, sr[j], &th));
-  m = tr_block_max(m);
+  m = train_block_max(m);
   float sum = 0.f;
   for (int64_t j = j0 + threadIdx.x; j <= i; j += blockDim.x) sum += expf(tr_capped(a, sr[j], &th) - m);
-  const float l = m + logf(tr_block_sum(sum));
+  const float l = m + logf(train_block_sum(sum));
   for (int64_t j = threadIdx.x; j < a.T; j += blockDim.x)
     sr[j] = j >= j0 && j <= i ? expf(tr_capped(a, sr[j], &th) - l) : 0.f;
   if (threadIdx.x == 0) lse[h * a.T + i] = l;
@@ -69,7 +49,7 @@ __global__ void tr_softmax_backward(AttnArgs a, int64_t h0, const float* lse, fl
   const float l = lse[h * a.T + i];
   float th, dot = 0.f;  // Σ_j p_j dp_j
   for (int64_t j = j0 + threadIdx.x; j <= i; j += blockDim.x) dot += expf(tr_capped(a, sr[j], &th) - l) * dr[j];
-  dot = tr_block_sum(dot);
+  dot = train_block_sum(dot);
   for (int64_t j = threadIdx.x; j < a.T; j += blockDim.x) {
     if (j < j0 || j > i) {
       sr[j] = dr[j] = 0.f;

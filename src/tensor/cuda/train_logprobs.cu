@@ -5,33 +5,12 @@
 
 #include "tensor/cuda/common.cuh"
 #include "tensor/cuda/train_kernels.h"
+#include "tensor/cuda/train_reduce.cuh"
 
 namespace lathe::cuda::train {
 namespace {
 
 constexpr int kLpThreads = 256;
-
-// Block-wide reductions with a leading barrier (a block calls them back to back).
-__device__ float tl_block_max(float v) {
-  __shared__ float part[32];
-  __syncthreads();
-  v = warp_max(v);
-  if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = v;
-  __syncthreads();
-  float t = -INFINITY;
-  for (int w = 0; w < static_cast<int>(blockDim.x >> 5); ++w) t = fmaxf(t, part[w]);
-  return t;
-}
-__device__ float tl_block_sum(float v) {
-  __shared__ float part[32];
-  __syncthreads();
-  v = warp_sum(v);
-  if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = v;
-  __syncthreads();
-  float t = 0.f;
-  for (int w = 0; w < static_cast<int>(blockDim.x >> 5); ++w) t += part[w];
-  return t;
-}
 
 __global__ void tl_block(float* z, int64_t n, int64_t v0, float cap, const int32_t* targets, float* m, float* s,
                          float* tgt) {
@@ -45,11 +24,11 @@ __global__ void tl_block(float* z, int64_t n, int64_t v0, float cap, const int32
     bm = fmaxf(bm, v);
     if (v0 + j == id) tgt[r] = v;
   }
-  bm = tl_block_max(bm);
+  bm = train_block_max(bm);
   const float old = m[r], mn = fmaxf(old, bm);
   float sum = 0.f;
   for (int64_t j = threadIdx.x; j < n; j += blockDim.x) sum += expf(zr[j] - mn);
-  sum = tl_block_sum(sum);
+  sum = train_block_sum(sum);
   if (threadIdx.x == 0) {
     s[r] = (old == -INFINITY ? 0.f : s[r] * expf(old - mn)) + sum;
     m[r] = mn;

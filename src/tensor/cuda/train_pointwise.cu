@@ -2,6 +2,7 @@
 // with its backward (which adds into the gradient). Formulas as the CPU autograd (lab/train/autograd.cc).
 #include "tensor/cuda/common.cuh"
 #include "tensor/cuda/train_kernels.h"
+#include "tensor/cuda/train_reduce.cuh"
 
 namespace lathe::cuda::train {
 namespace {
@@ -49,18 +50,6 @@ __global__ void tk_gated_backward(const float* g, const float* u, const float* g
   }
 }
 
-// Block-wide sum for the one-block-per-group norm kernels; the leading barrier lets a block call it repeatedly.
-__device__ float tk_block_sum(float v) {
-  __shared__ float part[32];
-  __syncthreads();
-  v = warp_sum(v);
-  if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = v;
-  __syncthreads();
-  float t = 0.f;
-  for (int w = 0; w < static_cast<int>(blockDim.x >> 5); ++w) t += part[w];
-  return t;
-}
-
 __device__ __forceinline__ float tk_gain(const float* w, int64_t i, bool plus_one) {
   return w ? (plus_one ? 1.0f + w[i] : w[i]) : 1.0f;
 }
@@ -70,7 +59,7 @@ __global__ void tk_rms_norm(const float* x, const float* w, bool plus_one, float
   const float* xr = x + blockIdx.x * group;
   float ss = 0.f;
   for (int64_t i = threadIdx.x; i < group; i += blockDim.x) ss += xr[i] * xr[i];
-  ss = tk_block_sum(ss);
+  ss = train_block_sum(ss);
   const float iv = 1.0f / sqrtf(ss / static_cast<float>(group) + eps);
   if (threadIdx.x == 0) inv[blockIdx.x] = iv;
   float* yr = y + blockIdx.x * group;
@@ -83,7 +72,7 @@ __global__ void tk_rms_norm_backward(const float* x, const float* w, bool plus_o
   const int64_t base = blockIdx.x * group;
   float dot = 0.f;
   for (int64_t i = threadIdx.x; i < group; i += blockDim.x) dot += gy[base + i] * tk_gain(w, i, plus_one) * x[base + i];
-  dot = tk_block_sum(dot);
+  dot = train_block_sum(dot);
   const float iv = inv[blockIdx.x];
   const float c = iv * iv * iv * dot / static_cast<float>(group);
   for (int64_t i = threadIdx.x; i < group; i += blockDim.x)
