@@ -124,12 +124,18 @@ json shot_json(const Shot& s) {
   return {{"ttft_ms", s.ttft_ms}, {"cached_tokens", s.cached}, {"prompt", s.prompt}, {"engine", s.engine}};
 }
 
-// complete() plus the engine's own split of that request's time (attach vs prefill), read right after it.
+// complete() plus the engine's own split of that request's time (attach vs prefill). The engine publishes its
+// cache counters after the step that answered, so /v1/cache is polled (up to 5 s) until they show this request:
+// its prefill of the uncached tokens.
 Shot complete_timed(int port, const std::vector<int>& ids) {
   Shot s = complete(port, ids);
-  try {
-    s.engine = json::parse(http_get(port, "/v1/cache")).value("last_request", json());
-  } catch (const std::exception&) {
+  for (int i = 0; i < 100; ++i) {
+    try {
+      s.engine = json::parse(http_get(port, "/v1/cache")).value("last_request", json());
+      if (s.engine.is_object() && s.engine.value("prefill_tokens", -1) == s.prompt - s.cached) break;
+    } catch (const std::exception&) {
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   return s;
 }
