@@ -189,13 +189,6 @@ void finish_device(const PendingResidual& p, Tensor& y) {
 #endif
 }
 
-LoraGroup single(int site, int64_t cols) {
-  LoraGroup g;
-  g.n = 1;
-  g.site[0] = site;
-  g.cols[0] = cols;
-  return g;
-}
 }  // namespace
 
 bool group_fusable(const LoraGroup& g, const Tensor& x) {
@@ -224,7 +217,13 @@ void finish_residual(const PendingResidual& p, const Tensor& x, Tensor& y) {
   add_residual(p.group.site[0], x, y);
 }
 
-LoraGroup site_group(int site, int64_t cols) { return single(site, cols); }
+LoraGroup site_group(int site, int64_t cols) {
+  LoraGroup g;
+  g.n = 1;
+  g.site[0] = site;
+  g.cols[0] = cols;
+  return g;
+}
 
 GraphUse graph_use() {
   GraphUse u;
@@ -272,7 +271,7 @@ void add_residual(int site, const Tensor& x, Tensor& y) {
   if (add_residual_cpu(*c, site, x, y)) return;
   if (y.device() == Device::CUDA) {
     PendingResidual p;
-    p.group = single(site, y.dim(1));
+    p.group = site_group(site, y.dim(1));
     begin_device(*c, p.group, x, p);
     if (p.device) return finish_device(p, y);
   }

@@ -181,21 +181,7 @@ Tensor Attention::decode_rows(const Tensor& y, const std::vector<LayerCache*>& c
   return heads;
 }
 
-LoraGroup Attention::qkv_group() const {
-  LoraGroup g;
-  int64_t col = 0;
-  for (const Linear* l : {&q_, &k_, &v_}) {
-    const int64_t n = l->w.out_features();
-    if (l->lora_site >= 0) {
-      g.site[g.n] = l->lora_site;
-      g.col0[g.n] = col;
-      g.cols[g.n] = n;
-      ++g.n;
-    }
-    col += n;
-  }
-  return g;
-}
+LoraGroup Attention::qkv_group() const { return stacked_lora_group({&q_, &k_, &v_}); }
 
 Tensor Attention::qkv_fused(const Tensor& x) const {
   const lora::PendingResidual r = lora::begin_residual(qkv_group(), x);

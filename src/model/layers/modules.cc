@@ -33,14 +33,7 @@ Tensor GatedMLP::operator()(const Tensor& x, bool f32_out) const {
   // Decode: one GEMV; prefill: a GEMM per row view (contiguous outputs). LoRA residuals on gate or up are added
   // to the fused output on the device (gathered kernels), else the per-module route's Linears add them.
   const int64_t I = gate.w.out_features();
-  LoraGroup lg;
-  for (const Linear* l : {&gate, &up})
-    if (l->lora_site >= 0) {
-      lg.site[lg.n] = l->lora_site;
-      lg.col0[lg.n] = l == &gate ? 0 : I;
-      lg.cols[lg.n] = I;
-      ++lg.n;
-    }
+  const LoraGroup lg = stacked_lora_group({&gate, &up});
   if (fused && x.dim(0) == 1 && lora::group_fusable(lg, x)) {
     const lora::PendingResidual r = lora::begin_residual(lg, x);
     Tensor gu = linear(x, gate_up);
@@ -52,6 +45,22 @@ Tensor GatedMLP::operator()(const Tensor& x, bool f32_out) const {
     u = up(x);
   }
   return down(act == Activation::SiLU ? silu_mul(g, u) : gelu_tanh_mul(g, u), f32_out);
+}
+
+LoraGroup stacked_lora_group(std::initializer_list<const Linear*> parts) {
+  LoraGroup g;
+  int64_t col = 0;
+  for (const Linear* l : parts) {
+    const int64_t n = l->w.out_features();
+    if (l->lora_site >= 0) {
+      g.site[g.n] = l->lora_site;
+      g.col0[g.n] = col;
+      g.cols[g.n] = n;
+      ++g.n;
+    }
+    col += n;
+  }
+  return g;
 }
 
 GatedMLP bind_gated_mlp(WeightBinder& b, const std::string& prefix, int64_t hidden, int64_t inter, Activation act,

@@ -1,5 +1,6 @@
 // Small building blocks shared by architectures: a linear layer with optional bias, RMSNorm, gated MLP.
 #pragma once
+#include <initializer_list>
 #include <string>
 
 #include "lora/forward_context.h"
@@ -22,6 +23,10 @@ struct Linear {
     return y;
   }
 };
+
+// The LoRA group of Linears whose outputs sit side by side in one stacked projection (q|k|v, gate|up), in
+// that order: each adaptable one's site over its columns.
+LoraGroup stacked_lora_group(std::initializer_list<const Linear*> parts);
 
 // Binds module.weight [out, in] (dense or quantized) and, when with_bias, module.bias [out].
 Linear bind_linear(WeightBinder& b, const std::string& module, int64_t out, int64_t in, bool with_bias = false);
