@@ -46,7 +46,8 @@ inline constexpr size_t kJinjaMaxOutputBytes = size_t{64} << 20;  // rendered te
 inline constexpr size_t kJinjaMaxListItems = size_t{1} << 20;     // any one list (range() keeps its own 2^20)
 inline constexpr int kJinjaMaxParseDepth = 256;                   // nested expressions / blocks in a template
 inline constexpr int kJinjaMaxCallDepth = 128;                    // macro recursion
-inline constexpr size_t kJinjaMaxSourceBytes = size_t{4} << 20;   // a template's source text
+inline constexpr int kJinjaMaxValueDepth = 512;  // lists/dicts nested in a value that repr, ==, tojson walk
+inline constexpr size_t kJinjaMaxSourceBytes = size_t{4} << 20;  // a template's source text
 
 // --- model config ---
 inline constexpr int64_t kConfigMaxDim = int64_t{1} << 20;        // hidden sizes, head counts, layers

@@ -88,5 +88,54 @@ TEST(HardeningJinja, ChatTemplateRenderHonoursCancellation) {
   EXPECT_THROW(t.render(in), Error);
 }
 
+// A list or dict put inside itself (found by the fuzzer: repr recursed until the stack ran out) is refused at
+// the mutation; a namespace holding itself is freed when the render ends. Nothing leaks, no walk is endless.
+TEST(HardeningJinja, AContainerCannotContainItself) {
+  for (const char* src : {"{% set l = [] %}{{ l.append(l) }}{{ l }}", "{% set l = [1] %}{{ l.insert(0, [l]) }}",
+                          "{% set l = [] %}{{ l.extend([[1], l]) }}", "{% set d = {} %}{{ d.update(x={'y': d}) }}",
+                          "{% set d = {} %}{{ d.setdefault('k', [d]) }}"}) {
+    EXPECT_NE(render_error(src).find("inside itself"), std::string::npos) << src;
+  }
+  // A namespace may hold itself, as in Python (the render frees the cycle when it ends); walking it is an error.
+  EXPECT_NE(render_error("{% set ns = namespace(a=1) %}{% set ns.b = [ns] %}{{ ns }}").find("contains itself"),
+            std::string::npos);
+  EXPECT_EQ(testing::render("{% set ns = namespace(a=1) %}{% set ns.b = {'up': ns} %}{{ ns.b.up.b.up.a }}"), "1");
+  // The same value twice, or a copy, is not a cycle.
+  EXPECT_EQ(testing::render("{% set a = [1] %}{% set l = [] %}{{ l.append(a) }}{{ l.append(a) }}{{ l }}"),
+            "NoneNone[[1], [1]]");
+  EXPECT_EQ(testing::render("{% set ns = namespace(l=[]) %}{% set ns.l = ns.l + [ns.l] %}{{ ns.l }}"), "[[]]");
+}
+
+// A value nested 200,000 lists deep is built within the step budget; printing, comparing or serialising it
+// stops with an error, and dropping it does not overflow the stack.
+TEST(HardeningJinja, DeeplyNestedValuesStopWithAnError) {
+  const std::string build =
+      "{% set ns = namespace(x=[]) %}{% for i in range(200000) %}{% set ns.x = [ns.x] %}{% endfor %}";
+  for (const char* use : {"{{ ns.x }}", "{{ ns.x | tojson }}", "{{ ns.x == ns.x[0] }}", "{{ ns.x < ns.x[0] }}"}) {
+    EXPECT_NE(render_error(build + use).find("nested deeper than"), std::string::npos) << use;
+  }
+  EXPECT_EQ(render_error(build + "{{ 'done' }}"), "");
+  // Shared many times over (2^40 paths through 40 lists), a walk is bounded by the step budget.
+  const std::string wide =
+      "{% set ns = namespace(x=['abc'], y=['abc']) %}{% for i in range(40) %}{% set ns.x = [ns.x, ns.x] %}"
+      "{% set ns.y = [ns.y, ns.y] %}{% endfor %}";
+  double s = 0;
+  EXPECT_NE(render_error(wide + "{{ ns.x }}", &s).find("render budget"), std::string::npos);
+  EXPECT_LT(s, 30.0);
+  const std::string e = render_error(wide + "{{ ns.x == ns.y }}");
+  EXPECT_NE(e.find("render budget"), std::string::npos) << e;
+}
+
+// Numbers beyond int64 or double in a template (found by the fuzzer: std::stod threw out_of_range past every
+// handler) are Python's inf / 0.0 or a clear error.
+TEST(HardeningJinja, OutOfRangeNumbersAreValuesOrErrors) {
+  EXPECT_EQ(testing::render("{{ 3e31646 }} {{ 1e-400 }}"), "inf 0.0");
+  EXPECT_NE(render_error("{{ x.99999999999999999999 }}").find("out of range"), std::string::npos);
+  EXPECT_NE(render_error("{{ '{99999999999999999999}'.format(1) }}").find("has no argument"), std::string::npos);
+  EXPECT_EQ(
+      testing::render("{{ [[1]] | map(attribute='0.99999999999999999999') | select('undefined') | list | length }}"),
+      "1");
+}
+
 }  // namespace
 }  // namespace lathe::jinja

@@ -193,6 +193,8 @@ void Evaluator::exec_set(const Stmt& s, const ScopePtr& scope) {
   const Value* target = scope->lookup(s.targets[0]);
   if (!target || !target->is_namespace())
     runtime_error("cannot assign attribute '" + s.targets[1] + "' on non-namespace object '" + s.targets[0] + "'");
+  // No cycle check here (it would walk the value on every `ns.x = ns.x + [...]`): a namespace put inside itself
+  // is as legal as in Python; walks stop at their depth limit and Template::render breaks the cycle at the end.
   target->dict_ref().set(s.targets[1], std::move(v));
 }
 

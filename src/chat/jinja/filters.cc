@@ -1,6 +1,7 @@
 // Jinja2's built-in filters (the subset chat templates use), plus HF's tojson: json.dumps with
 // ensure_ascii=False, insertion key order and optional indent.
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <map>
 
@@ -26,8 +27,11 @@ Value attribute_of(const Value& item, const Value& attribute) {
   const Value dot(".");
   for (const std::string& part : py_split(attribute.str(), &dot, -1)) {
     if (cur.is_undefined()) return cur;
+    int64_t index = 0;
+    const auto [end, ec] = std::from_chars(part.data(), part.data() + part.size(), index);
     const bool numeric = !part.empty() && std::all_of(part.begin(), part.end(), ::isdigit);
-    cur = numeric ? get_item(cur, Value(static_cast<int64_t>(std::stoll(part)))) : get_item(cur, Value(part));
+    if (numeric && ec != std::errc()) return Value::undefined("no item " + part);  // beyond int64: no such index
+    cur = numeric && end == part.data() + part.size() ? get_item(cur, Value(index)) : get_item(cur, Value(part));
   }
   return cur;
 }
@@ -306,12 +310,13 @@ Value f_sum(const Value& in, const CallArgs& args) {
 
 // json.dumps(sort_keys=True): a copy with every mapping's keys in code point order.
 Value with_sorted_keys(const Value& v) {
+  if (!v.is_list() && (!v.is_dict() || v.is_namespace())) return v;
+  const ValueDepthGuard nest;
   if (v.is_list()) {
     ValueList out;
     for (const Value& item : v.list()) out.push_back(with_sorted_keys(item));
     return Value(std::move(out));
   }
-  if (!v.is_dict() || v.is_namespace()) return v;
   Value out = Value::dict();
   for (const auto& [k, item] : v.dict_ref().items) out.dict_ref().items.emplace_back(k, with_sorted_keys(item));
   auto& items = out.dict_ref().items;

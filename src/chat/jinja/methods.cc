@@ -1,6 +1,7 @@
 // Methods templates call on values (`text.strip()`, `d.items()`, `ns.list.append(x)`), with Python semantics.
 #include <algorithm>
 #include <cctype>
+#include <charconv>
 #include <cstdint>
 
 #include "chat/jinja/builtins.h"
@@ -77,7 +78,9 @@ std::string py_format(const std::string& fmt, const CallArgs& args) {
       if (field.empty()) {
         v = args.get(auto_index++, "");
       } else if (std::isdigit(static_cast<unsigned char>(field[0]))) {
-        v = args.get(static_cast<size_t>(std::stoul(field)), "");
+        size_t index = 0;
+        const auto [end, ec] = std::from_chars(field.data(), field.data() + field.size(), index);
+        if (ec == std::errc() && end == field.data() + field.size()) v = args.get(index, "");
       } else {
         v = args.get(SIZE_MAX, field);
       }
@@ -188,9 +191,11 @@ std::optional<Value> dict_method(const Value& obj, const std::string& name, cons
     return copy;
   }
   if (name == "update") {
-    if (const Value* other = args.get(0, ""); other && other->is_dict())
-      for (const auto& [k, v] : other->dict_ref().items) d.set(k, v);
-    for (const auto& [k, v] : args.keywords) d.set(k, v);
+    std::vector<std::pair<std::string, Value>> updates;
+    if (const Value* other = args.get(0, ""); other && other->is_dict()) updates = other->dict_ref().items;
+    updates.insert(updates.end(), args.keywords.begin(), args.keywords.end());
+    for (const auto& [k, v] : updates) check_insertable(obj, v);
+    for (const auto& [k, v] : updates) d.set(k, v);
     return Value::none();
   }
   if (name == "pop" || name == "setdefault") {
@@ -203,6 +208,7 @@ std::optional<Value> dict_method(const Value& obj, const std::string& name, cons
       return v;
     }
     if (name == "setdefault") {
+      if (fallback) check_insertable(obj, *fallback);
       d.set(key, fallback ? *fallback : Value::none());
       return fallback ? *fallback : Value::none();
     }
@@ -215,11 +221,14 @@ std::optional<Value> dict_method(const Value& obj, const std::string& name, cons
 std::optional<Value> list_method(const Value& obj, const std::string& name, const CallArgs& args) {
   ValueList& l = obj.list();
   if (name == "append") {
+    check_insertable(obj, required(args, 0, "object", name));
     l.push_back(required(args, 0, "object", name));
     return Value::none();
   }
   if (name == "extend") {
-    for (const Value& v : iterate(required(args, 0, "iterable", name))) l.push_back(v);
+    const ValueList items = iterate(required(args, 0, "iterable", name));
+    for (const Value& v : items) check_insertable(obj, v);
+    for (const Value& v : items) l.push_back(v);
     return Value::none();
   }
   if (name == "pop" || name == "insert") {
@@ -228,6 +237,7 @@ std::optional<Value> list_method(const Value& obj, const std::string& name, cons
     if (i < 0) i += n;
     if (name == "insert") {
       i = std::clamp<int64_t>(i, 0, n);
+      check_insertable(obj, required(args, 1, "object", name));
       l.insert(l.begin() + i, required(args, 1, "object", name));
       return Value::none();
     }

@@ -203,6 +203,7 @@ int compare(const Value& a, const Value& b) {
     return c < 0 ? -1 : c > 0 ? 1 : 0;
   }
   if (a.is_list() && b.is_list()) {
+    const ValueDepthGuard nest;
     const ValueList &x = a.list(), &y = b.list();
     for (size_t i = 0; i < x.size() && i < y.size(); ++i) {
       if (x[i] == y[i]) continue;

@@ -1,5 +1,7 @@
 #include "chat/jinja/parser.h"
 
+#include <charconv>
+#include <cstdlib>
 #include <initializer_list>
 
 #include "common/error.h"
@@ -460,7 +462,10 @@ class Parser {
           fail(t, "integer literal '" + t.text + "' out of range");
         }
       }
-      case TK::Float: next(); return literal(t, Value(std::stod(t.text)));
+      case TK::Float:
+        next();
+        // strtod, not stod: a literal beyond double's range is inf (or 0), as in Python, not an exception.
+        return literal(t, Value(std::strtod(t.text.c_str(), nullptr)));
       case TK::Op:
         if (t.text == "(") {
           next();
@@ -532,7 +537,12 @@ class Parser {
         if (peek().kind == TK::Int) {
           auto item = make(Expr::Kind::GetItem, t.pos);
           item->a = std::move(e);
-          item->b = literal(peek(), Value(static_cast<int64_t>(std::stoll(next().text))));
+          const Token& index = next();
+          int64_t n = 0;
+          const auto [end, ec] = std::from_chars(index.text.data(), index.text.data() + index.text.size(), n);
+          if (ec != std::errc() || end != index.text.data() + index.text.size())
+            fail(index, "integer literal '" + index.text + "' out of range");
+          item->b = literal(index, Value(n));
           e = std::move(item);
           continue;
         }

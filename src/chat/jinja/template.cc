@@ -84,12 +84,36 @@ Template::Template(const std::string& source, const TemplateOptions& options) {
   check_body(body_);
 }
 
+namespace {
+
+// The namespaces one render created. Any still alive once the render's scopes are gone can only be held by a
+// cycle through itself (`{% set ns.me = [ns] %}`): emptying it frees the cycle instead of leaking it.
+struct NamespaceSweep {
+  std::vector<std::weak_ptr<ValueDict>> created;
+  NamespaceSweep() = default;
+  NamespaceSweep(const NamespaceSweep&) = delete;
+  NamespaceSweep& operator=(const NamespaceSweep&) = delete;
+  ~NamespaceSweep() {
+    for (const std::weak_ptr<ValueDict>& w : created)
+      if (std::shared_ptr<ValueDict> ns = w.lock()) {
+        std::vector<std::pair<std::string, Value>> items;
+        items.swap(ns->items);  // released after `ns` is no longer in use
+      }
+  }
+};
+
+}  // namespace
+
 std::string Template::render(const ValueDict& variables, const RenderLimits& limits) const {
   const RenderBudget budget(limits);
+  NamespaceSweep sweep;  // declared before the scopes, so it runs after they are destroyed
   auto globals = std::make_shared<Scope>();
   globals->vars["range"] = Value::function("range", builtin_range);
-  globals->vars["namespace"] =
-      Value::function("namespace", [](const CallArgs& args) { return builtin_mapping(args, true); });
+  globals->vars["namespace"] = Value::function("namespace", [&sweep](const CallArgs& args) {
+    Value ns = builtin_mapping(args, true);
+    sweep.created.push_back(ns.dict_ptr());
+    return ns;
+  });
   globals->vars["dict"] = Value::function("dict", [](const CallArgs& args) { return builtin_mapping(args, false); });
   auto root = std::make_shared<Scope>(Scope{globals, {}});
   for (const auto& [k, v] : variables.items) root->vars[k] = v;

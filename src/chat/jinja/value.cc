@@ -3,10 +3,92 @@
 #include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <unordered_set>
 
+#include "chat/jinja/budget.h"
 #include "common/error.h"
+#include "common/limits.h"
 
 namespace lathe::jinja {
+namespace {
+
+thread_local int t_value_depth = 0;
+// Containers whose last reference died while another release was draining on this thread (see ~Value).
+thread_local std::vector<std::shared_ptr<void>>* t_dying = nullptr;
+
+// The list or dict a value holds, as an identity; null for scalars and callables.
+const void* container_of(const Value& v) {
+  if (v.is_list()) return &v.list();
+  if (v.is_dict()) return v.dict_ptr().get();
+  return nullptr;
+}
+
+}  // namespace
+
+ValueDepthGuard::ValueDepthGuard() {
+  RenderBudget::step();  // a value shared many times over is walked as often: bound the time too
+  if (++t_value_depth > limits::kJinjaMaxValueDepth) {
+    --t_value_depth;
+    throw Error(ErrorKind::InvalidArgument, "value nested deeper than " + std::to_string(limits::kJinjaMaxValueDepth) +
+                                                " lists or dicts (or contains itself)");
+  }
+}
+
+ValueDepthGuard::~ValueDepthGuard() { --t_value_depth; }
+
+void check_insertable(const Value& container, const Value& inserted) {
+  const void* target = container_of(container);
+  if (!target || !container_of(inserted)) return;
+  // Iterative and visiting each shared container once, so neither a deep nor a widely shared value costs more
+  // than its distinct containers; each one visited is a render step.
+  std::vector<const Value*> todo{&inserted};
+  std::unordered_set<const void*> seen;
+  while (!todo.empty()) {
+    const Value* v = todo.back();
+    todo.pop_back();
+    const void* c = container_of(*v);
+    if (!c || !seen.insert(c).second) continue;
+    if (c == target)
+      throw Error(ErrorKind::InvalidArgument, "cannot put a " + container.type_name() + " inside itself");
+    RenderBudget::step();
+    if (v->is_list()) {
+      for (const Value& item : v->list()) todo.push_back(&item);
+    } else {
+      for (const auto& [k, item] : v->dict_ref().items) todo.push_back(&item);
+    }
+  }
+}
+
+Value::~Value() {
+  if (is_list() || is_dict()) release_container();
+}
+
+void Value::release_container() noexcept {
+  std::shared_ptr<void> last;
+  if (is_list())
+    last = std::move(std::get<std::shared_ptr<ValueList>>(data_));
+  else
+    last = std::move(std::get<std::shared_ptr<ValueDict>>(data_));
+  if (last.use_count() != 1) return;  // not the last reference: dropping `last` only counts down
+  if (t_dying) {
+    // A release further up this thread's stack is draining: queue this one instead of recursing into it.
+    try {
+      t_dying->push_back(std::move(last));
+    } catch (...) {
+      // Out of memory for the queue: release in place (recursion, but only as deep as memory allowed).
+    }
+    return;
+  }
+  std::vector<std::shared_ptr<void>> dying;
+  t_dying = &dying;
+  last.reset();  // its elements' destructors queue their own containers
+  while (!dying.empty()) {
+    std::shared_ptr<void> next = std::move(dying.back());
+    dying.pop_back();
+    next.reset();
+  }
+  t_dying = nullptr;
+}
 
 const Value* ValueDict::find(const std::string& key) const {
   for (const auto& [k, v] : items)
@@ -170,22 +252,26 @@ std::string Value::repr() const {
     case Type::Float: return python_float_repr(as_float());
     case Type::String: return repr_string(as_string());
     case Type::List: {
+      const ValueDepthGuard nest;
       std::string out = "[";
       bool first = true;
       for (const Value& item : list()) {
         if (!first) out += ", ";
         first = false;
         out += item.repr();
+        RenderBudget::check_string(out.size(), "repr()");
       }
       return out + "]";
     }
     case Type::Dict: {
+      const ValueDepthGuard nest;
       std::string out = is_namespace() ? "<Namespace {" : "{";
       bool first = true;
       for (const auto& [k, v] : dict_ref().items) {
         if (!first) out += ", ";
         first = false;
         out += repr_string(k) + ": " + v.repr();
+        RenderBudget::check_string(out.size(), "repr()");
       }
       return out + (is_namespace() ? "}>" : "}");
     }
@@ -209,13 +295,17 @@ bool Value::operator==(const Value& other) const {
     case Type::List: {
       const ValueList& a = list();
       const ValueList& b = other.list();
+      if (&a == &b) return true;
       if (a.size() != b.size()) return false;
+      const ValueDepthGuard nest;
       for (size_t i = 0; i < a.size(); ++i)
         if (!(a[i] == b[i])) return false;
       return true;
     }
     case Type::Dict: {
-      if (is_namespace() || other.is_namespace()) return dict_ptr() == other.dict_ptr();
+      if (is_namespace() || other.is_namespace() || dict_ptr() == other.dict_ptr())
+        return dict_ptr() == other.dict_ptr();
+      const ValueDepthGuard nest;
       const auto& a = dict_ref().items;
       if (a.size() != other.dict_ref().items.size()) return false;
       for (const auto& [k, v] : a) {
@@ -299,6 +389,7 @@ void json_dump(const Value& v, int indent, int depth, std::string& out) {
     }
     case Value::Type::String: json_string(v.as_string(), out); return;
     case Value::Type::List: {
+      const ValueDepthGuard nest;
       const ValueList& items = v.list();
       if (items.empty()) {
         out += "[]";
@@ -309,6 +400,7 @@ void json_dump(const Value& v, int indent, int depth, std::string& out) {
         if (i) out += indent >= 0 ? "," : ", ";
         if (indent >= 0) newline(depth + 1);
         json_dump(items[i], indent, depth + 1, out);
+        RenderBudget::check_string(out.size(), "tojson");
       }
       if (indent >= 0) newline(depth);
       out += ']';
@@ -316,6 +408,7 @@ void json_dump(const Value& v, int indent, int depth, std::string& out) {
     }
     case Value::Type::Dict: {
       if (v.is_namespace()) break;
+      const ValueDepthGuard nest;
       const auto& items = v.dict_ref().items;
       if (items.empty()) {
         out += "{}";
@@ -328,6 +421,7 @@ void json_dump(const Value& v, int indent, int depth, std::string& out) {
         json_string(items[i].first, out);
         out += ": ";
         json_dump(items[i].second, indent, depth + 1, out);
+        RenderBudget::check_string(out.size(), "tojson");
       }
       if (indent >= 0) newline(depth);
       out += '}';

@@ -44,11 +44,32 @@ struct NoneTag {
   bool operator==(const NoneTag&) const = default;
 };
 
+// Walks into nested lists and dicts (repr, ==, tojson, comparisons) hold one of these per level: deeper than
+// limits::kJinjaMaxValueDepth is an Error(InvalidArgument) rather than a stack overflow.
+class ValueDepthGuard {
+ public:
+  ValueDepthGuard();
+  ~ValueDepthGuard();
+  ValueDepthGuard(const ValueDepthGuard&) = delete;
+  ValueDepthGuard& operator=(const ValueDepthGuard&) = delete;
+};
+
+// Throws unless `inserted` can go into `container` (a list or dict) without the container containing itself:
+// Python allows such cycles, but here they would leak and make every walk endless. The walk costs render steps.
+void check_insertable(const Value& container, const Value& inserted);
+
 class Value {
  public:
   enum class Type { Undefined, None, Bool, Int, Float, String, List, Dict, Callable };
 
   Value() = default;  // undefined
+  // A value that drops the last reference to a list or dict releases its nested containers one at a time, so
+  // a template's million-deep list cannot overflow the stack when it dies.
+  ~Value();
+  Value(const Value&) = default;
+  Value(Value&&) noexcept = default;
+  Value& operator=(const Value&) = default;
+  Value& operator=(Value&&) noexcept = default;
   static Value undefined(std::string hint = {});
   static Value none() { return Value(NoneTag{}); }
   Value(bool b) : data_(b) {}
@@ -99,6 +120,8 @@ class Value {
   bool operator==(const Value& other) const;
 
  private:
+  void release_container() noexcept;
+
   struct UndefinedTag {
     std::string hint;
   };
