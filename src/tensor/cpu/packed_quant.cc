@@ -47,10 +47,15 @@ std::shared_ptr<const PackedQuant> pack_quantized(const QuantizedMatrix& q) {
   p->cols = cols;
   p->groups = cols / q.group_size;
   p->group_stride = (p->groups + 7) / 8 * 8;
-  p->row_bytes = cols * q.bits / 8;
+  p->code_bytes = cols * q.bits / 8;
+  p->sb16 = q.bits == 4 && q.scales.dtype() == DType::BF16 && q.biases.dtype() == DType::BF16;
+  const int64_t GP = p->group_stride;
+  p->row_bytes = p->code_bytes + (p->sb16 ? 4 * GP : 0);
   p->codes.reset(new uint8_t[static_cast<size_t>(rows * p->row_bytes)]);
-  p->scales.assign(static_cast<size_t>(rows * p->group_stride), 0.f);
-  p->biases.assign(static_cast<size_t>(rows * p->group_stride), 0.f);
+  if (!p->sb16) {
+    p->scales.assign(static_cast<size_t>(rows * GP), 0.f);
+    p->biases.assign(static_cast<size_t>(rows * GP), 0.f);
+  }
   parallel_for(rows, 64, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       const uint32_t* words = q.w.data<uint32_t>() + r * q.w.stride(0);
@@ -59,6 +64,14 @@ std::shared_ptr<const PackedQuant> pack_quantized(const QuantizedMatrix& q) {
         pack_row4(words, cols, out);
       else
         pack_row8(words, cols, out);
+      if (p->sb16) {
+        // The bf16 bits as they are, zero-padded to the group stride.
+        uint16_t* tail = reinterpret_cast<uint16_t*>(out + p->code_bytes);
+        std::memset(tail, 0, static_cast<size_t>(4 * GP));
+        std::memcpy(tail, q.scales.data<uint16_t>() + r * q.scales.stride(0), static_cast<size_t>(2 * p->groups));
+        std::memcpy(tail + GP, q.biases.data<uint16_t>() + r * q.biases.stride(0), static_cast<size_t>(2 * p->groups));
+        continue;
+      }
       float* s = p->scales.data() + r * p->group_stride;
       float* b = p->biases.data() + r * p->group_stride;
       scale_row_to_f32(q.scales, r, p->groups, s);

@@ -8,9 +8,14 @@
 //          the codes of 32 consecutive elements twice (matching 32 consecutive int8 activations).
 //   8-bit: one signed byte per element in natural order, code − 128 (vpmaddubsw needs one unsigned operand:
 //          the kernel multiplies |code − 128| by the activation carrying the code's sign).
-// scales / biases: f32 [rows, group_stride], converted once from bf16/f16; group_stride is groups rounded up
-// to 8 and the padding is zero (the kernels read whole quads and octets of groups). For 8-bit the bias holds
-// bias + 128·scale, which moves the −128 of the codes into the per-group bias term.
+// scales / biases, one of two ways (group_stride is groups rounded up to 8, the padding zero: the kernels read
+// whole quads and octets of groups):
+//   sb16 (4-bit weights whose scales and biases are bf16, i.e. most MLX checkpoints): the row's bf16 scales
+//          then its bf16 biases, group_stride of each, right after its codes in the same row, so decode
+//          streams one contiguous run of bytes per row, no more than the checkpoint holds;
+//   else:  f32 [rows, group_stride] arrays, converted once from bf16/f16. For 8-bit the bias holds
+//          bias + 128·scale, which moves the −128 of the codes into the per-group bias term.
+// Either way the kernels compute with the same f32 values (bf16 widens to f32 exactly).
 //
 // The kernels (quantized_int8.cc) quantize each activation row once per matmul to int8 per weight group
 // (d = max|x| / 127, round to nearest even) with the group's sum of quantized values xsum = d · Σ xq, so
@@ -22,6 +27,7 @@
 // AVX2 and VNNI kernels give bitwise the same outputs.
 #pragma once
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <vector>
 
@@ -33,9 +39,33 @@ namespace lathe::cpu {
 
 struct PackedQuant {
   int bits = 4, group_size = 64;
-  int64_t rows = 0, cols = 0, groups = 0, group_stride = 0, row_bytes = 0;
-  std::unique_ptr<uint8_t[]> codes;  // rows * row_bytes, not zero-filled first (the repack writes every byte)
-  std::vector<float> scales, biases;
+  bool sb16 = false;  // bf16 scales and biases after each row's codes (else the f32 arrays below)
+  int64_t rows = 0, cols = 0, groups = 0, group_stride = 0;
+  int64_t code_bytes = 0;             // one row's codes
+  int64_t row_bytes = 0;              // one row: its codes, and with sb16 its scales and biases
+  std::unique_ptr<uint8_t[]> codes;   // rows * row_bytes, not zero-filled first (the repack writes every byte)
+  std::vector<float> scales, biases;  // without sb16: [rows, group_stride]
+
+  const uint8_t* row(int64_t n) const { return codes.get() + n * row_bytes; }
+  // Row n's scales / biases in the kernels' form: bf16 (uint16_t) with sb16, else f32.
+  const void* scale_row(int64_t n) const {
+    return sb16 ? static_cast<const void*>(row(n) + code_bytes) : scales.data() + n * group_stride;
+  }
+  const void* bias_row(int64_t n) const {
+    return sb16 ? static_cast<const void*>(row(n) + code_bytes + 2 * group_stride) : biases.data() + n * group_stride;
+  }
+  // One scale or bias as f32 (the scalar kernel).
+  float scale(int64_t n, int64_t g) const { return value(scale_row(n), g); }
+  float bias(int64_t n, int64_t g) const { return value(bias_row(n), g); }
+
+ private:
+  float value(const void* base, int64_t g) const {
+    if (!sb16) return static_cast<const float*>(base)[g];
+    const uint32_t bits32 = static_cast<uint32_t>(static_cast<const uint16_t*>(base)[g]) << 16;
+    float f;
+    std::memcpy(&f, &bits32, sizeof f);
+    return f;
+  }
 };
 
 // The packed layout of q, or null when the integer-dot kernels do not cover it (bits other than 4 or 8,

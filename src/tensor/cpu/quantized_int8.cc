@@ -60,9 +60,7 @@ void quantize_row_scalar(const float* x, int64_t K, int gs, int8_t* q, float* d,
 
 // The scalar kernel: the same exact integer halves and the same float steps as the SIMD kernels.
 float dot_row_scalar(const PackedQuant& p, int64_t n, const XRow& x) {
-  const uint8_t* w = p.codes.get() + n * p.row_bytes;
-  const float* s = p.scales.data() + n * p.group_stride;
-  const float* b = p.biases.data() + n * p.group_stride;
+  const uint8_t* w = p.row(n);
   const int gs = p.group_size;
   float lane[8] = {};
   for (int64_t g = 0; g < p.groups; ++g) {
@@ -78,12 +76,12 @@ float dot_row_scalar(const PackedQuant& p, int64_t n, const XRow& x) {
       }
       half[(k % 32) < 16 ? 0 : 1] += code * x.q[k];
     }
-    const float sd = s[g] * x.d[g];
+    const float sd = p.scale(n, g) * x.d[g];
     const int j = static_cast<int>(g % 4);
     lane[j] = std::fma(static_cast<float>(half[0]), sd, lane[j]);
     lane[4 + j] = std::fma(static_cast<float>(half[1]), sd, lane[4 + j]);
   }
-  for (int64_t g = 0; g < p.groups; ++g) lane[g % 8] = std::fma(b[g], x.sum[g], lane[g % 8]);
+  for (int64_t g = 0; g < p.groups; ++g) lane[g % 8] = std::fma(p.bias(n, g), x.sum[g], lane[g % 8]);
   return ((lane[0] + lane[4]) + (lane[2] + lane[6])) + ((lane[1] + lane[5]) + (lane[3] + lane[7]));
 }
 
@@ -149,11 +147,11 @@ namespace i8_avx512vnni {
 #undef LATHE_I8_DOT
 }  // namespace i8_avx512vnni
 
-RowsFn pick_simd(Isa isa, int bits, int gs) {
+RowsFn pick_simd(Isa isa, const PackedQuant& p) {
   switch (isa) {
-    case Isa::Avx2: return i8_avx2::pick(bits, gs);
-    case Isa::AvxVnni: return i8_avxvnni::pick(bits, gs);
-    case Isa::Avx512Vnni: return i8_avx512vnni::pick(bits, gs);
+    case Isa::Avx2: return i8_avx2::pick(p);
+    case Isa::AvxVnni: return i8_avxvnni::pick(p);
+    case Isa::Avx512Vnni: return i8_avx512vnni::pick(p);
     case Isa::Scalar: break;
   }
   return nullptr;
@@ -196,7 +194,7 @@ void linear_packed(const float* x, int64_t M, const PackedQuant& p, int64_t row0
   const XRow* xr = sc.rows.data();
   const int64_t r0 = row0;
 #ifdef LATHE_X86
-  if (const RowsFn fn = pick_simd(isa, p.bits, p.group_size)) {
+  if (const RowsFn fn = pick_simd(isa, p)) {
     parallel_for(N, 16, [&](int64_t a, int64_t b) { fn(p, r0 + a, r0 + b, xr, M, r0, y, N); });
     return;
   }
