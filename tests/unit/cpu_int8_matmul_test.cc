@@ -23,6 +23,7 @@ using testutil::random_floats;
 struct CpuInt8MatmulCase {
   int bits, group;
   int64_t K;
+  DType scales = DType::BF16;  // BF16: scales and biases packed after each row's codes; F32: separate arrays
 };
 
 class IsaScope {
@@ -37,10 +38,10 @@ class IsaScope {
 class Int8Matmul : public ::testing::TestWithParam<CpuInt8MatmulCase> {
  protected:
   void SetUp() override {
-    const auto [bits, group, K] = GetParam();
+    const auto [bits, group, K, scales] = GetParam();
     const auto w = random_floats(static_cast<size_t>(kN * K), 1);
     exact_.quantized = true;
-    exact_.q = quant::quantize(w.data(), kN, K, bits, group);
+    exact_.q = quant::quantize(w.data(), kN, K, bits, group, scales);
     packed_ = exact_;
     pack_for_cpu(packed_.q);
     ASSERT_NE(packed_.q.cpu_packed, nullptr);
@@ -118,10 +119,12 @@ INSTANTIATE_TEST_SUITE_P(Layouts, Int8Matmul,
                          ::testing::Values(CpuInt8MatmulCase{4, 32, 256}, CpuInt8MatmulCase{4, 32, 448},
                                            CpuInt8MatmulCase{4, 64, 320}, CpuInt8MatmulCase{4, 128, 384},
                                            CpuInt8MatmulCase{8, 32, 256}, CpuInt8MatmulCase{8, 32, 448},
-                                           CpuInt8MatmulCase{8, 64, 320}, CpuInt8MatmulCase{8, 128, 384}),
+                                           CpuInt8MatmulCase{8, 64, 320}, CpuInt8MatmulCase{8, 128, 384},
+                                           CpuInt8MatmulCase{4, 64, 320, DType::F32},
+                                           CpuInt8MatmulCase{8, 32, 448, DType::F32}),
                          [](const auto& info) {
                            return std::to_string(info.param.bits) + "bit_g" + std::to_string(info.param.group) + "_k" +
-                                  std::to_string(info.param.K);
+                                  std::to_string(info.param.K) + (info.param.scales == DType::F32 ? "_f32" : "");
                          });
 
 TEST(Int8MatmulPacking, LongPrefillBlocksKeepRowsBitwiseSolo) {

@@ -48,7 +48,7 @@ std::shared_ptr<const PackedQuant> pack_quantized(const QuantizedMatrix& q) {
   p->groups = cols / q.group_size;
   p->group_stride = (p->groups + 7) / 8 * 8;
   p->code_bytes = cols * q.bits / 8;
-  p->sb16 = q.bits == 4 && q.scales.dtype() == DType::BF16 && q.biases.dtype() == DType::BF16;
+  p->sb16 = q.scales.dtype() == DType::BF16 && q.biases.dtype() == DType::BF16;
   const int64_t GP = p->group_stride;
   p->row_bytes = p->code_bytes + (p->sb16 ? 4 * GP : 0);
   p->codes.reset(new uint8_t[static_cast<size_t>(rows * p->row_bytes)]);

@@ -10,9 +10,10 @@
 //          the kernel multiplies |code − 128| by the activation carrying the code's sign).
 // scales / biases, one of two ways (group_stride is groups rounded up to 8, the padding zero: the kernels read
 // whole quads and octets of groups):
-//   sb16 (4-bit weights whose scales and biases are bf16, i.e. most MLX checkpoints): the row's bf16 scales
-//          then its bf16 biases, group_stride of each, right after its codes in the same row, so decode
-//          streams one contiguous run of bytes per row, no more than the checkpoint holds;
+//   sb16 (weights whose scales and biases are bf16, i.e. most MLX checkpoints): the row's bf16 scales then
+//          its bf16 biases, group_stride of each, right after its codes in the same row, so decode streams
+//          one contiguous run of bytes per row, no more than the checkpoint holds (8-bit: the kernels add
+//          128·scale to the bias as they read it);
 //   else:  f32 [rows, group_stride] arrays, converted once from bf16/f16. For 8-bit the bias holds
 //          bias + 128·scale, which moves the −128 of the codes into the per-group bias term.
 // Either way the kernels compute with the same f32 values (bf16 widens to f32 exactly).
@@ -56,7 +57,11 @@ struct PackedQuant {
   }
   // One scale or bias as f32 (the scalar kernel).
   float scale(int64_t n, int64_t g) const { return value(scale_row(n), g); }
-  float bias(int64_t n, int64_t g) const { return value(bias_row(n), g); }
+  float bias(int64_t n, int64_t g) const {
+    // 8-bit with sb16: the −128 of the codes joins the bias here (128·scale is exact, so this equals the f32
+    // layout's stored sum).
+    return sb16 && bits == 8 ? value(bias_row(n), g) + 128.0f * value(scale_row(n), g) : value(bias_row(n), g);
+  }
 
  private:
   float value(const void* base, int64_t g) const {
