@@ -1,0 +1,72 @@
+// The CPU attention over a quantized KV cache reads the codes in place (tensor/cpu/attention_quantized.cc):
+// it must agree with attention over the same cache dequantized to f32, for 4- and 8-bit codes, the head sizes
+// the vector kernel covers, GQA, causal and windowed masks, explicit key positions and softcap.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "support/test_util.h"
+#include "tensor/ops.h"
+#include "tensor/ops_extra.h"
+
+namespace lathe {
+namespace {
+
+struct Case {
+  int bits, group;
+  int64_t D;
+};
+
+class QuantizedKvAttention : public ::testing::TestWithParam<Case> {};
+
+Tensor random_kv_rows(const Shape& shape, uint64_t seed) {
+  Tensor t = Tensor::empty(shape, DType::F32);
+  const auto v = testutil::random_floats(static_cast<size_t>(t.numel()), seed);
+  std::copy(v.begin(), v.end(), t.data<float>());
+  return t;
+}
+
+// Largest |a - b| relative to the largest |b|.
+float max_rel_diff_to(const Tensor& a, const Tensor& b) {
+  float diff = 0.f, mag = 0.f;
+  for (int64_t i = 0; i < a.numel(); ++i) {
+    diff = std::max(diff, std::fabs(a.data<float>()[i] - b.data<float>()[i]));
+    mag = std::max(mag, std::fabs(b.data<float>()[i]));
+  }
+  return diff / mag;
+}
+
+TEST_P(QuantizedKvAttention, MatchesTheDequantizedCache) {
+  const auto [bits, group, D] = GetParam();
+  const int64_t T = 3, Hq = 4, Hkv = 2, S = 37;
+  const Tensor q = random_kv_rows({T, Hq, D}, 1);
+  const QuantizedMatrix k = quantize_kv(random_kv_rows({S * Hkv, D}, 2), bits, group);
+  const QuantizedMatrix v = quantize_kv(random_kv_rows({S * Hkv, D}, 3), bits, group);
+  const Tensor kf = dequantize(k).reshape({S, Hkv, D}), vf = dequantize(v).reshape({S, Hkv, D});
+  std::vector<int64_t> positions(static_cast<size_t>(S));
+  for (int64_t j = 0; j < S; ++j) positions[static_cast<size_t>(j)] = (j * 7) % S;  // a wrapped ring's order
+  for (int variant = 0; variant < 4; ++variant) {
+    AttentionParams p;
+    p.scale = 1.0f / std::sqrt(static_cast<float>(D));
+    p.q_pos0 = S - T;
+    if (variant == 1) p.window = 9;
+    if (variant == 2) p.k_pos = &positions;
+    if (variant == 3) p.softcap = 0.5f;
+    const Tensor fused = attention_quantized(q, k, v, Hkv, p);
+    const Tensor reference = attention(q, kf, vf, p);
+    EXPECT_LT(max_rel_diff_to(fused, reference), 2e-5f) << "variant " << variant;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Heads, QuantizedKvAttention,
+                         ::testing::Values(Case{8, 64, 128}, Case{8, 32, 64}, Case{4, 64, 128}, Case{4, 32, 256},
+                                           Case{8, 64, 256}, Case{8, 32, 96}),
+                         [](const auto& info) {
+                           return std::to_string(info.param.bits) + "bit_g" + std::to_string(info.param.group) + "_d" +
+                                  std::to_string(info.param.D);
+                         });
+
+}  // namespace
+}  // namespace lathe
