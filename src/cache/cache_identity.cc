@@ -85,6 +85,8 @@ std::string config_fingerprint(const Model& model, const CacheOptions& options) 
   // The KV scheme: without bits the group size does not matter.
   d.add_int(options.kv_bits).add_int(options.kv_bits == 0 ? 0 : options.kv_group_size);
   d.add(dtype_name(c.load.dtype)).add(device_name(c.load.device));
+  // A bf16 CPU cache computes different K/V than an f32 one: its entries must not serve the other.
+  if (options.kv_bits == 0 && options.cpu_kv_bf16 && c.load.device == Device::CPU) d.add("cpu-kv-bf16");
   return d.hex();
 }
 

@@ -63,7 +63,8 @@ struct KvPagedRange;
 
 class PagedKVCache : public LayerCache {
  public:
-  PagedKVCache() = default;
+  // cpu_store: the type K/V rows take on the CPU (F32 or BF16); a device cache keeps the activations' type.
+  explicit PagedKVCache(DType cpu_store = DType::F32) : cpu_store_(cpu_store) {}
   ~PagedKVCache() override;
   const char* kind() const override { return "kv"; }
   int64_t offset() const override;
@@ -95,6 +96,7 @@ class PagedKVCache : public LayerCache {
   std::shared_ptr<KvPagedRange> keys_, values_;
   Tensor key_rows_, value_rows_;  // aliases of the ranges
   int64_t offset_ = 0;
+  DType cpu_store_;
 };
 
 // Whether every cache of a list is a paged PagedKVCache holding at least `tokens` tokens...

@@ -58,6 +58,11 @@ std::optional<std::pair<const Tensor*, const Tensor*>> kv_state_rows(const Cache
 
 }  // namespace
 
+Tensor kv_rows_as(const Tensor& x, DType cpu_store) {
+  if (x.device() != Device::CPU || x.dtype() == cpu_store) return x;
+  return x.contiguous().to(cpu_store);
+}
+
 KVView LayerCache::commit_direct() {
   throw Error(ErrorKind::Internal,
               std::string("commit_direct on a '") + kind() + "' cache, which takes no direct rows");
@@ -136,7 +141,8 @@ Tensor RotatingKVCache::ordered(const Tensor& ring) const {
   return out;
 }
 
-KVView RotatingKVCache::update(const Tensor& k, const Tensor& v) {
+KVView RotatingKVCache::update(const Tensor& k_in, const Tensor& v_in) {
+  const Tensor k = kv_rows_as(k_in, cpu_store_), v = kv_rows_as(v_in, cpu_store_);
   const int64_t T = k.dim(0);
   if (!keys_.defined()) {
     keys_ = Tensor::empty({max_size_, k.dim(1), k.dim(2)}, k.dtype(), k.device());
@@ -207,8 +213,8 @@ void RotatingKVCache::restore(const CacheState& s) {
   keys_ = Tensor();
   values_ = Tensor();
   if (filled_ == 0) return;
-  const Tensor& k = find_tensor(s, "keys");
-  const Tensor& v = find_tensor(s, "values");
+  const Tensor k = kv_rows_as(find_tensor(s, "keys"), cpu_store_);  // a file from either type restores
+  const Tensor v = kv_rows_as(find_tensor(s, "values"), cpu_store_);
   if (k.dim(0) != filled_ || v.dim(0) != filled_ || idx_ < 0 || idx_ >= max_size_)
     throw Error(ErrorKind::Corrupt, "rotating cache state is inconsistent (offset " + std::to_string(offset_) +
                                         ", idx " + std::to_string(idx_) + ", keys " + k.describe() + ")");
@@ -474,7 +480,9 @@ KVView PagedKVCache::view() const {
   return v;
 }
 
-KVView PagedKVCache::update(const Tensor& k, const Tensor& v) {
+KVView PagedKVCache::update(const Tensor& k_in, const Tensor& v_in) {
+  // On the CPU rows take the cache's type here (restored states too, whichever type their file holds).
+  const Tensor k = kv_rows_as(k_in, cpu_store_), v = kv_rows_as(v_in, cpu_store_);
   if (!decide(k, v)) return dense_->update(k, v);
   const int64_t T = k.dim(0);
   make_room(offset_ + T);
@@ -537,7 +545,7 @@ KVView PagedKVCache::commit_direct() {
 
 std::unique_ptr<PagedKVCache> PagedKVCache::fork(int64_t tokens) const {
   if (!keys_ || tokens < 0 || tokens > offset_) return nullptr;
-  auto out = std::make_unique<PagedKVCache>();
+  auto out = std::make_unique<PagedKVCache>(cpu_store_);
   const size_t n = static_cast<size_t>((tokens + kKvBlockTokens - 1) / kKvBlockTokens);
   out->keys_ = std::make_shared<KvPagedRange>(*keys_->pool, keys_->row, keys_->dtype, tokens + kKvBlockTokens);
   out->values_ = std::make_shared<KvPagedRange>(*values_->pool, values_->row, values_->dtype, tokens + kKvBlockTokens);

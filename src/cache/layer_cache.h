@@ -71,16 +71,20 @@ class LayerCache {
 
 using CacheList = std::vector<std::unique_ptr<LayerCache>>;
 
-// How a model builds its attention caches: kv_bits 0 keeps K/V in f32; 4 or 8 stores them as MLX affine
-// triples with kv_group_size (32 or 64) values per group.
+// How a model builds its attention caches: kv_bits 0 keeps K/V in full precision; 4 or 8 stores them as MLX
+// affine triples with kv_group_size (32 or 64) values per group. Full precision on the CPU is f32, or bf16 with
+// cpu_kv_bf16 (half the bytes each decode step's attention reads; the CLI's default outside --exact).
 struct CacheOptions {
   int kv_bits = 0;
   int kv_group_size = 64;
+  bool cpu_kv_bf16 = false;
 };
 // The attention cache for one layer: rotating (window > 0) or growing, quantized per the options.
 std::unique_ptr<LayerCache> make_attention_cache(int64_t window, const CacheOptions& options);
 // Throws InvalidArgument unless bits is 0, 4 or 8 and the group size 32 or 64.
 void validate_cache_options(const CacheOptions& options);
+// x as a CPU cache of type cpu_store keeps its rows (converted when on the CPU in another type; else x).
+Tensor kv_rows_as(const Tensor& x, DType cpu_store);
 
 // Growing cache for full-attention layers.
 class KVCache : public LayerCache {
@@ -108,7 +112,9 @@ class KVCache : public LayerCache {
 // Ring buffer of the last max_size tokens for sliding-window layers.
 class RotatingKVCache : public LayerCache {
  public:
-  explicit RotatingKVCache(int64_t max_size) : max_size_(max_size) {}
+  // cpu_store: the type K/V rows take when they live on the CPU (F32 or BF16; devices keep their own).
+  explicit RotatingKVCache(int64_t max_size, DType cpu_store = DType::F32)
+      : max_size_(max_size), cpu_store_(cpu_store) {}
   const char* kind() const override { return "rotating"; }
   int64_t offset() const override { return offset_; }
   int64_t max_size() const { return max_size_; }
@@ -126,6 +132,7 @@ class RotatingKVCache : public LayerCache {
   Tensor ordered(const Tensor& ring) const;  // ring contents oldest-first
   Tensor keys_, values_;                     // [max_size, Hkv, D]
   int64_t max_size_;
+  DType cpu_store_;
   int64_t offset_ = 0;  // tokens seen
   int64_t filled_ = 0;  // slots holding tokens (≤ max_size)
   int64_t idx_ = 0;     // next slot to write

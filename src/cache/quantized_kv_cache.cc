@@ -240,8 +240,9 @@ void validate_cache_options(const CacheOptions& o) {
 std::unique_ptr<LayerCache> make_attention_cache(int64_t window, const CacheOptions& o) {
   validate_cache_options(o);
   if (o.kv_bits == 0) {
-    if (window > 0) return std::make_unique<RotatingKVCache>(window);
-    return std::make_unique<PagedKVCache>();  // blocks shared copy-on-write on the CPU, contiguous elsewhere
+    const DType cpu_store = o.cpu_kv_bf16 ? DType::BF16 : DType::F32;
+    if (window > 0) return std::make_unique<RotatingKVCache>(window, cpu_store);
+    return std::make_unique<PagedKVCache>(cpu_store);  // blocks shared copy-on-write on the CPU, contiguous elsewhere
   }
   if (window > 0) return std::make_unique<RotatingQuantizedKVCache>(window, o.kv_bits, o.kv_group_size);
   return std::make_unique<QuantizedKVCache>(o.kv_bits, o.kv_group_size);

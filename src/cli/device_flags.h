@@ -19,11 +19,21 @@ inline constexpr const char* kDenseWeightsHelp =
     "skip a dequantize per call at ~4x the weights' memory: auto (when they fit in a quarter of the free device "
     "memory), on, off, or a byte cap such as 8G; never more than what the KV cache budget leaves";
 inline constexpr const char* kExactHelp =
-    "cpu: exact f32 quantized matmuls (the reference path) instead of int8-activation integer dots";
+    "cpu: exact f32 quantized matmuls and an f32 KV cache (the reference path) instead of int8-activation "
+    "integer dots and a bf16 cache";
+inline constexpr const char* kKvDtypeHelp =
+    "cpu: the full-precision KV cache's type: bf16 (half the bytes; the default), f32 (the default with --exact), "
+    "or auto";
+
+// Whether the CPU's full-precision KV cache is bf16: the default path's choice, f32 with --exact.
+inline bool cpu_kv_bf16(const std::string& kv_dtype, bool exact) {
+  return kv_dtype == "bf16" || (kv_dtype == "auto" && !exact);
+}
 
 struct DeviceFlags {
   std::string device = "cpu", dtype = "f32";
   int kv_bits = 0, kv_group_size = 64;
+  std::string kv_dtype = "auto";
   bool exact = false;
   std::string cuda_dense_weights = "auto";
 
@@ -37,6 +47,9 @@ struct DeviceFlags {
     cmd->add_option("--kv-group-size", kv_group_size, "group size of the quantized KV cache")
         ->capture_default_str()
         ->check(CLI::IsMember({32, 64}));
+    cmd->add_option("--kv-dtype", kv_dtype, kKvDtypeHelp)
+        ->capture_default_str()
+        ->check(CLI::IsMember({"auto", "f32", "bf16"}));
     cmd->add_flag("--exact", exact, kExactHelp);
     cmd->add_option("--cuda-dense-weights", cuda_dense_weights, kDenseWeightsHelp)
         ->capture_default_str()
@@ -71,6 +84,7 @@ struct DeviceFlags {
     CacheOptions c;
     c.kv_bits = kv_bits;
     c.kv_group_size = kv_group_size;
+    c.cpu_kv_bf16 = device == "cpu" && cpu_kv_bf16(kv_dtype, exact);
     return c;
   }
 };

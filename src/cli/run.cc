@@ -39,6 +39,7 @@ struct RunOptions {
   bool kv_verify = false;
   AdapterFlags adapters;
   bool exact = false;
+  std::string kv_dtype = "auto";
 };
 
 LoadOptions load_options(const RunOptions& o) {
@@ -101,11 +102,13 @@ int run(const RunOptions& o) {
   const double rss_after_load = resident_mib();
   const double file_mib = static_cast<double>(model->checkpoint().total_file_bytes()) / (1024.0 * 1024.0);
   const std::vector<int32_t> prompt = parse_ids(o.ids);
-  validate_cache_options(o.cache);
-  CacheList cache = model->make_cache(o.cache);
+  CacheOptions cache_options = o.cache;
+  cache_options.cpu_kv_bf16 = o.device == "cpu" && cpu_kv_bf16(o.kv_dtype, o.exact);
+  validate_cache_options(cache_options);
+  CacheList cache = model->make_cache(cache_options);
   KvRestoreResult restored;
   if (!o.load_kv.empty())
-    restored = restore_kv_for_prompt(*model, o.cache, o.load_kv, o.kv_verify, prompt, cache, kv_ns);
+    restored = restore_kv_for_prompt(*model, cache_options, o.load_kv, o.kv_verify, prompt, cache, kv_ns);
   const std::vector<int32_t> to_run(prompt.begin() + restored.reused, prompt.end());
 
   const bool want_logits = !o.logits_out.empty();
@@ -120,7 +123,7 @@ int run(const RunOptions& o) {
     w.write(o.logits_out);
   }
   KvSaveResult saved;
-  if (!o.save_kv.empty()) saved = save_kv_for_prompt(*model, o.cache, o.save_kv, prompt, cache, kv_ns);
+  if (!o.save_kv.empty()) saved = save_kv_for_prompt(*model, cache_options, o.save_kv, prompt, cache, kv_ns);
   const DeviceMemoryStats mem_before_decode = device_memory_stats();
   const auto& eos = model->config().eos_token_ids;
   std::vector<int32_t> generated;
@@ -162,7 +165,10 @@ int run(const RunOptions& o) {
                         {"rss_after_decode_mib", rss_after_decode},
                         {"weights_file_mib", file_mib},
                         {"kv_cache_bytes", kv_bytes},
-                        {"kv_bits", o.cache.kv_bits},
+                        {"kv_bits", cache_options.kv_bits},
+                        {"kv_dtype", cache_options.kv_bits       ? "quantized"
+                                     : cache_options.cpu_kv_bf16 ? "bf16"
+                                                                 : "f32"},
                         {"kv_restored_tokens", restored.reused},
                         {"kv_restore_ms", restored.ms},
                         {"kv_save_ms", saved.ms},
@@ -218,6 +224,9 @@ Verb add_run(CLI::App& app) {
   cmd->add_option("--kv-group-size", o->cache.kv_group_size, "values per quantization group of the KV cache")
       ->capture_default_str()
       ->check(CLI::IsMember({32, 64}));
+  cmd->add_option("--kv-dtype", o->kv_dtype, kKvDtypeHelp)
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "f32", "bf16"}));
   cmd->add_flag("--exact", o->exact, kExactHelp);
   cmd->add_option("--device", o->device, "cpu or cuda")->capture_default_str()->check(CLI::IsMember({"cpu", "cuda"}));
   cmd->add_option("--dtype", o->dtype, "activation type: f32, or bf16 (cuda only)")

@@ -10,9 +10,10 @@ KvBudget::KvBudget(const ModelConfig& c, const CacheOptions& o) {
   const int64_t head_dim = c.head_dim > 0 ? c.head_dim : (c.num_heads > 0 ? c.hidden_size / c.num_heads : 0);
   const int64_t kv_heads = c.num_kv_heads > 0 ? c.num_kv_heads : c.num_heads;
   const int64_t values = 2 * kv_heads * head_dim;  // K and V
-  // f32 K/V, or packed bits plus a scale and a bias per group.
-  const int64_t per_token =
-      o.kv_bits == 0 ? values * 4 : values * o.kv_bits / 8 + (values / std::max(1, o.kv_group_size)) * 2 * 4;
+  // f32 K/V (bf16 on the CPU with cpu_kv_bf16; a device's bf16 cache is counted at f32, erring on the safe side),
+  // or packed bits plus a scale and a bias per group.
+  const int64_t per_token = o.kv_bits == 0 ? values * (o.cpu_kv_bf16 ? 2 : 4)
+                                           : values * o.kv_bits / 8 + (values / std::max(1, o.kv_group_size)) * 2 * 4;
   for (int64_t l = 0; l < c.num_layers; ++l) {
     const std::string type = static_cast<size_t>(l) < c.layer_types.size() ? c.layer_types[static_cast<size_t>(l)]
                                                                            : std::string("full_attention");

@@ -1,8 +1,10 @@
 // Softmax attention with GQA, causal / sliding-window masks, optional tanh softcap. One (query, head) pair
-// per task; f32 throughout.
+// per task; f32 arithmetic over f32 or bf16 keys and values.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "tensor/cpu/kernels.h"
@@ -12,36 +14,72 @@
 namespace lathe::cpu {
 namespace {
 
+// K/V rows are f32, or bf16 (a CPU cache with cpu_kv_bf16): each value widens to f32 exactly as it is read.
+inline float widen(float x) { return x; }
+inline float widen(uint16_t x) {
+  const uint32_t bits = static_cast<uint32_t>(x) << 16;
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
 #ifdef LATHE_AVX2
-// dot_f32 of one query with four keys: per key the very operations dot_f32 runs (so bitwise its results),
+inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+inline __m256 load8(const uint16_t* p) { return load_bf16x8(p); }
+#endif
+
+// dot_f32 with a key of either type (for f32 keys exactly dot_f32).
+template <class KT>
+float dot_key(const float* q, const KT* k, int64_t n) {
+  if constexpr (std::is_same_v<KT, float>) {
+    return dot_f32(q, k, n);
+  } else {
+    int64_t i = 0;
+    float s = 0.f;
+#ifdef LATHE_AVX2
+    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+    for (; i + 16 <= n; i += 16) {
+      a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), load8(k + i), a0);
+      a1 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i + 8), load8(k + i + 8), a1);
+    }
+    for (; i + 8 <= n; i += 8) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), load8(k + i), a0);
+    s = hsum(_mm256_add_ps(a0, a1));
+#endif
+    for (; i < n; ++i) s += q[i] * widen(k[i]);
+    return s;
+  }
+}
+
+#ifdef LATHE_AVX2
+// dot_key of one query with four keys: per key the very operations dot_key runs (so bitwise its results),
 // with four keys' independent FMA chains in flight instead of one.
-void attn_dot_x4(const float* q, const float* const* k, int64_t n, float* out) {
+template <class KT>
+void attn_dot_x4(const float* q, const KT* const* k, int64_t n, float* out) {
   __m256 a0[4], a1[4];
   for (int r = 0; r < 4; ++r) a0[r] = a1[r] = _mm256_setzero_ps();
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
     const __m256 qa = _mm256_loadu_ps(q + i), qb = _mm256_loadu_ps(q + i + 8);
     for (int r = 0; r < 4; ++r) {
-      a0[r] = _mm256_fmadd_ps(qa, _mm256_loadu_ps(k[r] + i), a0[r]);
-      a1[r] = _mm256_fmadd_ps(qb, _mm256_loadu_ps(k[r] + i + 8), a1[r]);
+      a0[r] = _mm256_fmadd_ps(qa, load8(k[r] + i), a0[r]);
+      a1[r] = _mm256_fmadd_ps(qb, load8(k[r] + i + 8), a1[r]);
     }
   }
   for (; i + 8 <= n; i += 8) {
     const __m256 qa = _mm256_loadu_ps(q + i);
-    for (int r = 0; r < 4; ++r) a0[r] = _mm256_fmadd_ps(qa, _mm256_loadu_ps(k[r] + i), a0[r]);
+    for (int r = 0; r < 4; ++r) a0[r] = _mm256_fmadd_ps(qa, load8(k[r] + i), a0[r]);
   }
   for (int r = 0; r < 4; ++r) {
     float s = hsum(_mm256_add_ps(a0[r], a1[r]));
-    for (int64_t t = i; t < n; ++t) s += q[t] * k[r][t];
+    for (int64_t t = i; t < n; ++t) s += q[t] * widen(k[r][t]);
     out[r] = s;
   }
 }
 
 // o = Σ_j exp(s_j − mx) · v_j / Σ_j exp(s_j − mx) over visible keys, NV·8 = Dv values: the same FMAs, in the same
 // order, as axpy_f32 into a zeroed buffer, with the accumulators held in registers instead of memory.
-template <int NV>
-void attn_weighted_values(const float* scores, int64_t j0, int64_t j1, float mx, const float* v, int64_t vs0,
-                          float* o) {
+template <int NV, class KT>
+void attn_weighted_values(const float* scores, int64_t j0, int64_t j1, float mx, const KT* v, int64_t vs0, float* o) {
   __m256 acc[NV];
   for (int d = 0; d < NV; ++d) acc[d] = _mm256_setzero_ps();
   float sum = 0.f;
@@ -52,8 +90,8 @@ void attn_weighted_values(const float* scores, int64_t j0, int64_t j1, float mx,
     const float e = std::exp(s - mx);
     sum += e;
     const __m256 ve = _mm256_set1_ps(e);
-    const float* vj = v + j * vs0;
-    for (int d = 0; d < NV; ++d) acc[d] = _mm256_fmadd_ps(ve, _mm256_loadu_ps(vj + 8 * d), acc[d]);
+    const KT* vj = v + j * vs0;
+    for (int d = 0; d < NV; ++d) acc[d] = _mm256_fmadd_ps(ve, load8(vj + 8 * d), acc[d]);
   }
   const float inv = 1.0f / sum;
   for (int d = 0; d < NV; ++d) {
@@ -64,15 +102,14 @@ void attn_weighted_values(const float* scores, int64_t j0, int64_t j1, float mx,
 }
 #endif
 
-}  // namespace
-
-void attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionParams& p, Tensor& out) {
+template <class KT>
+void attention_impl(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionParams& p, Tensor& out) {
   const int64_t T = q.dim(0), Hq = q.dim(1), D = q.dim(2);
   const int64_t S = k.dim(0), Hkv = k.dim(1), Dv = v.dim(2);
   const int64_t group = Hq / Hkv;
   const float* qp = q.data<float>();
-  const float* kp = k.data<float>();
-  const float* vp = v.data<float>();
+  const KT* kp = k.data<KT>();
+  const KT* vp = v.data<KT>();
   const int64_t ks0 = k.stride(0), ks1 = k.stride(1), vs0 = v.stride(0), vs1 = v.stride(1);
   const int64_t qs0 = q.stride(0), qs1 = q.stride(1);
   float* op = out.data<float>();
@@ -104,7 +141,7 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Attentio
       // Linear positions: every key in [j0, j1) is visible; score them four at a time.
       if (!p.k_pos) {
         for (; jb + 4 <= j1; jb += 4) {
-          const float* keys[4];
+          const KT* keys[4];
           for (int r = 0; r < 4; ++r) keys[r] = kp + (jb + r) * ks0 + kh * ks1;
           float d4[4];
           attn_dot_x4(qv, keys, D, d4);
@@ -122,7 +159,7 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Attentio
         if (p.k_pos && !visible(qpos, key_pos(j))) {
           s = neg_inf;
         } else {
-          s = dot_f32(qv, kp + j * ks0 + kh * ks1, D) * p.scale;
+          s = dot_key(qv, kp + j * ks0 + kh * ks1, D) * p.scale;
           if (p.softcap > 0.f) s = std::tanh(s / p.softcap) * p.softcap;
         }
         scores[static_cast<size_t>(j)] = s;
@@ -135,7 +172,7 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Attentio
         continue;
       }
 #ifdef LATHE_AVX2
-      const float* vh = vp + kh * vs1;
+      const KT* vh = vp + kh * vs1;
       if (Dv == 64 || Dv == 128 || Dv == 256) {
         if (Dv == 64) attn_weighted_values<8>(scores.data(), j0, j1, mx, vh, vs0, o);
         if (Dv == 128) attn_weighted_values<16>(scores.data(), j0, j1, mx, vh, vs0, o);
@@ -149,12 +186,31 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Attentio
         if (s == neg_inf) continue;
         const float e = std::exp(s - mx);
         sum += e;
-        axpy_f32(e, vp + j * vs0 + kh * vs1, acc.data(), Dv);
+        const KT* vj = vp + j * vs0 + kh * vs1;
+        if constexpr (std::is_same_v<KT, float>) {
+          axpy_f32(e, vj, acc.data(), Dv);
+        } else {
+          for (int64_t d = 0; d < Dv; ++d) acc[static_cast<size_t>(d)] += e * widen(vj[d]);
+        }
       }
       const float inv = 1.0f / sum;
       for (int64_t d = 0; d < Dv; ++d) o[d] = acc[static_cast<size_t>(d)] * inv;
     }
   });
+}
+
+}  // namespace
+
+void attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionParams& p, Tensor& out) {
+  if (k.dtype() == DType::BF16 && v.dtype() == DType::BF16) {
+    attention_impl<uint16_t>(q, k, v, p, out);
+    return;
+  }
+  if (k.dtype() != DType::F32 || v.dtype() != DType::F32) {
+    attention_impl<float>(q, k.contiguous().to(DType::F32), v.contiguous().to(DType::F32), p, out);
+    return;
+  }
+  attention_impl<float>(q, k, v, p, out);
 }
 
 }  // namespace lathe::cpu
