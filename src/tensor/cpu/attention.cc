@@ -102,11 +102,128 @@ void attn_weighted_values(const float* scores, int64_t j0, int64_t j1, float mx,
 }
 #endif
 
+#ifdef LATHE_AVX2
+// Two query heads against two keys: out[h][r] is exactly dot_key(q_h, k_r) (the same FMAs in the same order),
+// with each key chunk loaded (and widened) once for both heads.
+template <class KT>
+void attn_dot_2x2(const float* const* q, const KT* const* k, int64_t n, float (&out)[2][2]) {
+  __m256 a0[2][2], a1[2][2];
+  for (int h = 0; h < 2; ++h)
+    for (int r = 0; r < 2; ++r) a0[h][r] = a1[h][r] = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m256 ka[2] = {load8(k[0] + i), load8(k[1] + i)};
+    const __m256 kb[2] = {load8(k[0] + i + 8), load8(k[1] + i + 8)};
+    for (int h = 0; h < 2; ++h) {
+      const __m256 qa = _mm256_loadu_ps(q[h] + i), qb = _mm256_loadu_ps(q[h] + i + 8);
+      for (int r = 0; r < 2; ++r) {
+        a0[h][r] = _mm256_fmadd_ps(qa, ka[r], a0[h][r]);
+        a1[h][r] = _mm256_fmadd_ps(qb, kb[r], a1[h][r]);
+      }
+    }
+  }
+  for (; i + 8 <= n; i += 8) {
+    const __m256 ka[2] = {load8(k[0] + i), load8(k[1] + i)};
+    for (int h = 0; h < 2; ++h) {
+      const __m256 qa = _mm256_loadu_ps(q[h] + i);
+      for (int r = 0; r < 2; ++r) a0[h][r] = _mm256_fmadd_ps(qa, ka[r], a0[h][r]);
+    }
+  }
+  for (int h = 0; h < 2; ++h)
+    for (int r = 0; r < 2; ++r) {
+      float s = hsum(_mm256_add_ps(a0[h][r], a1[h][r]));
+      for (int64_t t = i; t < n; ++t) s += q[h][t] * widen(k[r][t]);
+      out[h][r] = s;
+    }
+}
+
+// GQA with an even number of query heads per KV head: one task per pair of query heads, which score every key
+// row with one load (and widening) for both. Per head the operations are those of the one-head path below, in
+// the same order, so the outputs are bitwise the same.
+template <class KT, int NV>
+void attention_pairs(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionParams& p, Tensor& out) {
+  const int64_t T = q.dim(0), Hq = q.dim(1), D = q.dim(2);
+  const int64_t S = k.dim(0), Hkv = k.dim(1), Dv = v.dim(2);
+  const int64_t group = Hq / Hkv, pairs = Hq / 2;
+  const float* qp = q.data<float>();
+  const KT* kp = k.data<KT>();
+  const KT* vp = v.data<KT>();
+  const int64_t ks0 = k.stride(0), ks1 = k.stride(1), vs0 = v.stride(0), vs1 = v.stride(1);
+  const int64_t qs0 = q.stride(0), qs1 = q.stride(1);
+  float* op = out.data<float>();
+  const float neg_inf = -std::numeric_limits<float>::infinity();
+  auto visible = [&](int64_t qpos, int64_t j) {
+    const int64_t kpos = (*p.k_pos)[static_cast<size_t>(j)];
+    if (p.causal && kpos > qpos) return false;
+    if (p.window > 0 && qpos - kpos >= p.window) return false;
+    return true;
+  };
+  auto finish_score = [&](float d) {
+    float s = d * p.scale;
+    if (p.softcap > 0.f) s = std::tanh(s / p.softcap) * p.softcap;
+    return s;
+  };
+  parallel_for(T * pairs, 1, [&](int64_t i0, int64_t i1) {
+    std::vector<float> scores[2] = {std::vector<float>(static_cast<size_t>(S)),
+                                    std::vector<float>(static_cast<size_t>(S))};
+    for (int64_t i = i0; i < i1; ++i) {
+      const int64_t t = i / pairs, h0 = 2 * (i % pairs), kh = h0 / group;
+      const int64_t qpos = p.q_pos0 + t;
+      const float* qv[2] = {qp + t * qs0 + h0 * qs1, qp + t * qs0 + (h0 + 1) * qs1};
+      int64_t j0 = 0, j1 = S;
+      if (!p.k_pos) {
+        if (p.causal) j1 = std::clamp<int64_t>(qpos - p.k_pos0 + 1, 0, S);
+        if (p.window > 0) j0 = std::clamp<int64_t>(qpos - p.window + 1 - p.k_pos0, 0, S);
+      }
+      float mx[2] = {neg_inf, neg_inf};
+      int64_t jb = j0;
+      if (!p.k_pos) {
+        for (; jb + 2 <= j1; jb += 2) {
+          const KT* keys[2] = {kp + jb * ks0 + kh * ks1, kp + (jb + 1) * ks0 + kh * ks1};
+          float d[2][2];
+          attn_dot_2x2(qv, keys, D, d);
+          for (int h = 0; h < 2; ++h)
+            for (int r = 0; r < 2; ++r) {
+              const float s = finish_score(d[h][r]);
+              scores[h][static_cast<size_t>(jb + r)] = s;
+              mx[h] = std::max(mx[h], s);
+            }
+        }
+      }
+      for (int64_t j = jb; j < j1; ++j) {
+        const bool seen = !p.k_pos || visible(qpos, j);
+        for (int h = 0; h < 2; ++h) {
+          const float s = seen ? finish_score(dot_key(qv[h], kp + j * ks0 + kh * ks1, D)) : neg_inf;
+          scores[h][static_cast<size_t>(j)] = s;
+          mx[h] = std::max(mx[h], s);
+        }
+      }
+      // Values per head as the one-head path does them (the second head reads the V rows from cache).
+      for (int h = 0; h < 2; ++h) {
+        float* o = op + (t * Hq + h0 + h) * Dv;
+        if (mx[h] == neg_inf) {  // nothing visible: zeros rather than NaN
+          std::fill(o, o + Dv, 0.f);
+          continue;
+        }
+        attn_weighted_values<NV>(scores[h].data(), j0, j1, mx[h], vp + kh * vs1, vs0, o);
+      }
+    }
+  });
+}
+#endif
+
 template <class KT>
 void attention_impl(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionParams& p, Tensor& out) {
   const int64_t T = q.dim(0), Hq = q.dim(1), D = q.dim(2);
   const int64_t S = k.dim(0), Hkv = k.dim(1), Dv = v.dim(2);
   const int64_t group = Hq / Hkv;
+#ifdef LATHE_AVX2
+  if (group % 2 == 0) {
+    if (Dv == 64) return attention_pairs<KT, 8>(q, k, v, p, out);
+    if (Dv == 128) return attention_pairs<KT, 16>(q, k, v, p, out);
+    if (Dv == 256) return attention_pairs<KT, 32>(q, k, v, p, out);
+  }
+#endif
   const float* qp = q.data<float>();
   const KT* kp = k.data<KT>();
   const KT* vp = v.data<KT>();

@@ -1,0 +1,55 @@
+// GQA attention on the CPU runs two query heads per task when a KV head serves an even number of them, sharing
+// each K/V row's loads (tensor/cpu/attention.cc). Each head's output must be bitwise what the one-head path
+// gives it, for f32 and bf16 K/V, linear and explicit (ring) positions, windows and softcap.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <vector>
+
+#include "support/test_util.h"
+#include "tensor/ops.h"
+
+namespace lathe {
+namespace {
+
+Tensor pair_test_rows(const Shape& shape, uint32_t seed) {
+  Tensor t = Tensor::empty(shape, DType::F32);
+  const auto v = testutil::random_floats(static_cast<size_t>(t.numel()), seed);
+  std::copy(v.begin(), v.end(), t.data<float>());
+  return t;
+}
+
+class CpuAttentionPairs : public ::testing::TestWithParam<int64_t> {};  // head size
+
+TEST_P(CpuAttentionPairs, EachHeadIsBitwiseItsOneHeadResult) {
+  const int64_t D = GetParam(), T = 3, Hq = 4, Hkv = 2, S = 29;
+  const Tensor q = pair_test_rows({T, Hq, D}, 11);
+  std::vector<int64_t> ring(static_cast<size_t>(S));
+  for (int64_t j = 0; j < S; ++j) ring[static_cast<size_t>(j)] = (j * 5) % S;
+  for (const DType kv_type : {DType::F32, DType::BF16}) {
+    const Tensor k = pair_test_rows({S, Hkv, D}, 12).to(kv_type), v = pair_test_rows({S, Hkv, D}, 13).to(kv_type);
+    for (int variant = 0; variant < 4; ++variant) {
+      AttentionParams p;
+      p.scale = 0.2f;
+      p.q_pos0 = S - T;
+      if (variant == 1) p.window = 7;
+      if (variant == 2) p.k_pos = &ring;
+      if (variant == 3) p.softcap = 0.7f;
+      const Tensor both = attention(q, k, v, p);  // [T, Hq, D]: the paired path
+      for (int64_t h = 0; h < Hq; ++h) {
+        // Head h alone against its KV head: one query head per KV head, the one-head path.
+        const Tensor qh = q.slice(1, h, h + 1).contiguous();
+        const Tensor kh = k.slice(1, h / 2, h / 2 + 1).contiguous(), vh = v.slice(1, h / 2, h / 2 + 1).contiguous();
+        const Tensor alone = attention(qh, kh, vh, p);
+        const Tensor mine = both.slice(1, h, h + 1).contiguous();
+        EXPECT_EQ(std::memcmp(alone.raw(), mine.raw(), alone.nbytes()), 0)
+            << "head " << h << " variant " << variant << " kv " << (kv_type == DType::BF16 ? "bf16" : "f32");
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(HeadSizes, CpuAttentionPairs, ::testing::Values(int64_t{64}, int64_t{128}, int64_t{256}));
+
+}  // namespace
+}  // namespace lathe
