@@ -1,12 +1,14 @@
 // GQA attention on the CPU runs two query heads per task when a KV head serves an even number of them, sharing
-// each K/V row's loads (tensor/cpu/attention.cc). Each head's output must be bitwise what the one-head path
-// gives it, for f32 and bf16 K/V, linear and explicit (ring) positions, windows and softcap.
+// each key row's loads (tensor/cpu/attention.cc, attention_avx512.cc). On each instruction set, each head's
+// output must be bitwise what the one-head path gives it, for f32 and bf16 K/V, linear and explicit (ring)
+// positions, windows and softcap; the AVX-512 and AVX2 kernels agree to rounding.
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <vector>
 
 #include "support/test_util.h"
+#include "tensor/cpu/cpu_features.h"
 #include "tensor/ops.h"
 
 namespace lathe {
@@ -21,8 +23,47 @@ Tensor pair_test_rows(const Shape& shape, uint32_t seed) {
 
 class CpuAttentionPairs : public ::testing::TestWithParam<int64_t> {};  // head size
 
+void check_pairs_against_single_heads(int64_t D);
+
+struct IsaOverride {
+  explicit IsaOverride(cpu::Isa isa) : saved(cpu::active_isa()) { cpu::set_isa_for_testing(isa); }
+  ~IsaOverride() { cpu::set_isa_for_testing(saved); }
+  cpu::Isa saved;
+};
+
 TEST_P(CpuAttentionPairs, EachHeadIsBitwiseItsOneHeadResult) {
-  const int64_t D = GetParam(), T = 3, Hq = 4, Hkv = 2, S = 29;
+  for (const cpu::Isa isa : {cpu::Isa::Avx2, cpu::Isa::Avx512Vnni}) {
+    if (!cpu::isa_supported(isa)) continue;
+    const IsaOverride scope(isa);
+    SCOPED_TRACE(isa == cpu::Isa::Avx2 ? "avx2" : "avx512");
+    check_pairs_against_single_heads(GetParam());
+  }
+}
+
+TEST_P(CpuAttentionPairs, Avx512AgreesWithAvx2) {
+  if (!cpu::isa_supported(cpu::Isa::Avx512Vnni)) GTEST_SKIP() << "no AVX-512 on this CPU";
+  const int64_t D = GetParam(), T = 2, Hq = 6, Hkv = 3, S = 41;  // odd GQA group: one head per task
+  const Tensor q = pair_test_rows({T, Hq, D}, 21);
+  for (const int64_t hkv : {Hkv, Hq}) {
+    const Tensor k = pair_test_rows({S, hkv, D}, 22).to(DType::BF16), v = pair_test_rows({S, hkv, D}, 23);
+    AttentionParams p;
+    p.scale = 0.2f;
+    p.q_pos0 = S - T;
+    Tensor wide, narrow;
+    {
+      const IsaOverride scope(cpu::Isa::Avx512Vnni);
+      wide = attention(q, k, v.to(DType::BF16), p);
+    }
+    {
+      const IsaOverride scope(cpu::Isa::Avx2);
+      narrow = attention(q, k, v.to(DType::BF16), p);
+    }
+    for (int64_t i = 0; i < wide.numel(); ++i) EXPECT_NEAR(wide.data<float>()[i], narrow.data<float>()[i], 1e-5f);
+  }
+}
+
+void check_pairs_against_single_heads(int64_t D) {
+  const int64_t T = 3, Hq = 4, Hkv = 2, S = 29;
   const Tensor q = pair_test_rows({T, Hq, D}, 11);
   std::vector<int64_t> ring(static_cast<size_t>(S));
   for (int64_t j = 0; j < S; ++j) ring[static_cast<size_t>(j)] = (j * 5) % S;

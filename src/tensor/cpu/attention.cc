@@ -319,6 +319,7 @@ void attention_impl(const Tensor& q, const Tensor& k, const Tensor& v, const Att
 }  // namespace
 
 void attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionParams& p, Tensor& out) {
+  if (attention_avx512(q, k, v, p, out)) return;
   if (k.dtype() == DType::BF16 && v.dtype() == DType::BF16) {
     attention_impl<uint16_t>(q, k, v, p, out);
     return;

@@ -23,6 +23,9 @@ void gemm_block_f32(const float* x, int64_t M, int64_t K, const float* wrows, in
 void rms_norm(const Tensor& x, const Tensor& w, float eps, bool plus_one, Tensor& out);
 void rope_inplace(Tensor& x, const RopeTable& rope, int64_t pos0);
 void attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionParams& p, Tensor& out);
+// The AVX-512 attention (attention_avx512.cc): false, having done nothing, where the CPU lacks AVX-512 or the
+// shapes are not covered (then attention() runs its AVX2 kernels).
+bool attention_avx512(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionParams& p, Tensor& out);
 void attention_quantized(const Tensor& q, const QuantizedMatrix& k, const QuantizedMatrix& v, int64_t kv_heads,
                          const AttentionParams& p, Tensor& out);
 void rms_norm_gated(const Tensor& x, const Tensor& z, const Tensor& w, float eps, Tensor& out);

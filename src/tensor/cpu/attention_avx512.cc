@@ -1,0 +1,207 @@
+// Softmax attention on 512-bit registers, for CPUs with AVX-512 (chosen at run time; the binary's baseline is
+// AVX2). Decode at long contexts is bound by the arithmetic over the cache (a dot product per key and head,
+// then a weighted sum of value rows), and 16 lanes halve the instructions of both. Same semantics as
+// attention.cc (GQA, causal / window / explicit positions, softcap, zeros where nothing is visible), over f32
+// or bf16 K/V. Each (head, key) score is one FMA chain over the head dimension and one fixed reduction, whether
+// the key is scored in a block of four or alone and whichever head shares the task, so a row's result does not
+// depend on the batch or on the blocking; it differs from the AVX2 kernels' summation order (within rounding).
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "tensor/cpu/cpu_features.h"
+#include "tensor/cpu/kernels.h"
+#include "tensor/thread_pool.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#define LATHE_A512 __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq")))
+#endif
+
+namespace lathe::cpu {
+namespace {
+namespace a512 {  // (a namespace of its own: unity builds merge the anonymous namespaces of several files)
+
+#ifdef LATHE_A512
+template <class KT>
+struct Inputs {
+  const float* q;
+  int64_t qs0, qs1;
+  const KT* k;
+  int64_t ks0, ks1;
+  const KT* v;
+  int64_t vs0, vs1;
+  float* out;
+  int64_t T, Hq, S, group, D, Dv;
+  const AttentionParams* p;
+};
+
+LATHE_A512 inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
+LATHE_A512 inline __m512 load16(const uint16_t* p) {
+  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  // Full-mask zeroing forms: GCC 12's plain ones pass a self-initialized "undefined" vector that
+  // -Wmaybe-uninitialized reports once inlined; the all-ones mask makes them the same instructions.
+  return _mm512_castsi512_ps(_mm512_maskz_slli_epi32(0xFFFF, _mm512_maskz_cvtepu16_epi32(0xFFFF, h), 16));
+}
+
+// The sum of 16 lanes in one fixed order (halves, then quarters, then pairs). Written out because GCC 12's
+// _mm512_reduce_add_ps trips -Wmaybe-uninitialized (see load16).
+LATHE_A512 inline float reduce16(__m512 v) {
+  const __m256 hi = _mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xF, _mm512_castps_pd(v), 1));
+  __m256 lo;
+  std::memcpy(&lo, &v, sizeof lo);  // the lower half; no instruction (the cast intrinsic warns like the rest)
+  const __m256 s8 = _mm256_add_ps(lo, hi);
+  __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+  s4 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+  s4 = _mm_add_ss(s4, _mm_movehdup_ps(s4));
+  return _mm_cvtss_f32(s4);
+}
+
+// Scores of HN query heads against R consecutive keys (rows k[r]), raw dot products.
+template <class KT, int HN, int R>
+LATHE_A512 inline void dots(const float* const* q, const KT* const* k, int64_t D, float (&out)[HN][R]) {
+  __m512 acc[HN][R];
+  for (int h = 0; h < HN; ++h)
+    for (int r = 0; r < R; ++r) acc[h][r] = _mm512_setzero_ps();
+  for (int64_t i = 0; i < D; i += 16) {
+    __m512 kv[R];
+    for (int r = 0; r < R; ++r) kv[r] = load16(k[r] + i);
+    for (int h = 0; h < HN; ++h) {
+      const __m512 qv = _mm512_loadu_ps(q[h] + i);
+      for (int r = 0; r < R; ++r) acc[h][r] = _mm512_fmadd_ps(qv, kv[r], acc[h][r]);
+    }
+  }
+  for (int h = 0; h < HN; ++h)
+    for (int r = 0; r < R; ++r) out[h][r] = reduce16(acc[h][r]);
+}
+
+// o = Σ_j exp(s_j − mx) · v_j / Σ_j exp(s_j − mx) over the keys with a score, NV·16 = Dv values.
+template <class KT, int NV>
+LATHE_A512 void weighted_values(const float* scores, int64_t j0, int64_t j1, float mx, const KT* v, int64_t vs0,
+                                float* o) {
+  __m512 acc[NV];
+  for (int d = 0; d < NV; ++d) acc[d] = _mm512_setzero_ps();
+  float sum = 0.f;
+  const float neg_inf = -std::numeric_limits<float>::infinity();
+  for (int64_t j = j0; j < j1; ++j) {
+    const float s = scores[j];
+    if (s == neg_inf) continue;
+    const float e = std::exp(s - mx);
+    sum += e;
+    const __m512 ve = _mm512_set1_ps(e);
+    const KT* vj = v + j * vs0;
+    for (int d = 0; d < NV; ++d) acc[d] = _mm512_fmadd_ps(ve, load16(vj + 16 * d), acc[d]);
+  }
+  const __m512 inv = _mm512_set1_ps(1.0f / sum);
+  for (int d = 0; d < NV; ++d) _mm512_storeu_ps(o + 16 * d, _mm512_mul_ps(acc[d], inv));
+}
+
+// One task: query row t, heads h0 .. h0 + HN − 1 (one KV head). scores: HN rows of S floats.
+template <class KT, int HN, int NV>
+LATHE_A512 void run_task(const Inputs<KT>& a, int64_t t, int64_t h0, float* scores) {
+  const AttentionParams& p = *a.p;
+  const int64_t kh = h0 / a.group, S = a.S;
+  const int64_t qpos = p.q_pos0 + t;
+  const float neg_inf = -std::numeric_limits<float>::infinity();
+  const float* q[HN];
+  for (int h = 0; h < HN; ++h) q[h] = a.q + t * a.qs0 + (h0 + h) * a.qs1;
+  int64_t j0 = 0, j1 = S;
+  if (!p.k_pos) {
+    if (p.causal) j1 = std::clamp<int64_t>(qpos - p.k_pos0 + 1, 0, S);
+    if (p.window > 0) j0 = std::clamp<int64_t>(qpos - p.window + 1 - p.k_pos0, 0, S);
+  }
+  auto store = [&](int h, int64_t j, float dot) {
+    float s = dot * p.scale;
+    if (p.softcap > 0.f) s = std::tanh(s / p.softcap) * p.softcap;
+    if (p.k_pos) {
+      const int64_t kpos = (*p.k_pos)[static_cast<size_t>(j)];
+      if ((p.causal && kpos > qpos) || (p.window > 0 && qpos - kpos >= p.window)) s = neg_inf;
+    }
+    scores[h * S + j] = s;
+  };
+  const KT* kbase = a.k + kh * a.ks1;
+  int64_t j = j0;
+  for (; j + 4 <= j1; j += 4) {
+    const KT* keys[4] = {kbase + j * a.ks0, kbase + (j + 1) * a.ks0, kbase + (j + 2) * a.ks0, kbase + (j + 3) * a.ks0};
+    float d[HN][4];
+    dots<KT, HN, 4>(q, keys, a.D, d);
+    for (int h = 0; h < HN; ++h)
+      for (int r = 0; r < 4; ++r) store(h, j + r, d[h][r]);
+  }
+  for (; j < j1; ++j) {
+    const KT* keys[1] = {kbase + j * a.ks0};
+    float d[HN][1];
+    dots<KT, HN, 1>(q, keys, a.D, d);
+    for (int h = 0; h < HN; ++h) store(h, j, d[h][0]);
+  }
+  for (int h = 0; h < HN; ++h) {
+    const float* sh = scores + h * S;
+    float mx = neg_inf;
+    for (int64_t jj = j0; jj < j1; ++jj) mx = std::max(mx, sh[jj]);
+    float* o = a.out + (t * a.Hq + h0 + h) * a.Dv;
+    if (mx == neg_inf) {  // nothing visible: zeros rather than NaN
+      std::fill(o, o + a.Dv, 0.f);
+      continue;
+    }
+    weighted_values<KT, NV>(sh, j0, j1, mx, a.v + kh * a.vs1, a.vs0, o);
+  }
+}
+
+template <class KT, int HN, int NV>
+void run_all(const Inputs<KT>& a) {
+  const int64_t per_row = a.Hq / HN;
+  parallel_for(a.T * per_row, 1, [&](int64_t i0, int64_t i1) {
+    std::vector<float> scores(static_cast<size_t>(HN * a.S));
+    for (int64_t i = i0; i < i1; ++i) run_task<KT, HN, NV>(a, i / per_row, (i % per_row) * HN, scores.data());
+  });
+}
+
+template <class KT>
+bool run(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionParams& p, Tensor& out) {
+  Inputs<KT> a{};
+  a.q = q.data<float>();
+  a.qs0 = q.stride(0);
+  a.qs1 = q.stride(1);
+  a.k = k.data<KT>();
+  a.ks0 = k.stride(0);
+  a.ks1 = k.stride(1);
+  a.out = out.data<float>();
+  a.p = &p;
+  a.v = v.data<KT>();
+  a.vs0 = v.stride(0);
+  a.vs1 = v.stride(1);
+  a.T = q.dim(0);
+  a.Hq = q.dim(1);
+  a.S = k.dim(0);
+  a.group = a.Hq / k.dim(1);
+  a.D = q.dim(2);
+  a.Dv = v.dim(2);
+  const bool pairs = a.group % 2 == 0;  // two query heads of one KV head per task share the key loads
+  switch (a.Dv) {
+    case 64: pairs ? run_all<KT, 2, 4>(a) : run_all<KT, 1, 4>(a); return true;
+    case 128: pairs ? run_all<KT, 2, 8>(a) : run_all<KT, 1, 8>(a); return true;
+    case 256: pairs ? run_all<KT, 2, 16>(a) : run_all<KT, 1, 16>(a); return true;
+    default: return false;
+  }
+}
+#endif
+
+}  // namespace a512
+}  // namespace
+
+bool attention_avx512(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionParams& p, Tensor& out) {
+#ifdef LATHE_A512
+  if (active_isa() != Isa::Avx512Vnni) return false;
+  if (q.dim(2) % 16 != 0 || q.stride(2) != 1 || k.stride(2) != 1 || v.stride(2) != 1) return false;
+  if (k.dtype() != v.dtype()) return false;
+  if (k.dtype() == DType::BF16) return a512::run<uint16_t>(q, k, v, p, out);
+  if (k.dtype() == DType::F32) return a512::run<float>(q, k, v, p, out);
+#else
+  (void)q, (void)k, (void)v, (void)p, (void)out;
+#endif
+  return false;
+}
+
+}  // namespace lathe::cpu
