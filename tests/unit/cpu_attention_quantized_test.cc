@@ -14,12 +14,12 @@
 namespace lathe {
 namespace {
 
-struct Case {
+struct QkvAttnCase {
   int bits, group;
   int64_t D;
 };
 
-class QuantizedKvAttention : public ::testing::TestWithParam<Case> {};
+class QuantizedKvAttention : public ::testing::TestWithParam<QkvAttnCase> {};
 
 Tensor random_kv_rows(const Shape& shape, uint64_t seed) {
   Tensor t = Tensor::empty(shape, DType::F32);
@@ -61,8 +61,8 @@ TEST_P(QuantizedKvAttention, MatchesTheDequantizedCache) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Heads, QuantizedKvAttention,
-                         ::testing::Values(Case{8, 64, 128}, Case{8, 32, 64}, Case{4, 64, 128}, Case{4, 32, 256},
-                                           Case{8, 64, 256}, Case{8, 32, 96}),
+                         ::testing::Values(QkvAttnCase{8, 64, 128}, QkvAttnCase{8, 32, 64}, QkvAttnCase{4, 64, 128},
+                                           QkvAttnCase{4, 32, 256}, QkvAttnCase{8, 64, 256}, QkvAttnCase{8, 32, 96}),
                          [](const auto& info) {
                            return std::to_string(info.param.bits) + "bit_g" + std::to_string(info.param.group) + "_d" +
                                   std::to_string(info.param.D);

@@ -13,6 +13,7 @@
 
 namespace lathe::cpu {
 namespace {
+namespace f32_attn {  // (a namespace of its own: unity builds merge the anonymous namespaces of several files)
 
 // K/V rows are f32, or bf16 (a CPU cache with cpu_kv_bf16): each value widens to f32 exactly as it is read.
 inline float widen(float x) { return x; }
@@ -316,19 +317,20 @@ void attention_impl(const Tensor& q, const Tensor& k, const Tensor& v, const Att
   });
 }
 
+}  // namespace f32_attn
 }  // namespace
 
 void attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionParams& p, Tensor& out) {
   if (attention_avx512(q, k, v, p, out)) return;
   if (k.dtype() == DType::BF16 && v.dtype() == DType::BF16) {
-    attention_impl<uint16_t>(q, k, v, p, out);
+    f32_attn::attention_impl<uint16_t>(q, k, v, p, out);
     return;
   }
   if (k.dtype() != DType::F32 || v.dtype() != DType::F32) {
-    attention_impl<float>(q, k.contiguous().to(DType::F32), v.contiguous().to(DType::F32), p, out);
+    f32_attn::attention_impl<float>(q, k.contiguous().to(DType::F32), v.contiguous().to(DType::F32), p, out);
     return;
   }
-  attention_impl<float>(q, k, v, p, out);
+  f32_attn::attention_impl<float>(q, k, v, p, out);
 }
 
 }  // namespace lathe::cpu

@@ -18,6 +18,7 @@
 
 namespace lathe::cpu {
 namespace {
+namespace qkv_attn {  // (a namespace of its own: unity builds merge the anonymous namespaces of several files)
 
 Tensor dequantize_all(const QuantizedMatrix& m, int64_t kv_heads) {
   const int64_t rows = m.rows(), cols = m.cols();
@@ -161,6 +162,7 @@ RowsFn pick_for_bits(int64_t D) {
 }
 #endif
 
+}  // namespace qkv_attn
 }  // namespace
 
 void attention_quantized(const Tensor& q, const QuantizedMatrix& k, const QuantizedMatrix& v, int64_t kv_heads,
@@ -176,13 +178,14 @@ void attention_quantized(const Tensor& q, const QuantizedMatrix& k, const Quanti
                        v.group_size % 8 == 0 && D % k.group_size == 0 && D % v.group_size == 0 && k.w.stride(1) == 1 &&
                        v.w.stride(1) == 1 && k.scales.stride(1) == 1 && v.scales.stride(1) == 1 &&
                        k.biases.stride(1) == 1 && v.biases.stride(1) == 1;
-  if (const RowsFn fn = covered ? (k.bits == 8 ? pick_for_bits<8>(D) : pick_for_bits<4>(D)) : nullptr) {
+  if (const qkv_attn::RowsFn fn =
+          covered ? (k.bits == 8 ? qkv_attn::pick_for_bits<8>(D) : qkv_attn::pick_for_bits<4>(D)) : nullptr) {
     fn(q, k, v, kv_heads, p, out);
     return;
   }
 #endif
-  const Tensor kf = dequantize_all(k, kv_heads);
-  const Tensor vf = dequantize_all(v, kv_heads);
+  const Tensor kf = qkv_attn::dequantize_all(k, kv_heads);
+  const Tensor vf = qkv_attn::dequantize_all(v, kv_heads);
   attention(q, kf, vf, p, out);
 }
 
