@@ -51,6 +51,21 @@ GEN = 64
 GOAL_DECODE, GOAL_PREFILL, GOAL_SCALING = 1.3, 1.0, 1.7
 
 
+def portable_paths(text, a):
+    """The saved JSON names no path of this machine: the peer directory as $LATHE_PEER_DIR, the llama.cpp source
+    and the lathe binary by their last two components."""
+    def tail(path):
+        return os.path.join(*os.path.normpath(path).split(os.sep)[-2:])
+    for path, name in ((os.path.abspath(a.llama_build), "$LATHE_PEER_DIR/llama.cpp"),
+                       (os.path.abspath(a.work), "$LATHE_PEER_DIR/cpu-vs-llama-cpp"),
+                       (PEER_DIR, "$LATHE_PEER_DIR"),
+                       (os.path.abspath(a.llama_src), tail(a.llama_src)),
+                       (os.path.abspath(a.lathe), tail(a.lathe)),
+                       (REPO, ".")):
+        text = text.replace(path, name)
+    return text
+
+
 def log(msg):
     print(f"[{datetime.datetime.utcnow():%H:%M:%S}] {msg}", file=sys.stderr, flush=True)
 
@@ -406,7 +421,7 @@ def main():
                                   "cpu_s_others": round((busy1 - busy0) - (ours1 - ours0), 1)}
 
     result["summary"] = summarize_result(result)
-    text = json.dumps(result, indent=1)
+    text = portable_paths(json.dumps(result, indent=1), a)
     if a.out:
         with open(a.out, "w") as f:
             f.write(text + "\n")
