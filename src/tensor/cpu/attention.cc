@@ -153,12 +153,6 @@ void attention_pairs(const Tensor& q, const Tensor& k, const Tensor& v, const At
   const int64_t qs0 = q.stride(0), qs1 = q.stride(1);
   float* op = out.data<float>();
   const float neg_inf = -std::numeric_limits<float>::infinity();
-  auto visible = [&](int64_t qpos, int64_t j) {
-    const int64_t kpos = (*p.k_pos)[static_cast<size_t>(j)];
-    if (p.causal && kpos > qpos) return false;
-    if (p.window > 0 && qpos - kpos >= p.window) return false;
-    return true;
-  };
   auto finish_score = [&](float d) {
     float s = d * p.scale;
     if (p.softcap > 0.f) s = std::tanh(s / p.softcap) * p.softcap;
@@ -171,11 +165,8 @@ void attention_pairs(const Tensor& q, const Tensor& k, const Tensor& v, const At
       const int64_t t = i / pairs, h0 = 2 * (i % pairs), kh = h0 / group;
       const int64_t qpos = p.q_pos0 + t;
       const float* qv[2] = {qp + t * qs0 + h0 * qs1, qp + t * qs0 + (h0 + 1) * qs1};
-      int64_t j0 = 0, j1 = S;
-      if (!p.k_pos) {
-        if (p.causal) j1 = std::clamp<int64_t>(qpos - p.k_pos0 + 1, 0, S);
-        if (p.window > 0) j0 = std::clamp<int64_t>(qpos - p.window + 1 - p.k_pos0, 0, S);
-      }
+      int64_t j0, j1;
+      visible_key_range(p, qpos, S, j0, j1);
       float mx[2] = {neg_inf, neg_inf};
       int64_t jb = j0;
       if (!p.k_pos) {
@@ -192,7 +183,7 @@ void attention_pairs(const Tensor& q, const Tensor& k, const Tensor& v, const At
         }
       }
       for (int64_t j = jb; j < j1; ++j) {
-        const bool seen = !p.k_pos || visible(qpos, j);
+        const bool seen = !p.k_pos || key_visible(p, qpos, (*p.k_pos)[static_cast<size_t>(j)]);
         for (int h = 0; h < 2; ++h) {
           const float s = seen ? finish_score(dot_key(qv[h], kp + j * ks0 + kh * ks1, D)) : neg_inf;
           scores[h][static_cast<size_t>(j)] = s;
@@ -234,11 +225,6 @@ void attention_impl(const Tensor& q, const Tensor& k, const Tensor& v, const Att
   const float neg_inf = -std::numeric_limits<float>::infinity();
 
   auto key_pos = [&](int64_t j) { return p.k_pos ? (*p.k_pos)[static_cast<size_t>(j)] : p.k_pos0 + j; };
-  auto visible = [&](int64_t qpos, int64_t kpos) {
-    if (p.causal && kpos > qpos) return false;
-    if (p.window > 0 && qpos - kpos >= p.window) return false;
-    return true;
-  };
 
   parallel_for(T * Hq, 1, [&](int64_t i0, int64_t i1) {
     std::vector<float> scores(static_cast<size_t>(S));
@@ -248,11 +234,8 @@ void attention_impl(const Tensor& q, const Tensor& k, const Tensor& v, const Att
       const int64_t qpos = p.q_pos0 + t;
       const float* qv = qp + t * qs0 + h * qs1;
       // Visible key range for linear positions; explicit positions check every key.
-      int64_t j0 = 0, j1 = S;
-      if (!p.k_pos) {
-        if (p.causal) j1 = std::clamp<int64_t>(qpos - p.k_pos0 + 1, 0, S);
-        if (p.window > 0) j0 = std::clamp<int64_t>(qpos - p.window + 1 - p.k_pos0, 0, S);
-      }
+      int64_t j0, j1;
+      visible_key_range(p, qpos, S, j0, j1);
       float mx = neg_inf;
       int64_t jb = j0;
 #ifdef LATHE_AVX2
@@ -274,7 +257,7 @@ void attention_impl(const Tensor& q, const Tensor& k, const Tensor& v, const Att
 #endif
       for (int64_t j = jb; j < j1; ++j) {
         float s;
-        if (p.k_pos && !visible(qpos, key_pos(j))) {
+        if (p.k_pos && !key_visible(p, qpos, key_pos(j))) {
           s = neg_inf;
         } else {
           s = dot_key(qv, kp + j * ks0 + kh * ks1, D) * p.scale;

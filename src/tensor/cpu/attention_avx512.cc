@@ -107,17 +107,13 @@ LATHE_A512 void run_task(const Inputs<KT>& a, int64_t t, int64_t h0, float* scor
   const float neg_inf = -std::numeric_limits<float>::infinity();
   const float* q[HN];
   for (int h = 0; h < HN; ++h) q[h] = a.q + t * a.qs0 + (h0 + h) * a.qs1;
-  int64_t j0 = 0, j1 = S;
-  if (!p.k_pos) {
-    if (p.causal) j1 = std::clamp<int64_t>(qpos - p.k_pos0 + 1, 0, S);
-    if (p.window > 0) j0 = std::clamp<int64_t>(qpos - p.window + 1 - p.k_pos0, 0, S);
-  }
+  int64_t j0, j1;
+  visible_key_range(p, qpos, S, j0, j1);
   auto store = [&](int h, int64_t j, float dot) {
     float s = dot * p.scale;
     if (p.softcap > 0.f) s = std::tanh(s / p.softcap) * p.softcap;
     if (p.k_pos) {
-      const int64_t kpos = (*p.k_pos)[static_cast<size_t>(j)];
-      if ((p.causal && kpos > qpos) || (p.window > 0 && qpos - kpos >= p.window)) s = neg_inf;
+      if (!key_visible(p, qpos, (*p.k_pos)[static_cast<size_t>(j)])) s = neg_inf;
     }
     scores[h * S + j] = s;
   };

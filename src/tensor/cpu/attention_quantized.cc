@@ -83,12 +83,6 @@ void attention_rows(const Tensor& q, const QuantizedMatrix& k, const QuantizedMa
   const int64_t qs0 = q.stride(0), qs1 = q.stride(1);
   float* op = out.data<float>();
   const float neg_inf = -std::numeric_limits<float>::infinity();
-  auto visible = [&](int64_t qpos, int64_t j) {
-    const int64_t kpos = p.k_pos ? (*p.k_pos)[static_cast<size_t>(j)] : p.k_pos0 + j;
-    if (p.causal && kpos > qpos) return false;
-    if (p.window > 0 && qpos - kpos >= p.window) return false;
-    return true;
-  };
   parallel_for(T * Hq, 1, [&](int64_t i0, int64_t i1) {
     std::vector<float> scores(static_cast<size_t>(S));
     float qsum[D / 8], vbias[D / 8];
@@ -96,11 +90,8 @@ void attention_rows(const Tensor& q, const QuantizedMatrix& k, const QuantizedMa
       const int64_t t = i / Hq, h = i % Hq, kh = h / group;
       const int64_t qpos = p.q_pos0 + t;
       const float* qv = qp + t * qs0 + h * qs1;
-      int64_t j0 = 0, j1 = S;
-      if (!p.k_pos) {
-        if (p.causal) j1 = std::clamp<int64_t>(qpos - p.k_pos0 + 1, 0, S);
-        if (p.window > 0) j0 = std::clamp<int64_t>(qpos - p.window + 1 - p.k_pos0, 0, S);
-      }
+      int64_t j0, j1;
+      visible_key_range(p, qpos, S, j0, j1);
       for (int g = 0; g < D / kgs; ++g) {
         float s = 0.f;
         for (int e = g * kgs; e < (g + 1) * kgs; ++e) s += qv[e];
@@ -109,7 +100,7 @@ void attention_rows(const Tensor& q, const QuantizedMatrix& k, const QuantizedMa
       float mx = neg_inf;
       for (int64_t j = j0; j < j1; ++j) {
         float s = neg_inf;
-        if (!p.k_pos || visible(qpos, j)) {
+        if (!p.k_pos || key_visible(p, qpos, (*p.k_pos)[static_cast<size_t>(j)])) {
           s = qk_dot<BITS, NV>(qv, qrow(k, j * Hkv + kh), kgs, qsum) * p.scale;
           if (p.softcap > 0.f) s = std::tanh(s / p.softcap) * p.softcap;
         }

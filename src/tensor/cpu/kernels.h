@@ -1,5 +1,6 @@
 // CPU kernels behind ops.h. Inputs are validated by ops.cc; kernels assume CPU, f32 activations.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 
 #include "tensor/ops.h"
@@ -23,6 +24,19 @@ void gemm_block_f32(const float* x, int64_t M, int64_t K, const float* wrows, in
 void rms_norm(const Tensor& x, const Tensor& w, float eps, bool plus_one, Tensor& out);
 void rope_inplace(Tensor& x, const RopeTable& rope, int64_t pos0);
 void attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionParams& p, Tensor& out);
+// The attention kernels' shared masking: whether a query at qpos sees a key at kpos (causal, window), and for
+// keys at linear positions (k_pos0 + j, no explicit k_pos) the range [j0, j1) of the S keys it can see;
+// with explicit positions the range is all S keys and each is checked with key_visible.
+inline bool key_visible(const AttentionParams& p, int64_t qpos, int64_t kpos) {
+  return !(p.causal && kpos > qpos) && !(p.window > 0 && qpos - kpos >= p.window);
+}
+inline void visible_key_range(const AttentionParams& p, int64_t qpos, int64_t S, int64_t& j0, int64_t& j1) {
+  j0 = 0;
+  j1 = S;
+  if (p.k_pos) return;
+  if (p.causal) j1 = std::clamp<int64_t>(qpos - p.k_pos0 + 1, 0, S);
+  if (p.window > 0) j0 = std::clamp<int64_t>(qpos - p.window + 1 - p.k_pos0, 0, S);
+}
 // The AVX-512 attention (attention_avx512.cc): false, having done nothing, where the CPU lacks AVX-512 or the
 // shapes are not covered (then attention() runs its AVX2 kernels).
 bool attention_avx512(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionParams& p, Tensor& out);
