@@ -32,13 +32,15 @@ inline double seconds(Clock::time_point a, Clock::time_point b) { return std::ch
 
 // ---------------------------------------------------------------------------------------------------------
 // `lathe serve` as a child process: stderr is drained by a thread (so logging never blocks the server) and
-// scanned for the ready line.
+// scanned for the ready line. serve_subcommand false starts another server binary (a peer such as
+// llama-server, which logs the same "listening on http://host:port" line once its model is loaded) with args alone.
 class ServerProcess {
  public:
-  ServerProcess(const std::string& lathe, const std::vector<std::string>& args) {
+  ServerProcess(const std::string& lathe, const std::vector<std::string>& args, bool serve_subcommand = true) {
     int fds[2];
     if (pipe(fds) != 0) throw std::runtime_error("pipe failed");
-    std::vector<std::string> argv_s = {lathe, "serve"};
+    std::vector<std::string> argv_s = {lathe};
+    if (serve_subcommand) argv_s.push_back("serve");
     argv_s.insert(argv_s.end(), args.begin(), args.end());
     std::vector<char*> argv;
     for (auto& a : argv_s) argv.push_back(a.data());
@@ -85,7 +87,7 @@ class ServerProcess {
       std::this_thread::sleep_for(std::chrono::microseconds(200));
     }
     std::lock_guard lock(mu_);
-    throw std::runtime_error("lathe serve did not become ready; its log:\n" + log_);
+    throw std::runtime_error("the server did not become ready; its log:\n" + log_);
   }
 
   pid_t pid() const { return pid_; }

@@ -2,12 +2,14 @@
 // ids) and reading a fixed number of tokens (EOS banned with logit_bias), for each N in --clients. Reports per
 // N the aggregate decode tok/s (all tokens / wall time), time to first token and inter-token latency p50/p99
 // as clients see them, the server's CPU milliseconds per token, and the server's peak RSS. Prints one JSON line.
+// --peer-server BIN runs the same load against another OpenAI-compatible server (llama-server for issue #13's
+// same-run comparison), started as BIN with the --serve-arg arguments alone; its requests add ignore_eos.
 // LoRA ([lora] benchmark): --adapter DIR mounts adapters at serve start (under their folder names) and --mix
 // 'a;b+c;none' gives client c the adapter spec mix[c % size] (round robin); --repeat runs every N again.
 //
 // Usage: serve_load --lathe build/lathe [--model DIR] [--clients 1,4] [--prompt-tokens 128]
 //                   [--max-tokens 64] [--rounds 1] [--repeat 1] [--json-schema FILE] [--adapter DIR ...]
-//                   [--mix SPECS] [--serve-arg ARG ...]
+//                   [--mix SPECS] [--serve-arg ARG ...] [--peer-server BIN]
 #include <algorithm>
 #include <array>
 #include <cstdio>
@@ -42,10 +44,14 @@ double percentile(std::vector<double> v, double q) {
   return v[i];
 }
 
-// Token events of one streamed completion: arrival times of the SSE frames that carry text.
+// Token events of one streamed completion: arrival times of the SSE frames that carry text, and the completion
+// tokens the final usage chunk reports (a frame can hold back the bytes of an incomplete UTF-8 character, so the
+// frames may be fewer than the tokens).
 struct Stream {
   Clock::time_point sent;
   std::vector<Clock::time_point> tokens;
+  int64_t usage_tokens = 0;
+  int64_t count() const { return std::max<int64_t>(usage_tokens, static_cast<int64_t>(tokens.size())); }
 };
 
 Stream run_client(int port, const std::string& body) {
@@ -59,7 +65,11 @@ Stream run_client(int port, const std::string& body) {
       const std::string frame = pending.substr(0, end);
       if (frame.rfind("data: {", 0) != 0) continue;
       const json j = json::parse(frame.substr(6), nullptr, false);
-      if (j.is_discarded() || !j.contains("choices") || j["choices"].empty()) continue;
+      if (j.is_discarded()) continue;
+      if (j.contains("usage") && j["usage"].is_object() && j["usage"].contains("completion_tokens") &&
+          j["usage"]["completion_tokens"].is_number_integer())
+        s.usage_tokens = j["usage"]["completion_tokens"].get<int64_t>();
+      if (!j.contains("choices") || !j["choices"].is_array() || j["choices"].empty()) continue;
       const auto& c = j["choices"][0];
       if (c.contains("text") && c["text"].is_string() && !c["text"].get<std::string>().empty()) s.tokens.push_back(now);
     }
@@ -168,17 +178,25 @@ int main(int argc, char** argv) {
   app.add_option("--adapter", adapters, "LoRA adapter directory mounted at serve start (repeatable)");
   app.add_option("--mix", mix_text, "adapter spec per client, ';'-separated, round robin ('none' = base)");
   app.add_option("--serve-arg", serve_args, "extra argument for lathe serve (repeatable)")->allow_extra_args(false);
+  std::string peer;
+  app.add_option("--peer-server", peer,
+                 "start this OpenAI-compatible server binary with the --serve-arg arguments alone (they must set "
+                 "its model and port) instead of lathe serve")
+      ->check(CLI::ExistingFile);
   CLI11_PARSE(app, argc, argv);
 
   try {
     // Any model name: the request body says "m" whatever checkpoint is served.
-    std::vector<std::string> args = {"--port", "0", "--accept-any-model"};
-    if (!model.empty()) args.insert(args.end(), {"--model", model});
-    for (const std::string& a : adapters) args.insert(args.end(), {"--adapter", a});
+    std::vector<std::string> args;
+    if (peer.empty()) {
+      args = {"--port", "0", "--accept-any-model"};
+      if (!model.empty()) args.insert(args.end(), {"--model", model});
+      for (const std::string& a : adapters) args.insert(args.end(), {"--adapter", a});
+    }
     args.insert(args.end(), serve_args.begin(), serve_args.end());
     const std::vector<std::string> mix = split(mix_text, ';');
-    bench::ServerProcess server(lathe, args);
-    const int port = server.wait_ready(120).first;
+    bench::ServerProcess server(peer.empty() ? lathe : peer, args, peer.empty());
+    const int port = server.wait_ready(600).first;
     std::string dir = model;
     if (dir.empty()) dir = (std::filesystem::path(lathe).parent_path() / "../models/demo").string();
 
@@ -200,7 +218,14 @@ int main(int argc, char** argv) {
                    {"top_p", top_p},
                    {"seed", client * 1000 + round},
                    {"logit_bias", bias},
-                   {"stream", true}};
+                   {"stream", true},
+                   {"stream_options", {{"include_usage", true}}}};
+      // The peer's end-of-generation ids need not be the checkpoint's: ignore_eos bans all of them (llama-server's
+      // logit_bias field would replace that ban, so it is left out).
+      if (!peer.empty()) {
+        body.erase("logit_bias");
+        body["ignore_eos"] = true;
+      }
       if (!response_format.is_null()) body["response_format"] = response_format;
       if (!mix.empty() && client >= 0) body["adapter"] = mix[static_cast<size_t>(client) % mix.size()];
       return body.dump();
@@ -226,7 +251,7 @@ int main(int argc, char** argv) {
       for (int k = 0; k < repeat; ++k) plan.push_back(n);
     for (int n : plan) {
       std::vector<std::vector<Stream>> per(static_cast<size_t>(n));
-      const std::array<double, 5> before = engine_counters(port);
+      const std::array<double, 5> before = peer.empty() ? engine_counters(port) : std::array<double, 5>{};
       const double cpu0 = cpu_seconds(server.pid());
       const auto t0 = Clock::now();
       std::vector<std::thread> threads;
@@ -254,7 +279,7 @@ int main(int argc, char** argv) {
       int64_t tokens = 0;
       for (const auto& streams : per)
         for (const Stream& s : streams) {
-          tokens += static_cast<int64_t>(s.tokens.size());
+          tokens += s.count();
           if (s.tokens.empty()) continue;
           ttft.push_back(seconds(s.sent, s.tokens.front()) * 1e3);
           for (size_t i = 1; i < s.tokens.size(); ++i) itl.push_back(seconds(s.tokens[i - 1], s.tokens[i]) * 1e3);
@@ -270,9 +295,10 @@ int main(int argc, char** argv) {
                       {"itl_ms_p99", percentile(itl, 0.99)},
                       {"failed_requests", errors},
                       {"last_error", last_error},
-                      {"engine", engine_split(before, engine_counters(port))}});
+                      {"engine", peer.empty() ? engine_split(before, engine_counters(port)) : json::object()}});
     }
     const json out = {{"bench", "serve_load"},
+                      {"server", peer.empty() ? "lathe" : std::filesystem::path(peer).filename().string()},
                       {"model", dir},
                       {"prompt_tokens", prompt_tokens},
                       {"max_tokens", max_tokens},

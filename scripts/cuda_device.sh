@@ -2,7 +2,8 @@
 # Runs on the device machine from the repository root, over what scripts/cuda_pack.sh put in .device/.
 # Usage: .device/cuda_device.sh test|kernels [--gemv-only]|gtest FILTER|e2e LIKE BITS GS|batched LIKE BITS GS B,B..
 # [ENV=VAL ..] [cuda_e2e args ..]|serve LIKE BITS GS N,N.. [serve_load args]|kvq LIKE BITS GS|peer LIKE ...|
-# lora LIKE BITS GS ["RANKS"] [REPS] [SERVE_REPS]|cache LIKE BITS GS T,T.. [serve_cache args];
+# lora LIKE BITS GS ["RANKS"] [REPS] [SERVE_REPS]|cache LIKE BITS GS T,T.. [serve_cache args]|
+# llama-build SRC.tar.xz|peer-gguf LIKE SRC.tar.xz [BIN.tar.xz]|peer-serve LIKE N,N.. [SLOTS];
 # results go to $OUT
 # (or ./out).
 set -uo pipefail
@@ -11,6 +12,8 @@ mkdir -p "$out"
 dev=$PWD/.device
 [ -d "$dev/lib" ] || tar -xJf "$dev/lib.tar.xz" -C "$dev"  # packed compressed by cuda_pack.sh
 [ -d "$dev/bin" ] || tar -xJf "$dev/bin.tar.xz" -C "$dev"
+t=$dev/ctest/tests/lathe_cuda_tests
+[ -f "$t" ] || { [ -f "$t.xz" ] && xz -dk "$t.xz"; }
 export LATHE_FIXTURES_DIR=$PWD/tests/fixtures
 export LD_LIBRARY_PATH=$dev/lib:${LD_LIBRARY_PATH:-}
 # cuBLAS: the toolkit's, else the one in the image's Python wheels.
@@ -94,6 +97,43 @@ case "$1" in
       "$dev/bin/cuda_kv_quant" --model "$d" | tee -a "$out/kv_quant.jsonl"
       shift 3
     done
+    ;;
+  llama-build)  # llama-build SRC.tar.xz: llama.cpp's llama-server and llama-quantize, CUDA for sm_90, into /tmp/llama;
+    # the binaries also come back as $OUT/llama-bin.tar.xz (carry them as .device-llama/llama-bin.tar.xz next time)
+    [ -f /tmp/llama/src/CMakeLists.txt ] || { mkdir -p /tmp/llama/src && tar -xJf "$2" -C /tmp/llama/src; }
+    cmake -S /tmp/llama/src -B /tmp/llama/build -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON \
+      -DCMAKE_CUDA_ARCHITECTURES=90 -DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF \
+      -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_UI=OFF -DLLAMA_BUILD_APP=OFF \
+      -DBUILD_SHARED_LIBS=OFF > "$out/llama-build.log" 2>&1 &&
+      cmake --build /tmp/llama/build --target llama-server llama-quantize -j "$(nproc)" >> "$out/llama-build.log" 2>&1 &&
+      strip /tmp/llama/build/bin/llama-server /tmp/llama/build/bin/llama-quantize &&
+      tar -cJf "$out/llama-bin.tar.xz" -C /tmp/llama/build bin/llama-server bin/llama-quantize
+    echo "llama-build rc=$?"; tail -3 "$out/llama-build.log"
+    ;;
+  peer-gguf)  # peer-gguf LIKE SRC.tar.xz [BIN.tar.xz]: the LIKE shape's bf16 synthetic weights as a Q4_0 GGUF
+    # (/tmp/ckpt/LIKE-q4_0.gguf), through bench/peers/qwen3_to_gguf.py and llama-quantize (llama.cpp's default Q4_0 mix,
+    # as in measured-peers.md)
+    [ -d /tmp/llama/src ] || { mkdir -p /tmp/llama/src && tar -xJf "$3" -C /tmp/llama/src; }
+    [ -x /tmp/llama/build/bin/llama-quantize ] || [ -z "${4:-}" ] || { mkdir -p /tmp/llama/build && tar -xJf "$4" -C /tmp/llama/build; }
+    d=$(synth "$2" 16 64)
+    g=/tmp/ckpt/$2-q4_0.gguf
+    f16=/tmp/ckpt/$2-f16.gguf
+    [ -f "$g" ] || [ -f "$f16" ] || PYTHONPATH=/tmp/llama/src/gguf-py python3 bench/peers/qwen3_to_gguf.py "$d" \
+      tests/fixtures/tokenizers/qwen3-real "$f16"
+    # The F16 file stays until llama-quantize exists (llama-build may still be running beside this).
+    if [ ! -f "$g" ] && [ -x /tmp/llama/build/bin/llama-quantize ]; then
+      /tmp/llama/build/bin/llama-quantize "$f16" "$g" Q4_0 > "$out/llama-quantize.log" 2>&1 && rm -f "$f16"
+    fi
+    ls -la /tmp/ckpt/*.gguf
+    ;;
+  peer-serve)  # peer-serve LIKE CLIENTS [SLOTS]: bench/serve_load against llama-server -np SLOTS (default 64) on
+    # the Q4_0 GGUF from peer-gguf, same prompts and lengths as the serve verb
+    g=/tmp/ckpt/$2-q4_0.gguf
+    slots=${4:-64}
+    "$dev/bin/serve_load" --peer-server /tmp/llama/build/bin/llama-server --model "$(synth_tok "$2" 4 64)" \
+      --clients "$3" --prompt-tokens 128 --max-tokens 128 --serve-arg=-m --serve-arg="$g" --serve-arg=--port \
+      --serve-arg=18090 --serve-arg=-np --serve-arg="$slots" --serve-arg=-c --serve-arg=$((slots * 512)) \
+      --serve-arg=-fa --serve-arg=on --serve-arg=-ngl --serve-arg=999 | tee -a "$out/peer_serve.jsonl"
     ;;
   peer)
     shift
