@@ -3,7 +3,8 @@
 // N the aggregate decode tok/s (all tokens / wall time), time to first token and inter-token latency p50/p99
 // as clients see them, the server's CPU milliseconds per token, and the server's peak RSS. Prints one JSON line.
 // --peer-server BIN runs the same load against another OpenAI-compatible server (llama-server for issue #13's
-// same-run comparison), started as BIN with the --serve-arg arguments alone; its requests add ignore_eos.
+// same-run comparison), started as BIN with the --serve-arg arguments alone; its requests add ignore_eos (no
+// --model needed). Each run counts the streams that ended before --max-tokens, by finish reason.
 // LoRA ([lora] benchmark): --adapter DIR mounts adapters at serve start (under their folder names) and --mix
 // 'a;b+c;none' gives client c the adapter spec mix[c % size] (round robin); --repeat runs every N again.
 //
@@ -51,6 +52,8 @@ struct Stream {
   Clock::time_point sent;
   std::vector<Clock::time_point> tokens;
   int64_t usage_tokens = 0;
+  std::string finish_reason;  // the last choice's, "" if the stream never said
+  std::string last_frame;     // the frame that carried it (kept to show why a stream ended early)
   int64_t count() const { return std::max<int64_t>(usage_tokens, static_cast<int64_t>(tokens.size())); }
 };
 
@@ -71,6 +74,10 @@ Stream run_client(int port, const std::string& body) {
         s.usage_tokens = j["usage"]["completion_tokens"].get<int64_t>();
       if (!j.contains("choices") || !j["choices"].is_array() || j["choices"].empty()) continue;
       const auto& c = j["choices"][0];
+      if (c.contains("finish_reason") && c["finish_reason"].is_string()) {
+        s.finish_reason = c["finish_reason"].get<std::string>();
+        s.last_frame = frame.substr(6);
+      }
       if (c.contains("text") && c["text"].is_string() && !c["text"].get<std::string>().empty()) s.tokens.push_back(now);
     }
   });
@@ -198,7 +205,7 @@ int main(int argc, char** argv) {
     bench::ServerProcess server(peer.empty() ? lathe : peer, args, peer.empty());
     const int port = server.wait_ready(600).first;
     std::string dir = model;
-    if (dir.empty()) dir = (std::filesystem::path(lathe).parent_path() / "../models/demo").string();
+    if (dir.empty() && peer.empty()) dir = (std::filesystem::path(lathe).parent_path() / "../models/demo").string();
 
     json response_format;  // null: unconstrained
     if (!schema_file.empty()) {
@@ -206,8 +213,11 @@ int main(int argc, char** argv) {
       response_format = {{"type", "json_schema"},
                          {"json_schema", {{"name", "bench"}, {"strict", true}, {"schema", json::parse(in)}}}};
     }
+    // lathe: the checkpoint's EOS ids banned. The peer's end-of-generation ids need not be the checkpoint's:
+    // ignore_eos bans all of them (llama-server's logit_bias field would replace that ban, so none is sent).
     json bias = json::object();
-    for (int id : eos_ids(dir)) bias[std::to_string(id)] = -100;
+    if (peer.empty())
+      for (int id : eos_ids(dir)) bias[std::to_string(id)] = -100;
     auto body_for = [&](int client, int round) {
       json prompt = json::array();
       for (int k = 0; k < prompt_tokens; ++k) prompt.push_back(5 + (client * 131 + round * 17 + k * 7) % 500);
@@ -217,15 +227,12 @@ int main(int argc, char** argv) {
                    {"temperature", temperature},
                    {"top_p", top_p},
                    {"seed", client * 1000 + round},
-                   {"logit_bias", bias},
                    {"stream", true},
                    {"stream_options", {{"include_usage", true}}}};
-      // The peer's end-of-generation ids need not be the checkpoint's: ignore_eos bans all of them (llama-server's
-      // logit_bias field would replace that ban, so it is left out).
-      if (!peer.empty()) {
-        body.erase("logit_bias");
+      if (peer.empty())
+        body["logit_bias"] = bias;
+      else
         body["ignore_eos"] = true;
-      }
       if (!response_format.is_null()) body["response_format"] = response_format;
       if (!mix.empty() && client >= 0) body["adapter"] = mix[static_cast<size_t>(client) % mix.size()];
       return body.dump();
@@ -277,9 +284,18 @@ int main(int argc, char** argv) {
       const double server_cpu_s = cpu_seconds(server.pid()) - cpu0;
       std::vector<double> ttft, itl;
       int64_t tokens = 0;
+      // Streams that ended before --max-tokens, by finish reason, with one such stream's last frame: a server
+      // that stops early serves fewer tokens late in the run, which the aggregate alone would hide.
+      json short_streams = json::object();
+      std::string short_example;
       for (const auto& streams : per)
         for (const Stream& s : streams) {
           tokens += s.count();
+          if (s.count() < max_tokens) {
+            const std::string why = s.finish_reason.empty() ? "none" : s.finish_reason;
+            short_streams[why] = short_streams.value(why, 0) + 1;
+            if (short_example.empty()) short_example = s.last_frame;
+          }
           if (s.tokens.empty()) continue;
           ttft.push_back(seconds(s.sent, s.tokens.front()) * 1e3);
           for (size_t i = 1; i < s.tokens.size(); ++i) itl.push_back(seconds(s.tokens[i - 1], s.tokens[i]) * 1e3);
@@ -294,6 +310,8 @@ int main(int argc, char** argv) {
                       {"itl_ms_p50", percentile(itl, 0.5)},
                       {"itl_ms_p99", percentile(itl, 0.99)},
                       {"failed_requests", errors},
+                      {"short_streams", short_streams},
+                      {"short_example", short_example},
                       {"last_error", last_error},
                       {"engine", peer.empty() ? engine_split(before, engine_counters(port)) : json::object()}});
     }

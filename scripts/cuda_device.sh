@@ -3,7 +3,8 @@
 # Usage: .device/cuda_device.sh test|kernels [--gemv-only]|gtest FILTER|e2e LIKE BITS GS|batched LIKE BITS GS B,B..
 # [ENV=VAL ..] [cuda_e2e args ..]|serve LIKE BITS GS N,N.. [serve_load args]|kvq LIKE BITS GS|peer LIKE ...|
 # lora LIKE BITS GS ["RANKS"] [REPS] [SERVE_REPS]|cache LIKE BITS GS T,T.. [serve_cache args]|
-# llama-build SRC.tar.xz|peer-gguf LIKE SRC.tar.xz [BIN.tar.xz]|peer-serve LIKE N,N.. [SLOTS];
+# llama-build SRC.tar.xz|peer-gguf LIKE SRC.tar.xz [BIN.tar.xz]|peer-serve LIKE N,N.. [SLOTS [ARG..]]|
+# peer-probe LIKE LABEL [ARGS];
 # results go to $OUT
 # (or ./out).
 set -uo pipefail
@@ -126,14 +127,26 @@ case "$1" in
     fi
     ls -la /tmp/ckpt/*.gguf
     ;;
-  peer-serve)  # peer-serve LIKE CLIENTS [SLOTS]: bench/serve_load against llama-server -np SLOTS (default 64) on
-    # the Q4_0 GGUF from peer-gguf, same prompts and lengths as the serve verb
+  peer-serve)  # peer-serve LIKE CLIENTS [SLOTS [ARG..]]: bench/serve_load against llama-server -np SLOTS (default 64)
+    # on the Q4_0 GGUF from peer-gguf, same prompts and lengths as the serve verb; ARGs go to llama-server too
     g=/tmp/ckpt/$2-q4_0.gguf
+    clients=$3
     slots=${4:-64}
-    "$dev/bin/serve_load" --peer-server /tmp/llama/build/bin/llama-server --model "$(synth_tok "$2" 4 64)" \
-      --clients "$3" --prompt-tokens 128 --max-tokens 128 --serve-arg=-m --serve-arg="$g" --serve-arg=--port \
+    shift $(($# < 4 ? $# : 4))
+    extra=()
+    for x in "$@"; do extra+=(--serve-arg="$x"); done
+    "$dev/bin/serve_load" --peer-server /tmp/llama/build/bin/llama-server \
+      --clients "$clients" --prompt-tokens 128 --max-tokens 128 --serve-arg=-m --serve-arg="$g" --serve-arg=--port \
       --serve-arg=18090 --serve-arg=-np --serve-arg="$slots" --serve-arg=-c --serve-arg=$((slots * 512)) \
-      --serve-arg=-fa --serve-arg=on --serve-arg=-ngl --serve-arg=999 | tee -a "$out/peer_serve.jsonl"
+      --serve-arg=-fa --serve-arg=on --serve-arg=-ngl --serve-arg=999 "${extra[@]}" | tee -a "$out/peer_serve.jsonl"
+    ;;
+  peer-probe)  # peer-probe LIKE LABEL [llama-server args]: one greedy ignore_eos completion through llama-server's
+    # /completion on the peer-gguf GGUF: stop type, last tokens and their top candidates (why streams end early)
+    g=/tmp/ckpt/$2-q4_0.gguf
+    label=$3
+    shift 3
+    python3 bench/peers/llama_server_probe.py --server /tmp/llama/build/bin/llama-server --label "$label" -- \
+      -m "$g" -ngl 999 "$@" | tee -a "$out/peer_probe.jsonl"
     ;;
   peer)
     shift
