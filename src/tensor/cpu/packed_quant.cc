@@ -2,7 +2,10 @@
 // packed_quant.h).
 #include "tensor/cpu/packed_quant.h"
 
+#include <algorithm>
 #include <cstring>
+#include <new>
+#include <string>
 
 #include "common/error.h"
 #include "tensor/cpu/kernels.h"
@@ -13,22 +16,49 @@ namespace lathe {
 namespace cpu {
 namespace {
 
-void pack_row4(const uint32_t* words, int64_t cols, uint8_t* out) {
-  uint8_t e[64];
-  for (int64_t u = 0; u < cols / 64; ++u) {
-    for (int i = 0; i < 8; ++i) {
-      const uint32_t w = words[u * 8 + i];
-      for (int j = 0; j < 8; ++j) e[i * 8 + j] = static_cast<uint8_t>((w >> (4 * j)) & 0xF);
-    }
-    for (int j = 0; j < 32; ++j) out[u * 32 + j] = static_cast<uint8_t>(e[j] | (e[32 + j] << 4));
-  }
+// Element k of an MLX row: `bits`-bit fields packed from the low end of each little-endian uint32.
+inline int mlx_code(const uint32_t* words, int bits, int64_t k) {
+  const int64_t per = 32 / bits;
+  return static_cast<int>((words[k / per] >> (bits * (k % per))) & ((1u << bits) - 1));
 }
 
-void pack_row8(const uint32_t* words, int64_t cols, uint8_t* out) {
-  // Element j of a word sits at bits 8j: on a little-endian CPU the words' bytes are the codes in order.
-  static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__);
-  std::memcpy(out, words, static_cast<size_t>(cols));
-  for (int64_t k = 0; k < cols; ++k) out[k] ^= 0x80;  // code − 128 as int8
+// One scale or bias (bf16, f16 or f32) as f32.
+float value_at(const Tensor& t, int64_t row, int64_t g) {
+  const char* at =
+      static_cast<const char*>(t.raw()) + (row * t.stride(0) + g) * static_cast<int64_t>(dtype_size(t.dtype()));
+  float f = 0.f;
+  if (!floats_to_f32(at, t.dtype(), 1, &f))
+    throw Error(ErrorKind::Unsupported, std::string("quantization scales of dtype ") + dtype_name(t.dtype()));
+  return f;
+}
+
+// Group g of block b: the codes of rows r < live (the others stay zero), then scales and biases.
+void pack_group(const QuantizedMatrix& q, const PackedQuant& p, int64_t b, int64_t g, uint8_t* out) {
+  constexpr int R = PackedQuant::kBlockRows;
+  const int64_t gs = p.group_size, n0 = b * R;
+  const int live = static_cast<int>(std::min<int64_t>(R, p.rows - n0));
+  std::memset(out, 0, static_cast<size_t>(p.group_bytes));
+  for (int r = 0; r < live; ++r) {
+    const uint32_t* words = q.w.data<uint32_t>() + (n0 + r) * q.w.stride(0);
+    for (int64_t e = 0; e < gs; ++e) {
+      const int code = mlx_code(words, p.bits, g * gs + e);
+      if (p.bits == 8)
+        out[(e / 4) * 64 + 4 * r + e % 4] = static_cast<uint8_t>(code);
+      else
+        out[(e / 8) * 64 + 4 * r + e % 4] |= static_cast<uint8_t>(e % 8 < 4 ? code : code << 4);
+    }
+  }
+  uint8_t* sb = out + p.code_bytes;
+  for (int r = 0; r < live; ++r) {
+    if (p.sb16) {  // the bf16 bits as they are
+      std::memcpy(sb + 2 * r, q.scales.data<uint16_t>() + (n0 + r) * q.scales.stride(0) + g, 2);
+      std::memcpy(sb + 2 * (R + r), q.biases.data<uint16_t>() + (n0 + r) * q.biases.stride(0) + g, 2);
+    } else {
+      const float s = value_at(q.scales, n0 + r, g), bias = value_at(q.biases, n0 + r, g);
+      std::memcpy(sb + 4 * r, &s, 4);
+      std::memcpy(sb + 4 * (R + r), &bias, 4);
+    }
+  }
 }
 
 }  // namespace
@@ -38,47 +68,27 @@ std::shared_ptr<const PackedQuant> pack_quantized(const QuantizedMatrix& q) {
   if (q.bits != 4 && q.bits != 8) return nullptr;
   if (q.group_size != 32 && q.group_size != 64 && q.group_size != 128) return nullptr;
   const int64_t rows = q.rows(), cols = q.cols();
-  if (cols % 64 != 0 || cols % q.group_size != 0) return nullptr;
+  if (cols % q.group_size != 0) return nullptr;
   if (q.w.stride(1) != 1 || q.scales.stride(1) != 1 || q.biases.stride(1) != 1) return nullptr;
+  constexpr int R = PackedQuant::kBlockRows;
   auto p = std::make_shared<PackedQuant>();
   p->bits = q.bits;
   p->group_size = q.group_size;
   p->rows = rows;
   p->cols = cols;
   p->groups = cols / q.group_size;
-  p->group_stride = (p->groups + 7) / 8 * 8;
-  p->code_bytes = cols * q.bits / 8;
+  p->blocks = (rows + R - 1) / R;
   p->sb16 = q.scales.dtype() == DType::BF16 && q.biases.dtype() == DType::BF16;
-  const int64_t GP = p->group_stride;
-  p->row_bytes = p->code_bytes + (p->sb16 ? 4 * GP : 0);
-  p->codes.reset(new uint8_t[static_cast<size_t>(rows * p->row_bytes)]);
-  if (!p->sb16) {
-    p->scales.assign(static_cast<size_t>(rows * GP), 0.f);
-    p->biases.assign(static_cast<size_t>(rows * GP), 0.f);
-  }
-  parallel_for(rows, 64, [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
-      const uint32_t* words = q.w.data<uint32_t>() + r * q.w.stride(0);
-      uint8_t* out = p->codes.get() + r * p->row_bytes;
-      if (q.bits == 4)
-        pack_row4(words, cols, out);
-      else
-        pack_row8(words, cols, out);
-      if (p->sb16) {
-        // The bf16 bits as they are, zero-padded to the group stride.
-        uint16_t* tail = reinterpret_cast<uint16_t*>(out + p->code_bytes);
-        std::memset(tail, 0, static_cast<size_t>(4 * GP));
-        std::memcpy(tail, q.scales.data<uint16_t>() + r * q.scales.stride(0), static_cast<size_t>(2 * p->groups));
-        std::memcpy(tail + GP, q.biases.data<uint16_t>() + r * q.biases.stride(0), static_cast<size_t>(2 * p->groups));
-        continue;
-      }
-      float* s = p->scales.data() + r * p->group_stride;
-      float* b = p->biases.data() + r * p->group_stride;
-      scale_row_to_f32(q.scales, r, p->groups, s);
-      scale_row_to_f32(q.biases, r, p->groups, b);
-      if (q.bits == 8)
-        for (int64_t g = 0; g < p->groups; ++g) b[g] += 128.0f * s[g];
-    }
+  p->code_bytes = int64_t{R} * q.group_size * q.bits / 8;
+  p->group_bytes = p->code_bytes + 2 * R * (p->sb16 ? 2 : 4);
+  p->block_bytes = p->groups * p->group_bytes;
+  const size_t total = static_cast<size_t>(p->blocks * p->block_bytes);
+  p->data.reset(static_cast<uint8_t*>(std::aligned_alloc(64, (total + 63) / 64 * 64)));
+  if (!p->data) throw std::bad_alloc();
+  parallel_for(p->blocks, 4, [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b)
+      for (int64_t g = 0; g < p->groups; ++g)
+        pack_group(q, *p, b, g, p->data.get() + b * p->block_bytes + g * p->group_bytes);
   });
   return p;
 }

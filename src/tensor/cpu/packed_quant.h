@@ -2,35 +2,30 @@
 // this layout is defined). Built once per weight by pack_for_cpu (tensor/ops.h); the MLX tensors stay as
 // they are (embedding rows and the exact path read them).
 //
-// Row n of the matrix is row_bytes contiguous bytes at codes[n * row_bytes]:
-//   4-bit: 64-element units of 32 bytes; byte j of unit u holds element 64u + j in its low nibble and
-//          element 64u + 32 + j in its high nibble, so one 256-bit load gives, after a mask and a shift,
-//          the codes of 32 consecutive elements twice (matching 32 consecutive int8 activations).
-//   8-bit: one signed byte per element in natural order, code − 128 (vpmaddubsw needs one unsigned operand:
-//          the kernel multiplies |code − 128| by the activation carrying the code's sign).
-// scales / biases, one of two ways (group_stride is groups rounded up to 8, the padding zero: the kernels read
-// whole quads and octets of groups):
-//   sb16 (weights whose scales and biases are bf16, i.e. most MLX checkpoints): the row's bf16 scales then
-//          its bf16 biases, group_stride of each, right after its codes in the same row, so decode streams
-//          one contiguous run of bytes per row, no more than the checkpoint holds (8-bit: the kernels add
-//          128·scale to the bias as they read it);
-//   else:  f32 [rows, group_stride] arrays, converted once from bf16/f16. For 8-bit the bias holds
-//          bias + 128·scale, which moves the −128 of the codes into the per-group bias term.
-// Either way the kernels compute with the same f32 values (bf16 widens to f32 exactly).
+// Rows are interleaved in blocks of 16 (the last block padded with zero rows), so one 512-bit register holds
+// four consecutive codes of 16 rows and a vpdpbusd against four activations broadcast to every lane adds one
+// step of 16 dot products at once: no horizontal sums, and every lane belongs to one output. A block is one
+// contiguous run of bytes, group after group; group g of block b is group_bytes at group(b, g):
+//   codes, in 64-byte chunks; byte 4·r + j of a chunk belongs to row r (0..15) of the block:
+//     4-bit: chunk c holds elements 8c + j (low nibble) and 8c + 4 + j (high nibble) of the group, j < 4;
+//     8-bit: chunk c holds element 4c + j of the group, as stored by MLX (unsigned 0..255);
+//   then the 16 rows' scales, then their 16 biases: bf16 as in the checkpoint (sb16, most MLX checkpoints:
+//   no more bytes than the checkpoint holds) or f32 converted once at load (f16 / f32 scales).
+// Group records are multiples of 64 bytes and the array is 64-byte aligned, so every chunk load is aligned.
 //
 // The kernels (quantized_int8.cc) quantize each activation row once per matmul to int8 per weight group
-// (d = max|x| / 127, round to nearest even) with the group's sum of quantized values xsum = d · Σ xq, so
-//   y[m, n] = Σ_g scale[n, g] · d[m, g] · Σ_{k∈g} code[n, k] · xq[m, k] + Σ_g bias[n, g] · xsum[m, g],
-// which is the exact dot product of the dequantized weights with the quantized activations.
-// Every output is computed by the same sequence of operations whatever the number of rows in the call, and
-// whatever the instruction set: each group's integer dot is split into two exact halves (elements with
-// k mod 32 < 16, and the rest), and the float steps that follow are fixed (quantized_int8.cc), so the scalar,
-// AVX2 and VNNI kernels give bitwise the same outputs.
+// (d = max|x| / 127, round to nearest even) with the group's integer sum Σ xq and xsum = d · Σ xq; then for
+// output n and each group g in order, with the exact integer dot isum = Σ_{k∈g} code[n, k] · xq[k],
+//   acc = fma(float(isum), scale[n, g] · d[g], acc);   acc = fma(bias[n, g], xsum[g], acc)
+// from acc = +0, and y = acc: the exact dot of the dequantized weights with the quantized activations, summed
+// in one fixed order. The integer dot is exact however a kernel forms it, so the scalar, AVX2, AVX-VNNI and
+// AVX-512 VNNI kernels give bitwise the same outputs, and a row's output never depends on the other rows of
+// the call.
 #pragma once
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
-#include <vector>
 
 namespace lathe {
 struct QuantizedMatrix;
@@ -39,42 +34,48 @@ struct QuantizedMatrix;
 namespace lathe::cpu {
 
 struct PackedQuant {
+  static constexpr int kBlockRows = 16;
   int bits = 4, group_size = 64;
-  bool sb16 = false;  // bf16 scales and biases after each row's codes (else the f32 arrays below)
-  int64_t rows = 0, cols = 0, groups = 0, group_stride = 0;
-  int64_t code_bytes = 0;             // one row's codes
-  int64_t row_bytes = 0;              // one row: its codes, and with sb16 its scales and biases
-  std::unique_ptr<uint8_t[]> codes;   // rows * row_bytes, not zero-filled first (the repack writes every byte)
-  std::vector<float> scales, biases;  // without sb16: [rows, group_stride]
+  bool sb16 = false;  // bf16 scales and biases (else f32)
+  int64_t rows = 0, cols = 0, groups = 0, blocks = 0;
+  int64_t code_bytes = 0;   // one group's codes in a block: 16 · group_size · bits / 8
+  int64_t group_bytes = 0;  // one group of a block: its codes, then 16 scales and 16 biases
+  int64_t block_bytes = 0;  // groups · group_bytes
+  struct Free {
+    void operator()(uint8_t* p) const { std::free(p); }
+  };
+  std::unique_ptr<uint8_t[], Free> data;  // blocks · block_bytes, 64-byte aligned
 
-  const uint8_t* row(int64_t n) const { return codes.get() + n * row_bytes; }
-  // Row n's scales / biases in the kernels' form: bf16 (uint16_t) with sb16, else f32.
-  const void* scale_row(int64_t n) const {
-    return sb16 ? static_cast<const void*>(row(n) + code_bytes) : scales.data() + n * group_stride;
+  const uint8_t* group(int64_t block, int64_t g) const { return data.get() + block * block_bytes + g * group_bytes; }
+  // The 16 scales / biases of a block's group in the kernels' form: bf16 (uint16_t) with sb16, else f32.
+  const void* scales(int64_t block, int64_t g) const { return group(block, g) + code_bytes; }
+  const void* biases(int64_t block, int64_t g) const {
+    return group(block, g) + code_bytes + kBlockRows * (sb16 ? 2 : 4);
   }
-  const void* bias_row(int64_t n) const {
-    return sb16 ? static_cast<const void*>(row(n) + code_bytes + 2 * group_stride) : biases.data() + n * group_stride;
+  // One code, scale or bias of row n (the scalar kernel and tests).
+  int code(int64_t n, int64_t k) const {
+    const int64_t e = k % group_size;
+    const uint8_t* g = group(n / kBlockRows, k / group_size);
+    const int r = static_cast<int>(n % kBlockRows);
+    if (bits == 8) return g[(e / 4) * 64 + 4 * r + e % 4];
+    const uint8_t byte = g[(e / 8) * 64 + 4 * r + e % 4];
+    return e % 8 < 4 ? (byte & 0xF) : (byte >> 4);
   }
-  // One scale or bias as f32 (the scalar kernel).
-  float scale(int64_t n, int64_t g) const { return value(scale_row(n), g); }
-  float bias(int64_t n, int64_t g) const {
-    // 8-bit with sb16: the −128 of the codes joins the bias here (128·scale is exact, so this equals the f32
-    // layout's stored sum).
-    return sb16 && bits == 8 ? value(bias_row(n), g) + 128.0f * value(scale_row(n), g) : value(bias_row(n), g);
-  }
+  float scale(int64_t n, int64_t g) const { return value(scales(n / kBlockRows, g), n % kBlockRows); }
+  float bias(int64_t n, int64_t g) const { return value(biases(n / kBlockRows, g), n % kBlockRows); }
 
  private:
-  float value(const void* base, int64_t g) const {
-    if (!sb16) return static_cast<const float*>(base)[g];
-    const uint32_t bits32 = static_cast<uint32_t>(static_cast<const uint16_t*>(base)[g]) << 16;
+  float value(const void* base, int64_t i) const {
+    if (!sb16) return static_cast<const float*>(base)[i];
+    const uint32_t bits32 = static_cast<uint32_t>(static_cast<const uint16_t*>(base)[i]) << 16;
     float f;
     std::memcpy(&f, &bits32, sizeof f);
     return f;
   }
 };
 
-// The packed layout of q, or null when the integer-dot kernels do not cover it (bits other than 4 or 8,
-// columns not a multiple of 64, weights not on the CPU).
+// The packed layout of q, or null when the integer-dot kernels do not cover it (bits other than 4 or 8, groups
+// other than 32, 64 or 128, weights not on the CPU).
 std::shared_ptr<const PackedQuant> pack_quantized(const QuantizedMatrix& q);
 
 // y[M, N] for rows [row0, row0 + N) of the packed matrix; x is [M, cols] f32 row-major, y [M, N].

@@ -1,15 +1,8 @@
 // Integer-dot matmul over packed MLX affine weights (layout and formula in packed_quant.h). Activations are
-// quantized once per call, one row at a time. Each output y[m, n] is then computed by one fixed sequence of
-// float steps over exact integer sums, whether the call has one row or many and whichever kernel runs:
-//   for each group g, h0 = Σ code·xq over its elements with k mod 32 < 16 and h1 over the rest (exact int32);
-//   eight float lanes, all +0; for each quad of groups g0..g0+3 and j < 4, with sd = scale[g]·d[g] (g = g0 + j):
-//     lane j = fma(h0, sd, lane j), lane 4 + j = fma(h1, sd, lane 4 + j);
-//   for each octet of groups, lane j = fma(bias[g], xsum[g], lane j) with g = octet·8 + j;
-//   y = ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)).
-// Missing groups of the last quad or octet add fma(0, 0, lane) = lane. The SIMD kernels (quantized_int8_tile.inc)
-// get h0/h1 by folding each group's eight int32 lanes with its neighbours' (vphaddd), the scalar kernel by
-// summing, so the row's result never depends on the batch nor on the ISA. Tiles of NR weight rows × MR
-// activation rows only share loads and unpacking.
+// quantized once per call, one row at a time; each output is then one fixed sequence of float steps over exact
+// integer dots per group, whichever kernel runs and whatever the other rows of the call, so a row's result
+// never depends on the batch nor on the ISA. The SIMD kernels (quantized_int8_tile.inc) hold one output row
+// per register lane (16-row blocks); tiles of a block × MR activation rows share the weight loads.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -28,25 +21,28 @@
 namespace lathe::cpu {
 namespace {
 
-// One quantized activation row: K int8 values, and per group its scale and the sum of its quantized values.
+// One quantized activation row: K int8 values, and per group its scale d, the integer sum of its quantized
+// values and xsum = d · that sum.
 struct XRow {
   const int8_t* q;
   const float* d;
   const float* sum;
+  const int32_t* qsum;
 };
 
 // The group sums of the quantized activations (d · Σ xq), not of x: the bias term then pairs with the same
 // activations as the codes, so y is the exact dot of the dequantized weights with the quantized row and the
 // activation rounding errors meet centred weights (with Σ x they would meet the uncentred codes 0..15).
-void group_sums(const int8_t* q, int64_t K, int gs, const float* d, float* sum) {
+void group_sums(const int8_t* q, int64_t K, int gs, const float* d, float* sum, int32_t* qsum) {
   for (int64_t g = 0; g < K / gs; ++g) {
     int32_t s = 0;
     for (int i = 0; i < gs; ++i) s += q[g * gs + i];
+    qsum[g] = s;
     sum[g] = d[g] * static_cast<float>(s);
   }
 }
 
-void quantize_row_scalar(const float* x, int64_t K, int gs, int8_t* q, float* d, float* sum) {
+void quantize_row_scalar(const float* x, int64_t K, int gs, int8_t* q, float* d, float* sum, int32_t* qsum) {
   for (int64_t g = 0; g < K / gs; ++g) {
     const float* xg = x + g * gs;
     float amax = 0.f;
@@ -55,46 +51,26 @@ void quantize_row_scalar(const float* x, int64_t K, int gs, int8_t* q, float* d,
     d[g] = amax / 127.f;
     for (int i = 0; i < gs; ++i) q[g * gs + i] = static_cast<int8_t>(std::nearbyint(xg[i] * inv));
   }
-  group_sums(q, K, gs, d, sum);
+  group_sums(q, K, gs, d, sum, qsum);
 }
 
-// The scalar kernel: the same exact integer halves and the same float steps as the SIMD kernels.
+// The scalar kernel: the same exact integer dots and the same float steps as the SIMD kernels.
 float dot_row_scalar(const PackedQuant& p, int64_t n, const XRow& x) {
-  const uint8_t* w = p.row(n);
   const int gs = p.group_size;
-  float lane[8] = {};
+  float acc = 0.f;
   for (int64_t g = 0; g < p.groups; ++g) {
-    int32_t half[2] = {0, 0};
-    for (int i = 0; i < gs; ++i) {
-      const int64_t k = g * gs + i;
-      int code;
-      if (p.bits == 4) {
-        const uint8_t byte = w[(k / 64) * 32 + (k % 32)];
-        code = (k % 64) < 32 ? (byte & 0xF) : (byte >> 4);
-      } else {
-        code = static_cast<int8_t>(w[k]);
-      }
-      half[(k % 32) < 16 ? 0 : 1] += code * x.q[k];
-    }
+    int32_t isum = 0;
+    for (int i = 0; i < gs; ++i) isum += p.code(n, g * gs + i) * x.q[g * gs + i];
     const float sd = p.scale(n, g) * x.d[g];
-    const int j = static_cast<int>(g % 4);
-    lane[j] = std::fma(static_cast<float>(half[0]), sd, lane[j]);
-    lane[4 + j] = std::fma(static_cast<float>(half[1]), sd, lane[4 + j]);
+    acc = std::fma(static_cast<float>(isum), sd, acc);
+    acc = std::fma(p.bias(n, g), x.sum[g], acc);
   }
-  for (int64_t g = 0; g < p.groups; ++g) lane[g % 8] = std::fma(p.bias(n, g), x.sum[g], lane[g % 8]);
-  return ((lane[0] + lane[4]) + (lane[2] + lane[6])) + ((lane[1] + lane[5]) + (lane[3] + lane[7]));
+  return acc;
 }
 
 #ifdef LATHE_X86
-LATHE_AVX2_FN inline float hsum8(__m256 v) {
-  __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
-  lo = _mm_add_ps(lo, hi);
-  lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
-  lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
-  return _mm_cvtss_f32(lo);
-}
-
-LATHE_AVX2_FN void quantize_row_avx2(const float* x, int64_t K, int gs, int8_t* q, float* d, float* sum) {
+LATHE_AVX2_FN void quantize_row_avx2(const float* x, int64_t K, int gs, int8_t* q, float* d, float* sum,
+                                     int32_t* qsum) {
   const __m256 sign = _mm256_set1_ps(-0.0f);
   const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
   for (int64_t g = 0; g < K / gs; ++g) {
@@ -117,10 +93,11 @@ LATHE_AVX2_FN void quantize_row_avx2(const float* x, int64_t K, int gs, int8_t* 
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + g * gs + i), _mm256_permutevar8x32_epi32(packed, order));
     }
   }
-  group_sums(q, K, gs, d, sum);
+  group_sums(q, K, gs, d, sum, qsum);
 }
 
-using RowsFn = void (*)(const PackedQuant&, int64_t, int64_t, const XRow*, int64_t, int64_t, float*, int64_t);
+// Blocks [b0, b1) for M activation rows, writing y[M, N] for rows [row0, row0 + N).
+using RowsFn = void (*)(const PackedQuant&, int64_t, int64_t, const XRow*, int64_t, int64_t, int64_t, float*);
 
 namespace i8_avx2 {
 #define LATHE_I8_FN __attribute__((target("avx2,fma,f16c")))
@@ -138,7 +115,6 @@ namespace i8_avxvnni {
 #undef LATHE_I8_DOT
 }  // namespace i8_avxvnni
 
-// With AVX-512 VL enabled the compiler may also use ymm16–31, which relieves the 4×4 tile's registers.
 namespace i8_avx512vnni {
 #define LATHE_I8_FN __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
 #define LATHE_I8_DOT 2
@@ -162,46 +138,50 @@ RowsFn pick_simd(Isa isa, const PackedQuant& p) {
 struct Scratch {
   std::vector<int8_t> q;
   std::vector<float> d, sum;
+  std::vector<int32_t> qsum;
   std::vector<XRow> rows;
 };
 
 }  // namespace
 
 void linear_packed(const float* x, int64_t M, const PackedQuant& p, int64_t row0, int64_t N, float* y) {
-  const int64_t K = p.cols, GP = p.group_stride;
+  const int64_t K = p.cols, G = p.groups;
   const Isa isa = active_isa();
   thread_local Scratch sc;
   sc.q.resize(static_cast<size_t>(M * K));
-  // d and xsum padded with zeros to the weights' group stride: the kernels read whole quads and octets.
-  sc.d.assign(static_cast<size_t>(M * GP), 0.f);
-  sc.sum.assign(static_cast<size_t>(M * GP), 0.f);
+  sc.d.resize(static_cast<size_t>(M * G));
+  sc.sum.resize(static_cast<size_t>(M * G));
+  sc.qsum.resize(static_cast<size_t>(M * G));
   sc.rows.resize(static_cast<size_t>(M));
   int8_t* qb = sc.q.data();
   float* db = sc.d.data();
   float* sb = sc.sum.data();
+  int32_t* ib = sc.qsum.data();
   parallel_for(M, 4, [&](int64_t m0, int64_t m1) {
     for (int64_t m = m0; m < m1; ++m) {
 #ifdef LATHE_X86
       if (isa != Isa::Scalar) {
-        quantize_row_avx2(x + m * K, K, p.group_size, qb + m * K, db + m * GP, sb + m * GP);
+        quantize_row_avx2(x + m * K, K, p.group_size, qb + m * K, db + m * G, sb + m * G, ib + m * G);
         continue;
       }
 #endif
-      quantize_row_scalar(x + m * K, K, p.group_size, qb + m * K, db + m * GP, sb + m * GP);
+      quantize_row_scalar(x + m * K, K, p.group_size, qb + m * K, db + m * G, sb + m * G, ib + m * G);
     }
   });
-  for (int64_t m = 0; m < M; ++m) sc.rows[static_cast<size_t>(m)] = XRow{qb + m * K, db + m * GP, sb + m * GP};
+  for (int64_t m = 0; m < M; ++m)
+    sc.rows[static_cast<size_t>(m)] = XRow{qb + m * K, db + m * G, sb + m * G, ib + m * G};
   const XRow* xr = sc.rows.data();
-  const int64_t r0 = row0;
+  constexpr int64_t R = PackedQuant::kBlockRows;
+  const int64_t first = row0 / R, last = (row0 + N + R - 1) / R;  // the blocks holding the call's rows
 #ifdef LATHE_X86
   if (const RowsFn fn = pick_simd(isa, p)) {
-    parallel_for(N, 16, [&](int64_t a, int64_t b) { fn(p, r0 + a, r0 + b, xr, M, r0, y, N); });
+    parallel_for(last - first, 1, [&](int64_t a, int64_t b) { fn(p, first + a, first + b, xr, M, row0, N, y); });
     return;
   }
 #endif
   parallel_for(N, 16, [&](int64_t a, int64_t b) {
-    for (int64_t n = r0 + a; n < r0 + b; ++n)
-      for (int64_t m = 0; m < M; ++m) y[m * N + (n - r0)] = dot_row_scalar(p, n, xr[m]);
+    for (int64_t n = row0 + a; n < row0 + b; ++n)
+      for (int64_t m = 0; m < M; ++m) y[m * N + (n - row0)] = dot_row_scalar(p, n, xr[m]);
   });
 }
 
