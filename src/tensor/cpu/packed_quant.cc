@@ -16,12 +16,6 @@ namespace lathe {
 namespace cpu {
 namespace {
 
-// Element k of an MLX row: `bits`-bit fields packed from the low end of each little-endian uint32.
-inline int mlx_code(const uint32_t* words, int bits, int64_t k) {
-  const int64_t per = 32 / bits;
-  return static_cast<int>((words[k / per] >> (bits * (k % per))) & ((1u << bits) - 1));
-}
-
 // One scale or bias (bf16, f16 or f32) as f32.
 float value_at(const Tensor& t, int64_t row, int64_t g) {
   const char* at =
@@ -38,14 +32,21 @@ void pack_group(const QuantizedMatrix& q, const PackedQuant& p, int64_t b, int64
   const int64_t gs = p.group_size, n0 = b * R;
   const int live = static_cast<int>(std::min<int64_t>(R, p.rows - n0));
   std::memset(out, 0, static_cast<size_t>(p.group_bytes));
+  // Word w of a row's group holds elements 8w..8w+7 (4-bit) or 4w..4w+3 (8-bit), from its low end: exactly
+  // chunk w's four bytes of that row.
+  const int64_t words_per_group = gs * p.bits / 32;
   for (int r = 0; r < live; ++r) {
-    const uint32_t* words = q.w.data<uint32_t>() + (n0 + r) * q.w.stride(0);
-    for (int64_t e = 0; e < gs; ++e) {
-      const int code = mlx_code(words, p.bits, g * gs + e);
-      if (p.bits == 8)
-        out[(e / 4) * 64 + 4 * r + e % 4] = static_cast<uint8_t>(code);
-      else
-        out[(e / 8) * 64 + 4 * r + e % 4] |= static_cast<uint8_t>(e % 8 < 4 ? code : code << 4);
+    const uint32_t* words = q.w.data<uint32_t>() + (n0 + r) * q.w.stride(0) + g * words_per_group;
+    for (int64_t w = 0; w < words_per_group; ++w) {
+      const uint32_t v = words[w];
+      uint8_t* dst = out + w * 64 + 4 * r;
+      if (p.bits == 8) {
+        static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__);
+        std::memcpy(dst, &v, 4);
+        continue;
+      }
+      for (int j = 0; j < 4; ++j)
+        dst[j] = static_cast<uint8_t>(((v >> (4 * j)) & 0xF) | (((v >> (4 * j + 16)) & 0xF) << 4));
     }
   }
   uint8_t* sb = out + p.code_bytes;
