@@ -77,24 +77,54 @@ LATHE_A512 inline void dots(const float* const* q, const KT* const* k, int64_t D
     for (int r = 0; r < R; ++r) out[h][r] = reduce16(acc[h][r]);
 }
 
-// o = Σ_j exp(s_j − mx) · v_j / Σ_j exp(s_j − mx) over the keys with a score, NV·16 = Dv values.
+// exp(x) for x ≤ 0 (scores minus their maximum), to a few ulp: x = n·ln2 + r, a degree-6 polynomial for e^r,
+// times 2^n. −inf (a masked key) gives exactly 0.
+LATHE_A512 inline __m512 exp_nonpositive(__m512 x) {
+  const __mmask16 masked = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-std::numeric_limits<float>::infinity()), _CMP_EQ_OQ);
+  x = _mm512_maskz_max_ps(0xFFFF, x, _mm512_set1_ps(-87.0f));  // full-mask forms: see load16
+  const __m512 n = _mm512_maskz_roundscale_ps(0xFFFF, _mm512_mul_ps(x, _mm512_set1_ps(1.44269504f)),
+                                              _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145752f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.42860677e-6f), r);
+  __m512 poly = _mm512_set1_ps(1.0f / 720);
+  poly = _mm512_fmadd_ps(poly, r, _mm512_set1_ps(1.0f / 120));
+  poly = _mm512_fmadd_ps(poly, r, _mm512_set1_ps(1.0f / 24));
+  poly = _mm512_fmadd_ps(poly, r, _mm512_set1_ps(1.0f / 6));
+  poly = _mm512_fmadd_ps(poly, r, _mm512_set1_ps(0.5f));
+  poly = _mm512_fmadd_ps(poly, r, _mm512_set1_ps(1.0f));
+  poly = _mm512_fmadd_ps(poly, r, _mm512_set1_ps(1.0f));
+  return _mm512_maskz_scalef_ps(static_cast<__mmask16>(~masked), poly, n);
+}
+
+// o = Σ_j exp(s_j − mx) · v_j / Σ_j exp(s_j − mx) over the keys with a score, NV·16 = Dv values. The weights
+// are computed 16 at a time in place of the scores first, then the value rows are summed.
 template <class KT, int NV>
-LATHE_A512 void weighted_values(const float* scores, int64_t j0, int64_t j1, float mx, const KT* v, int64_t vs0,
-                                float* o) {
+LATHE_A512 void weighted_values(float* scores, int64_t j0, int64_t j1, float mx, const KT* v, int64_t vs0, float* o) {
+  const __m512 vmx = _mm512_set1_ps(mx);
+  __m512 vsum = _mm512_setzero_ps();
+  int64_t j = j0;
+  for (; j + 16 <= j1; j += 16) {
+    const __m512 e = exp_nonpositive(_mm512_sub_ps(_mm512_loadu_ps(scores + j), vmx));
+    _mm512_storeu_ps(scores + j, e);
+    vsum = _mm512_add_ps(vsum, e);
+  }
+  if (j < j1) {
+    const __mmask16 tail = static_cast<__mmask16>((1u << (j1 - j)) - 1);
+    const __m512 e =
+        _mm512_maskz_mov_ps(tail, exp_nonpositive(_mm512_sub_ps(_mm512_maskz_loadu_ps(tail, scores + j), vmx)));
+    _mm512_mask_storeu_ps(scores + j, tail, e);
+    vsum = _mm512_add_ps(vsum, e);
+  }
   __m512 acc[NV];
   for (int d = 0; d < NV; ++d) acc[d] = _mm512_setzero_ps();
-  float sum = 0.f;
-  const float neg_inf = -std::numeric_limits<float>::infinity();
-  for (int64_t j = j0; j < j1; ++j) {
-    const float s = scores[j];
-    if (s == neg_inf) continue;
-    const float e = std::exp(s - mx);
-    sum += e;
+  for (j = j0; j < j1; ++j) {
+    const float e = scores[j];
+    if (e == 0.f) continue;  // masked (or underflowed): nothing to add
     const __m512 ve = _mm512_set1_ps(e);
     const KT* vj = v + j * vs0;
     for (int d = 0; d < NV; ++d) acc[d] = _mm512_fmadd_ps(ve, load16(vj + 16 * d), acc[d]);
   }
-  const __m512 inv = _mm512_set1_ps(1.0f / sum);
+  const __m512 inv = _mm512_set1_ps(1.0f / reduce16(vsum));
   for (int d = 0; d < NV; ++d) _mm512_storeu_ps(o + 16 * d, _mm512_mul_ps(acc[d], inv));
 }
 
@@ -133,7 +163,7 @@ LATHE_A512 void run_task(const Inputs<KT>& a, int64_t t, int64_t h0, float* scor
     for (int h = 0; h < HN; ++h) store(h, j, d[h][0]);
   }
   for (int h = 0; h < HN; ++h) {
-    const float* sh = scores + h * S;
+    float* sh = scores + h * S;
     float mx = neg_inf;
     for (int64_t jj = j0; jj < j1; ++jj) mx = std::max(mx, sh[jj]);
     float* o = a.out + (t * a.Hq + h0 + h) * a.Dv;
