@@ -84,7 +84,7 @@ std::shared_ptr<const PackedQuant> pack_quantized(const QuantizedMatrix& q) {
   p->group_bytes = p->code_bytes + 2 * R * (p->sb16 ? 2 : 4);
   p->block_bytes = p->groups * p->group_bytes;
   const size_t total = static_cast<size_t>(p->blocks * p->block_bytes);
-  p->data.reset(static_cast<uint8_t*>(std::aligned_alloc(64, (total + 63) / 64 * 64)));
+  p->data.reset(static_cast<uint8_t*>(std::aligned_alloc(64, std::max<size_t>(64, (total + 63) / 64 * 64))));
   if (!p->data) throw std::bad_alloc();
   parallel_for(p->blocks, 4, [&](int64_t b0, int64_t b1) {
     for (int64_t b = b0; b < b1; ++b)
