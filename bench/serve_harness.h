@@ -92,6 +92,12 @@ class ServerProcess {
 
   pid_t pid() const { return pid_; }
 
+  // The last 64 KiB the server logged (a peer's errors come late, after the head that log_ keeps).
+  std::string log_tail() {
+    std::lock_guard lock(mu_);
+    return tail_;
+  }
+
  private:
   void drain(int fd) {
     static const std::regex ready(R"(listening on http://[^\s:/]+:(\d+))");
@@ -103,6 +109,8 @@ class ServerProcess {
       const auto now = Clock::now();
       std::lock_guard lock(mu_);
       if (log_.size() < (1 << 20)) log_.append(buf, static_cast<size_t>(n));
+      tail_.append(buf, static_cast<size_t>(n));
+      if (tail_.size() > (64 << 10)) tail_.erase(0, tail_.size() - (64 << 10));
       if (port_ == 0) {
         line.append(buf, static_cast<size_t>(n));
         std::smatch m;
@@ -121,7 +129,7 @@ class ServerProcess {
   Clock::time_point started_, ready_at_;
   std::thread reader_;
   std::mutex mu_;
-  std::string log_;
+  std::string log_, tail_;
   int port_ = 0;
   bool eof_ = false;
 };

@@ -190,6 +190,8 @@ int main(int argc, char** argv) {
                  "start this OpenAI-compatible server binary with the --serve-arg arguments alone (they must set "
                  "its model and port) instead of lathe serve")
       ->check(CLI::ExistingFile);
+  std::string server_log;
+  app.add_option("--server-log", server_log, "write the last 64 KiB of the server's log here after the runs");
   CLI11_PARSE(app, argc, argv);
 
   try {
@@ -331,6 +333,10 @@ int main(int argc, char** argv) {
                       {"runs", runs},
                       {"server_peak_rss_mib", static_cast<double>(peak_rss_kib(server.pid())) / 1024.0}};
     std::printf("%s\n", out.dump().c_str());
+    if (!server_log.empty()) {
+      std::ofstream log(server_log);
+      log << server.log_tail();
+    }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "serve_load: %s\n", e.what());
     return 1;

@@ -138,15 +138,18 @@ case "$1" in
     "$dev/bin/serve_load" --peer-server /tmp/llama/build/bin/llama-server \
       --clients "$clients" --prompt-tokens 128 --max-tokens 128 --serve-arg=-m --serve-arg="$g" --serve-arg=--port \
       --serve-arg=18090 --serve-arg=-np --serve-arg="$slots" --serve-arg=-c --serve-arg=$((slots * 512)) \
-      --serve-arg=-fa --serve-arg=on --serve-arg=-ngl --serve-arg=999 "${extra[@]}" | tee -a "$out/peer_serve.jsonl"
+      --serve-arg=-fa --serve-arg=on --serve-arg=-ngl --serve-arg=999 "${extra[@]}" \
+      --server-log "$out/peer-serve-$clients.log" | tee -a "$out/peer_serve.jsonl"
     ;;
   peer-probe)  # peer-probe LIKE LABEL [llama-server args]: one greedy ignore_eos completion through llama-server's
-    # /completion on the peer-gguf GGUF: stop type, last tokens and their top candidates (why streams end early)
+    # /completion on the peer-gguf GGUF: stop type, last tokens (PROBE_N_PROBS=N: and their top N candidates), the
+    # HTTP error body if any, the server's log in $OUT/probe-LABEL.log (why streams end early)
     g=/tmp/ckpt/$2-q4_0.gguf
     label=$3
     shift 3
-    python3 bench/peers/llama_server_probe.py --server /tmp/llama/build/bin/llama-server --label "$label" -- \
-      -m "$g" -ngl 999 "$@" | tee -a "$out/peer_probe.jsonl"
+    python3 bench/peers/llama_server_probe.py --server /tmp/llama/build/bin/llama-server --label "$label" \
+      --n-probs "${PROBE_N_PROBS:-0}" --log "$out/probe-$label.log" -- -m "$g" -ngl 999 "$@" |
+      tee -a "$out/peer_probe.jsonl"
     ;;
   peer)
     shift

@@ -13,6 +13,7 @@ import math
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 
 
@@ -54,18 +55,20 @@ def main():
     ap.add_argument("--prompt-tokens", type=int, default=128)
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--label", default="")
+    ap.add_argument("--n-probs", type=int, default=0, help="top candidates per token (0: none asked)")
+    ap.add_argument("--log", help="write the server's stdout and stderr here")
     ap.add_argument("args", nargs=argparse.REMAINDER)
     a = ap.parse_args()
     args = [x for x in a.args if x != "--"]
-    proc = subprocess.Popen([a.server, "--port", str(a.port)] + args, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    log = open(a.log, "wb") if a.log else subprocess.DEVNULL
+    proc = subprocess.Popen([a.server, "--port", str(a.port)] + args, stdout=log, stderr=subprocess.STDOUT)
     out = {"label": a.label, "args": args}
     try:
         wait_ready(a.port, proc, 300)
         # serve_load's prompt for client 0, round 0.
         prompt = [5 + (k * 7) % 500 for k in range(a.prompt_tokens)]
         r = post(a.port, "/completion", {"prompt": prompt, "n_predict": a.max_tokens, "ignore_eos": True,
-                                         "temperature": 0, "return_tokens": True, "n_probs": 3,
+                                         "temperature": 0, "return_tokens": True, "n_probs": a.n_probs,
                                          "post_sampling_probs": False, "cache_prompt": False})
         toks = r.get("tokens", [])
         probs = r.get("completion_probabilities", [])
@@ -79,6 +82,8 @@ def main():
                     "tokens_predicted": r.get("tokens_predicted"), "n_tokens": len(toks), "last_tokens": toks[-5:],
                     "last_probs": strip_bytes(probs[-3:]), "first_probs": strip_bytes(probs[:2]), "nonfinite_probs": nonfinite,
                     "truncated": r.get("truncated")})
+    except urllib.error.HTTPError as e:  # the server's own error body says why
+        out["error"] = f"HTTP {e.code}: {e.read()[:2000].decode(errors='replace')}"
     except Exception as e:  # the line still says what failed
         out["error"] = str(e)
     finally:
