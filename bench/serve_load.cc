@@ -3,8 +3,9 @@
 // N the aggregate decode tok/s (all tokens / wall time), time to first token and inter-token latency p50/p99
 // as clients see them, the server's CPU milliseconds per token, and the server's peak RSS. Prints one JSON line.
 // --peer-server BIN runs the same load against another OpenAI-compatible server (llama-server for issue #13's
-// same-run comparison), started as BIN with the --serve-arg arguments alone; its requests add ignore_eos (no
-// --model needed). Each run counts the streams that ended before --max-tokens, by finish reason.
+// same-run comparison), started as BIN with the --serve-arg arguments alone; its requests add ignore_eos, and with
+// --model (a checkpoint with the same tokenizer) a ban on the tokens that are not UTF-8 alone (non_utf8_tokens).
+// Each run counts the streams that ended before --max-tokens, by finish reason.
 // LoRA ([lora] benchmark): --adapter DIR mounts adapters at serve start (under their folder names) and --mix
 // 'a;b+c;none' gives client c the adapter spec mix[c % size] (round robin); --repeat runs every N again.
 //
@@ -19,6 +20,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <mutex>
 #include <sstream>
 #include <string>
@@ -123,6 +125,63 @@ std::vector<int> eos_ids(const std::string& dir) {
   return ids;
 }
 
+// Byte-level BPE (GPT-2 / Qwen) vocabulary entries whose bytes are not valid UTF-8 on their own. llama-server
+// parses every streamed output as UTF-8 and cuts the stream (HTTP 500 "output that does not match the expected
+// Content-only format") when it is not: a random-weight model emits such tokens often (session 15's early stops
+// on the H200), so the peer's requests ban them. A concatenation of valid pieces stays valid.
+bool valid_utf8(const std::string& s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    const int n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
+    if (n == 0 || i + n > s.size()) return false;
+    uint32_t cp = n == 1 ? c : c & (0x7F >> n);
+    for (int k = 1; k < n; ++k) {
+      const auto d = static_cast<unsigned char>(s[i + k]);
+      if ((d & 0xC0) != 0x80) return false;
+      cp = (cp << 6) | (d & 0x3F);
+    }
+    const uint32_t least[] = {0, 0, 0x80, 0x800, 0x10000};
+    if (cp < least[n] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
+    i += static_cast<size_t>(n);
+  }
+  return true;
+}
+
+std::vector<int> non_utf8_tokens(const std::string& dir) {
+  std::ifstream in(dir + "/tokenizer.json");
+  if (!in) return {};
+  const json j = json::parse(in, nullptr, false);
+  if (j.is_discarded() || !j.contains("model") || !j["model"].contains("vocab") || !j["model"]["vocab"].is_object())
+    return {};
+  // GPT-2's byte-to-character table, inverted: printable bytes map to themselves, the rest to 256 + n in order.
+  std::map<uint32_t, uint8_t> byte_of;
+  uint32_t next = 256;
+  for (uint32_t b = 0; b < 256; ++b) {
+    const bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174);
+    byte_of[printable ? b : next++] = static_cast<uint8_t>(b);
+  }
+  std::vector<int> ids;
+  for (const auto& [piece, id] : j["model"]["vocab"].items()) {
+    std::string bytes;
+    bool byte_level = true;
+    for (size_t i = 0; i < piece.size() && byte_level;) {  // the piece's characters (UTF-8) back to bytes
+      const auto c = static_cast<unsigned char>(piece[i]);
+      const int n = c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
+      uint32_t cp = n == 1 ? c : c & (0x7F >> n);
+      for (int k = 1; k < n && i + k < piece.size(); ++k) cp = (cp << 6) | (piece[i + k] & 0x3F);
+      const auto it = byte_of.find(cp);
+      if (it == byte_of.end())
+        byte_level = false;  // not a byte-level piece: leave it alone
+      else
+        bytes.push_back(static_cast<char>(it->second));
+      i += static_cast<size_t>(n);
+    }
+    if (byte_level && !valid_utf8(bytes) && id.is_number_integer()) ids.push_back(id.get<int>());
+  }
+  return ids;
+}
+
 // User + system CPU seconds of a process so far.
 double cpu_seconds(pid_t pid) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
@@ -208,6 +267,9 @@ int main(int argc, char** argv) {
     const int port = server.wait_ready(600).first;
     std::string dir = model;
     if (dir.empty() && peer.empty()) dir = (std::filesystem::path(lathe).parent_path() / "../models/demo").string();
+    // The peer: --model (optional) names the checkpoint whose tokenizer says which tokens to ban (see
+    // non_utf8_tokens).
+    const std::vector<int> peer_bans = peer.empty() || dir.empty() ? std::vector<int>{} : non_utf8_tokens(dir);
 
     json response_format;  // null: unconstrained
     if (!schema_file.empty()) {
@@ -231,10 +293,16 @@ int main(int argc, char** argv) {
                    {"seed", client * 1000 + round},
                    {"stream", true},
                    {"stream_options", {{"include_usage", true}}}};
-      if (peer.empty())
+      if (peer.empty()) {
         body["logit_bias"] = bias;
-      else
-        body["ignore_eos"] = true;
+      } else {
+        body["ignore_eos"] = true;  // llama-server adds its EOG bans after the logit_bias field's
+        if (!peer_bans.empty()) {
+          json ban = json::object();
+          for (int id : peer_bans) ban[std::to_string(id)] = false;
+          body["logit_bias"] = ban;
+        }
+      }
       if (!response_format.is_null()) body["response_format"] = response_format;
       if (!mix.empty() && client >= 0) body["adapter"] = mix[static_cast<size_t>(client) % mix.size()];
       return body.dump();
@@ -330,6 +398,7 @@ int main(int argc, char** argv) {
                       {"mix", mix},
                       {"repeat", repeat},
                       {"json_schema", schema_file},
+                      {"peer_banned_tokens", peer_bans.size()},
                       {"runs", runs},
                       {"server_peak_rss_mib", static_cast<double>(peak_rss_kib(server.pid())) / 1024.0}};
     std::printf("%s\n", out.dump().c_str());

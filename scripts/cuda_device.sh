@@ -135,7 +135,8 @@ case "$1" in
     shift $(($# < 4 ? $# : 4))
     extra=()
     for x in "$@"; do extra+=(--serve-arg="$x"); done
-    "$dev/bin/serve_load" --peer-server /tmp/llama/build/bin/llama-server \
+    # --model: the lathe checkpoint's tokenizer, from which serve_load bans the tokens that are not UTF-8 alone
+    "$dev/bin/serve_load" --peer-server /tmp/llama/build/bin/llama-server --model "$(synth_tok "$2" 4 64)" \
       --clients "$clients" --prompt-tokens 128 --max-tokens 128 --serve-arg=-m --serve-arg="$g" --serve-arg=--port \
       --serve-arg=18090 --serve-arg=-np --serve-arg="$slots" --serve-arg=-c --serve-arg=$((slots * 512)) \
       --serve-arg=-fa --serve-arg=on --serve-arg=-ngl --serve-arg=999 "${extra[@]}" \
