@@ -129,6 +129,7 @@ case "$1" in
     ;;
   peer-serve)  # peer-serve LIKE CLIENTS [SLOTS [ARG..]]: bench/serve_load against llama-server -np SLOTS (default 64)
     # on the Q4_0 GGUF from peer-gguf, same prompts and lengths as the serve verb; ARGs go to llama-server too
+    like=$2
     g=/tmp/ckpt/$2-q4_0.gguf
     clients=$3
     slots=${4:-64}
@@ -136,7 +137,7 @@ case "$1" in
     extra=()
     for x in "$@"; do extra+=(--serve-arg="$x"); done
     # --model: the lathe checkpoint's tokenizer, from which serve_load bans the tokens that are not UTF-8 alone
-    "$dev/bin/serve_load" --peer-server /tmp/llama/build/bin/llama-server --model "$(synth_tok "$2" 4 64)" \
+    "$dev/bin/serve_load" --peer-server /tmp/llama/build/bin/llama-server --model "$(synth_tok "$like" 4 64)" \
       --clients "$clients" --prompt-tokens 128 --max-tokens 128 --serve-arg=-m --serve-arg="$g" --serve-arg=--port \
       --serve-arg=18090 --serve-arg=-np --serve-arg="$slots" --serve-arg=-c --serve-arg=$((slots * 512)) \
       --serve-arg=-fa --serve-arg=on --serve-arg=-ngl --serve-arg=999 "${extra[@]}" \
