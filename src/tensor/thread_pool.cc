@@ -108,7 +108,7 @@ class ThreadPool::Impl {
 
   void run(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
     std::lock_guard run_lock(run_mu_);  // one parallel region at a time; nested calls run inline
-    int64_t chunks = std::min<int64_t>(4 * n_, (n + grain - 1) / grain);
+    int64_t chunks = std::min<int64_t>(2 * n_, (n + grain - 1) / grain);
     if (chunks <= 1) {
       fn(0, n);
       return;

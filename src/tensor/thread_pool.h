@@ -3,8 +3,9 @@
 //
 // Threads meet at spinning barriers: a worker that finishes a chunk spins on the job counter for a while
 // (LATHE_SPIN_US, default 2000 µs) before it sleeps, so the many small regions of one forward pass cost about
-// a microsecond each instead of a futex wake-up; between requests the workers sleep. Chunks (up to 4 per
-// thread) are claimed dynamically, so a worker the OS has not scheduled never stalls the caller.
+// a microsecond each instead of a futex wake-up; between requests the workers sleep. Chunks (up to 2 per
+// thread: longer contiguous ranges stream better, 1-row decode +4% over 4 per thread) are claimed dynamically,
+// so a worker the OS has not scheduled never stalls the caller.
 #pragma once
 #include <cstdint>
 #include <functional>
