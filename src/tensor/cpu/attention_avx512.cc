@@ -59,6 +59,29 @@ LATHE_A512 inline float reduce16(__m512 v) {
   return _mm_cvtss_f32(s4);
 }
 
+// reduce16 of eight vectors at once (full-mask shuffles: see load16), each sum in exactly reduce16's order (lane i +
+// i+8, then + i+4, then 0+2 / 1+3, then the pair), so a key's score does not depend on whether it was reduced here or
+// alone: the vectors are folded together level by level (two per register, then four, then eight) instead of one by
+// one.
+LATHE_A512 inline void reduce8(const __m512* v, float* out) {
+  __m512 t[4];
+  for (int i = 0; i < 4; ++i)  // [v2i: s8 | v2i+1: s8], s8[j] = v[j] + v[j + 8]
+    t[i] = _mm512_add_ps(_mm512_maskz_shuffle_f32x4(0xFFFF, v[2 * i], v[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                         _mm512_maskz_shuffle_f32x4(0xFFFF, v[2 * i], v[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+  __m512 u[2];
+  for (int i = 0; i < 2; ++i)  // 128-bit chunk k: s4 of v[4i + k], s4[j] = s8[j] + s8[j + 4]
+    u[i] = _mm512_add_ps(_mm512_maskz_shuffle_f32x4(0xFFFF, t[2 * i], t[2 * i + 1], _MM_SHUFFLE(2, 0, 2, 0)),
+                         _mm512_maskz_shuffle_f32x4(0xFFFF, t[2 * i], t[2 * i + 1], _MM_SHUFFLE(3, 1, 3, 1)));
+  // Chunk k: [s4[0] + s4[2], s4[1] + s4[3]] of v[k], then the same of v[4 + k].
+  const __m512 w = _mm512_add_ps(_mm512_shuffle_ps(u[0], u[1], _MM_SHUFFLE(1, 0, 1, 0)),
+                                 _mm512_shuffle_ps(u[0], u[1], _MM_SHUFFLE(3, 2, 3, 2)));
+  // Chunk k: [sum of v[k], sum of v[4 + k], (the same twice)].
+  const __m512 z =
+      _mm512_add_ps(_mm512_shuffle_ps(w, w, _MM_SHUFFLE(2, 0, 2, 0)), _mm512_shuffle_ps(w, w, _MM_SHUFFLE(3, 1, 3, 1)));
+  const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 0, 0, 0, 0, 0, 0, 0, 0);
+  _mm512_mask_storeu_ps(out, 0xFF, _mm512_maskz_permutexvar_ps(0xFFFF, order, z));
+}
+
 // Scores of HN query heads against R consecutive keys (rows k[r]), raw dot products.
 template <class KT, int HN, int R>
 LATHE_A512 inline void dots(const float* const* q, const KT* const* k, int64_t D, float (&out)[HN][R]) {
@@ -73,8 +96,12 @@ LATHE_A512 inline void dots(const float* const* q, const KT* const* k, int64_t D
       for (int r = 0; r < R; ++r) acc[h][r] = _mm512_fmadd_ps(qv, kv[r], acc[h][r]);
     }
   }
-  for (int h = 0; h < HN; ++h)
-    for (int r = 0; r < R; ++r) out[h][r] = reduce16(acc[h][r]);
+  if constexpr (HN * R == 8) {
+    reduce8(&acc[0][0], &out[0][0]);
+  } else {
+    for (int h = 0; h < HN; ++h)
+      for (int r = 0; r < R; ++r) out[h][r] = reduce16(acc[h][r]);
+  }
 }
 
 // exp(x) for x ≤ 0 (scores minus their maximum), to a few ulp: x = n·ln2 + r, a degree-6 polynomial for e^r,
