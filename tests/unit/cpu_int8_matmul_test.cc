@@ -61,8 +61,9 @@ TEST_P(Int8Matmul, EachRowIsBitwiseItsSoloResult) {
   const int64_t K = GetParam().K;
   for (cpu::Isa isa : isas()) {
     IsaScope scope(isa);
-    // Every tile shape: 4-row tiles, and 1-, 2- and 3-row remainders after them.
-    for (int64_t M = 2; M <= 9; ++M) {
+    // Every tile shape: 4-row tiles, and 1-, 2- and 3-row remainders after them; from 16 rows, prefill tiles of
+    // two 16-row blocks (37 weight rows: a pair of blocks and a partial one).
+    for (int64_t M : {2, 3, 4, 5, 6, 7, 8, 9, 16, 21}) {
       auto x = random_floats(static_cast<size_t>(M * K), 2 + static_cast<uint32_t>(M));
       x[3] = 40.f;  // an outlier in one row's group must not change any other row
       const std::vector<float> batched = linear(Tensor::from_floats(x, {M, K}), packed_).to_floats();
@@ -96,7 +97,7 @@ TEST_P(Int8Matmul, CloseToTheExactKernel) {
 
 TEST_P(Int8Matmul, EveryIsaGivesBitwiseTheScalarResult) {
   const int64_t K = GetParam().K;
-  for (int64_t M : {int64_t{1}, int64_t{4}, int64_t{7}}) {
+  for (int64_t M : {int64_t{1}, int64_t{4}, int64_t{7}, int64_t{18}}) {
     const Tensor x =
         Tensor::from_floats(random_floats(static_cast<size_t>(M * K), 9 + static_cast<uint32_t>(M)), {M, K});
     std::vector<float> ref;
