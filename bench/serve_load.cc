@@ -20,7 +20,6 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
-#include <map>
 #include <mutex>
 #include <sstream>
 #include <string>
@@ -33,6 +32,8 @@
 #include <nlohmann/json.hpp>
 
 #include "serve_harness.h"
+#include "tokenizer/byte_level.h"
+#include "tokenizer/utf8.h"
 
 namespace {
 
@@ -129,55 +130,25 @@ std::vector<int> eos_ids(const std::string& dir) {
 // parses every streamed output as UTF-8 and cuts the stream (HTTP 500 "output that does not match the expected
 // Content-only format") when it is not: a random-weight model emits such tokens often (session 15's early stops
 // on the H200), so the peer's requests ban them. A concatenation of valid pieces stays valid.
-bool valid_utf8(const std::string& s) {
-  size_t i = 0;
-  while (i < s.size()) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    const int n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
-    if (n == 0 || i + n > s.size()) return false;
-    uint32_t cp = n == 1 ? c : c & (0x7F >> n);
-    for (int k = 1; k < n; ++k) {
-      const auto d = static_cast<unsigned char>(s[i + k]);
-      if ((d & 0xC0) != 0x80) return false;
-      cp = (cp << 6) | (d & 0x3F);
-    }
-    const uint32_t least[] = {0, 0, 0x80, 0x800, 0x10000};
-    if (cp < least[n] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
-    i += static_cast<size_t>(n);
-  }
-  return true;
-}
-
 std::vector<int> non_utf8_tokens(const std::string& dir) {
   std::ifstream in(dir + "/tokenizer.json");
   if (!in) return {};
   const json j = json::parse(in, nullptr, false);
   if (j.is_discarded() || !j.contains("model") || !j["model"].contains("vocab") || !j["model"]["vocab"].is_object())
     return {};
-  // GPT-2's byte-to-character table, inverted: printable bytes map to themselves, the rest to 256 + n in order.
-  std::map<uint32_t, uint8_t> byte_of;
-  uint32_t next = 256;
-  for (uint32_t b = 0; b < 256; ++b) {
-    const bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174);
-    byte_of[printable ? b : next++] = static_cast<uint8_t>(b);
-  }
   std::vector<int> ids;
   for (const auto& [piece, id] : j["model"]["vocab"].items()) {
-    std::string bytes;
-    bool byte_level = true;
-    for (size_t i = 0; i < piece.size() && byte_level;) {  // the piece's characters (UTF-8) back to bytes
-      const auto c = static_cast<unsigned char>(piece[i]);
-      const int n = c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
-      uint32_t cp = n == 1 ? c : c & (0x7F >> n);
-      for (int k = 1; k < n && i + k < piece.size(); ++k) cp = (cp << 6) | (piece[i + k] & 0x3F);
-      const auto it = byte_of.find(cp);
-      if (it == byte_of.end())
-        byte_level = false;  // not a byte-level piece: leave it alone
+    if (!id.is_number_integer() || !lathe::utf8::is_valid(piece)) continue;
+    std::string bytes;  // the piece's characters back to the bytes they stand for (tokenizer/byte_level.h)
+    bool mapped = true;
+    for (size_t i = 0; i < piece.size() && mapped;) {
+      const int b = lathe::byte_level::byte_for_char(lathe::utf8::next(piece, i));
+      if (b < 0)
+        mapped = false;  // not a byte-level piece: leave it alone
       else
-        bytes.push_back(static_cast<char>(it->second));
-      i += static_cast<size_t>(n);
+        bytes.push_back(static_cast<char>(b));
     }
-    if (byte_level && !valid_utf8(bytes) && id.is_number_integer()) ids.push_back(id.get<int>());
+    if (mapped && !lathe::utf8::is_valid(bytes)) ids.push_back(id.get<int>());
   }
   return ids;
 }
