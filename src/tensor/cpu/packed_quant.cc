@@ -8,7 +8,6 @@
 #include <string>
 
 #include "common/error.h"
-#include "tensor/cpu/kernels.h"
 #include "tensor/ops.h"
 #include "tensor/thread_pool.h"
 
