@@ -106,9 +106,9 @@ class ThreadPool::Impl {
   }
   int size() const { return n_; }
 
-  void run(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
+  void run(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn, int chunks_per_thread) {
     std::lock_guard run_lock(run_mu_);  // one parallel region at a time; nested calls run inline
-    int64_t chunks = std::min<int64_t>(2 * n_, (n + grain - 1) / grain);
+    int64_t chunks = std::min<int64_t>(int64_t{chunks_per_thread} * n_, (n + grain - 1) / grain);
     if (chunks <= 1) {
       fn(0, n);
       return;
@@ -208,9 +208,9 @@ class ThreadPool::Impl {
 ThreadPool::ThreadPool(int n) : impl_(std::make_unique<Impl>(n)) {}
 ThreadPool::~ThreadPool() = default;
 int ThreadPool::size() const { return impl_->size(); }
-void ThreadPool::run(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
+void ThreadPool::run(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn, int chunks_per_thread) {
   if (n <= 0) return;
-  impl_->run(n, std::max<int64_t>(grain, 1), fn);
+  impl_->run(n, std::max<int64_t>(grain, 1), fn, std::max(1, chunks_per_thread));
 }
 
 namespace {
@@ -236,7 +236,7 @@ int default_num_threads() {
 int num_threads() { return pool().size(); }
 void set_num_threads(int n) { g_requested = n; }
 
-void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
+void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn, int chunks_per_thread) {
   if (n <= 0) return;
   if (grain < 1) grain = 1;
   if (t_in_parallel || n <= grain) {
@@ -247,7 +247,7 @@ void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, in
   struct Reset {
     ~Reset() { t_in_parallel = false; }
   } reset;
-  pool().run(n, grain, fn);
+  pool().run(n, grain, fn, chunks_per_thread);
 }
 
 }  // namespace lathe

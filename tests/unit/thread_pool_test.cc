@@ -58,6 +58,26 @@ TEST(ThreadPool, EveryIndexOnce) {
   expect_each_index_once(1000, 1);
 }
 
+// chunks_per_thread caps the ranges of a region (a decode step's matrix-vector products take one per thread);
+// every index still runs once.
+TEST(ThreadPool, ChunksPerThreadCapsTheRanges) {
+  ThreadPool pool(2);
+  for (int per_thread : {1, 2, 3})
+    for (int64_t n : {2, 5, 64, 1000}) {
+      std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
+      std::atomic<int> ranges{0};
+      pool.run(
+          n, 1,
+          [&](int64_t b, int64_t e) {
+            ++ranges;
+            for (int64_t i = b; i < e; ++i) hits[static_cast<size_t>(i)].fetch_add(1);
+          },
+          per_thread);
+      EXPECT_LE(ranges.load(), std::min<int64_t>(2 * per_thread, n)) << per_thread << " " << n;
+      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[static_cast<size_t>(i)].load(), 1);
+    }
+}
+
 TEST(ThreadPool, NestedCallsRunInline) {
   std::atomic<int64_t> total{0};
   parallel_for(8, 1, [&](int64_t b, int64_t e) {

@@ -175,7 +175,10 @@ void linear_packed(const float* x, int64_t M, const PackedQuant& p, int64_t row0
   const int64_t first = row0 / R, last = (row0 + N + R - 1) / R;  // the blocks holding the call's rows
 #ifdef LATHE_X86
   if (const RowsFn fn = pick_simd(isa, p)) {
-    parallel_for(last - first, 1, [&](int64_t a, int64_t b) { fn(p, first + a, first + b, xr, M, row0, N, y); });
+    // Prefill calls (more than 4 rows) take two ranges per thread: a thread that starts late then holds up
+    // the other less (128-token prefill ~3% faster than one range per thread); decode rows take the default one.
+    parallel_for(
+        last - first, 1, [&](int64_t a, int64_t b) { fn(p, first + a, first + b, xr, M, row0, N, y); }, M <= 4 ? 1 : 2);
     return;
   }
 #endif
