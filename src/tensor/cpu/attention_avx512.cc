@@ -123,10 +123,8 @@ LATHE_A512 inline __m512 exp_nonpositive(__m512 x) {
   return _mm512_maskz_scalef_ps(static_cast<__mmask16>(~masked), poly, n);
 }
 
-// o = Σ_j exp(s_j − mx) · v_j / Σ_j exp(s_j − mx) over the keys with a score, NV·16 = Dv values. The weights
-// are computed 16 at a time in place of the scores first, then the value rows are summed.
-template <class KT, int NV>
-LATHE_A512 void weighted_values(float* scores, int64_t j0, int64_t j1, float mx, const KT* v, int64_t vs0, float* o) {
+// Turns scores[j0, j1) into their weights exp(s_j − mx), 16 at a time, in place; returns their sum.
+LATHE_A512 inline float softmax_weights(float* scores, int64_t j0, int64_t j1, float mx) {
   const __m512 vmx = _mm512_set1_ps(mx);
   __m512 vsum = _mm512_setzero_ps();
   int64_t j = j0;
@@ -142,17 +140,36 @@ LATHE_A512 void weighted_values(float* scores, int64_t j0, int64_t j1, float mx,
     _mm512_mask_storeu_ps(scores + j, tail, e);
     vsum = _mm512_add_ps(vsum, e);
   }
-  __m512 acc[NV];
-  for (int d = 0; d < NV; ++d) acc[d] = _mm512_setzero_ps();
-  for (j = j0; j < j1; ++j) {
-    const float e = scores[j];
-    if (e == 0.f) continue;  // masked (or underflowed): nothing to add
-    const __m512 ve = _mm512_set1_ps(e);
+  return reduce16(vsum);
+}
+
+// o_h = Σ_j w_hj · v_j / Σ_j w_hj for HN query heads of one KV head (w = softmax_weights of each head's scores,
+// NV·16 = Dv values): each value row is loaded once for all HN heads. A head skips a key whose weight is 0
+// (masked or underflowed), so each head's sums are exactly those it would get alone.
+template <class KT, int NV, int HN>
+LATHE_A512 void weighted_values(float* const* scores, int64_t j0, int64_t j1, const float* mx, const KT* v, int64_t vs0,
+                                float* const* o) {
+  float total[HN];
+  for (int h = 0; h < HN; ++h) total[h] = softmax_weights(scores[h], j0, j1, mx[h]);
+  __m512 acc[HN][NV];
+  for (int h = 0; h < HN; ++h)
+    for (int d = 0; d < NV; ++d) acc[h][d] = _mm512_setzero_ps();
+  for (int64_t j = j0; j < j1; ++j) {
+    float e[HN];
+    bool any = false;
+    for (int h = 0; h < HN; ++h) any |= (e[h] = scores[h][j]) != 0.f;
+    if (!any) continue;
     const KT* vj = v + j * vs0;
-    for (int d = 0; d < NV; ++d) acc[d] = _mm512_fmadd_ps(ve, load16(vj + 16 * d), acc[d]);
+    for (int d = 0; d < NV; ++d) {
+      const __m512 vd = load16(vj + 16 * d);
+      for (int h = 0; h < HN; ++h)
+        if (e[h] != 0.f) acc[h][d] = _mm512_fmadd_ps(_mm512_set1_ps(e[h]), vd, acc[h][d]);
+    }
   }
-  const __m512 inv = _mm512_set1_ps(1.0f / reduce16(vsum));
-  for (int d = 0; d < NV; ++d) _mm512_storeu_ps(o + 16 * d, _mm512_mul_ps(acc[d], inv));
+  for (int h = 0; h < HN; ++h) {
+    const __m512 inv = _mm512_set1_ps(1.0f / total[h]);
+    for (int d = 0; d < NV; ++d) _mm512_storeu_ps(o[h] + 16 * d, _mm512_mul_ps(acc[h][d], inv));
+  }
 }
 
 // One task: query row t, heads h0 .. h0 + HN − 1 (one KV head). scores: HN rows of S floats.
@@ -189,16 +206,29 @@ LATHE_A512 void run_task(const Inputs<KT>& a, int64_t t, int64_t h0, float* scor
     dots<KT, HN, 1>(q, keys, a.D, d);
     for (int h = 0; h < HN; ++h) store(h, j, d[h][0]);
   }
+  float* sh[HN];
+  float* o[HN];
+  float mx[HN];
+  bool all_visible = true;
   for (int h = 0; h < HN; ++h) {
-    float* sh = scores + h * S;
-    float mx = neg_inf;
-    for (int64_t jj = j0; jj < j1; ++jj) mx = std::max(mx, sh[jj]);
-    float* o = a.out + (t * a.Hq + h0 + h) * a.Dv;
-    if (mx == neg_inf) {  // nothing visible: zeros rather than NaN
-      std::fill(o, o + a.Dv, 0.f);
+    sh[h] = scores + h * S;
+    o[h] = a.out + (t * a.Hq + h0 + h) * a.Dv;
+    mx[h] = neg_inf;
+    for (int64_t jj = j0; jj < j1; ++jj) mx[h] = std::max(mx[h], sh[h][jj]);
+    all_visible &= mx[h] != neg_inf;
+  }
+  if constexpr (HN * NV <= 16) {  // the accumulators of all HN heads fit the 32 registers
+    if (all_visible) {
+      weighted_values<KT, NV, HN>(sh, j0, j1, mx, a.v + kh * a.vs1, a.vs0, o);
+      return;
+    }
+  }
+  for (int h = 0; h < HN; ++h) {
+    if (mx[h] == neg_inf) {  // nothing visible: zeros rather than NaN
+      std::fill(o[h], o[h] + a.Dv, 0.f);
       continue;
     }
-    weighted_values<KT, NV>(sh, j0, j1, mx, a.v + kh * a.vs1, a.vs0, o);
+    weighted_values<KT, NV, 1>(&sh[h], j0, j1, &mx[h], a.v + kh * a.vs1, a.vs0, &o[h]);
   }
 }
 
