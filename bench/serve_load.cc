@@ -1,7 +1,8 @@
 // Load on `lathe serve`: N concurrent streaming clients over HTTP, each sending a fixed-length prompt (token
 // ids) and reading a fixed number of tokens (EOS banned with logit_bias), for each N in --clients. Reports per
-// N the aggregate decode tok/s (all tokens / wall time), time to first token and inter-token latency p50/p99
-// as clients see them, the server's CPU milliseconds per token, and the server's peak RSS. Prints one JSON line.
+// N the aggregate decode tok/s (all tokens / wall time), time to first token, inter-token latency p50/p99 and each
+// stream's decode rate (p50) as clients see them, the server's CPU milliseconds per token, and the server's peak
+// RSS. Prints one JSON line.
 // --peer-server BIN runs the same load against another OpenAI-compatible server (llama-server for issue #13's
 // same-run comparison), started as BIN with the --serve-arg arguments alone; its requests add ignore_eos, and with
 // --model (a checkpoint with the same tokenizer) a ban on the tokens that are not UTF-8 alone (non_utf8_tokens).
@@ -323,7 +324,7 @@ int main(int argc, char** argv) {
       for (auto& t : threads) t.join();
       const double wall = seconds(t0, Clock::now());
       const double server_cpu_s = cpu_seconds(server.pid()) - cpu0;
-      std::vector<double> ttft, itl;
+      std::vector<double> ttft, itl, stream_rate;
       int64_t tokens = 0;
       // Streams that ended before --max-tokens, by finish reason, with one such stream's last frame: a server
       // that stops early serves fewer tokens late in the run, which the aggregate alone would hide.
@@ -340,6 +341,10 @@ int main(int argc, char** argv) {
           if (s.tokens.empty()) continue;
           ttft.push_back(seconds(s.sent, s.tokens.front()) * 1e3);
           for (size_t i = 1; i < s.tokens.size(); ++i) itl.push_back(seconds(s.tokens[i - 1], s.tokens[i]) * 1e3);
+          // A stream's own decode rate, first token to last: for a fast model the client reads several tokens per
+          // socket read, so the inter-token p50 says little there.
+          if (const double span = seconds(s.tokens.front(), s.tokens.back()); s.tokens.size() > 1 && span > 0)
+            stream_rate.push_back(static_cast<double>(s.tokens.size() - 1) / span);
         }
       runs.push_back({{"clients", n},
                       {"tokens", tokens},
@@ -350,6 +355,7 @@ int main(int argc, char** argv) {
                       {"ttft_ms_p99", percentile(ttft, 0.99)},
                       {"itl_ms_p50", percentile(itl, 0.5)},
                       {"itl_ms_p99", percentile(itl, 0.99)},
+                      {"stream_decode_tok_s_p50", percentile(stream_rate, 0.5)},
                       {"failed_requests", errors},
                       {"short_streams", short_streams},
                       {"short_example", short_example},
