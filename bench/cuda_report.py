@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Turns the device outputs of scripts/cuda_device.sh (kernels.json, e2e.jsonl, peer.jsonl) into the markdown
-tables of docs/benchmarks.md's "CUDA (H200)" section. usage: cuda_report.py RESULTS_DIR"""
+tables of docs/benchmarks/cuda.md. usage: cuda_report.py RESULTS_DIR"""
 import json
 import os
 import sys

@@ -3,7 +3,7 @@
 // (40 positions; the first 20 by prefill, the rest one decode step at a time), and the greedy continuation of
 // the `chat` prompt. The tiny random fixtures have many near-tied logits, so top-1 is judged on the positions
 // whose exact top-1 leads by kInt8TieMargin, and greedy must agree up to the first near-tie. Prints the figures
-// quoted in docs/benchmarks.md ("CPU: quality of the default path"). qwen3_5 (Gated DeltaNet layers) stays on
+// quoted in docs/benchmarks/cpu.md ("CPU: quality of the default path"). qwen3_5 (Gated DeltaNet layers) stays on
 // the exact kernels by default (model/weights.cc), so it must match exactly.
 #include <algorithm>
 #include <cmath>

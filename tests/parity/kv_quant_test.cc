@@ -1,7 +1,7 @@
 // Quantized KV caches on the fixtures' `long` prompt (40 tokens, past the sliding windows): next-token KL
 // divergence of the quantized-KV logits from the f32-KV logits at every position, and top-1 agreement, for
 // 4- and 8-bit KV with group sizes 32 and 64 (8-bit must agree on ≥ 99% of positions). Also prints the KV bytes
-// per token of each cache kind (docs/benchmarks.md, "KV cache kinds"). Top-1 agreement is reported over all
+// per token of each cache kind (docs/benchmarks/cache.md, "KV cache kinds"). Top-1 agreement is reported over all
 // positions and over the positions whose reference top-1 is not a near-tie (see kKvQuantTieMargin).
 #include <cmath>
 #include <cstdio>
