@@ -136,5 +136,25 @@ TEST(DenseLinear, Bf16AndF32WeightsAgreeWithNaive) {
     }
 }
 
+// One or two rows against bf16 weights take the in-register GEMV (cpu/matmul.cc); each output must be bitwise what
+// the f32-tile path gives the same row inside a larger call (its dequantized twin, f32 weights), odd row included.
+TEST(DenseLinear, Bf16DecodeRowsBitwiseTheTilePath) {
+  const int64_t K = 96, N = 37;  // N: two 16-row tiles and an odd 5-row one
+  const auto x = random_floats(static_cast<size_t>(5 * K), 8);
+  Weight w16, w32;
+  w16.dense = Tensor::from_floats(random_floats(static_cast<size_t>(N * K), 9), {N, K}).to(DType::BF16);
+  w32.dense = Tensor::from_floats(w16.dense.to_floats(), {N, K});
+  const auto all = linear(Tensor::from_floats(x, {5, K}), w16).to_floats();
+  const auto all32 = linear(Tensor::from_floats(x, {5, K}), w32).to_floats();
+  for (int64_t M : {1, 2}) {
+    const std::vector<float> xs(x.begin(), x.begin() + M * K);
+    const auto few = linear(Tensor::from_floats(xs, {M, K}), w16).to_floats();
+    for (int64_t i = 0; i < M * N; ++i) {
+      EXPECT_EQ(few[static_cast<size_t>(i)], all[static_cast<size_t>(i)]) << "M " << M << " i " << i;
+      EXPECT_EQ(few[static_cast<size_t>(i)], all32[static_cast<size_t>(i)]) << "M " << M << " i " << i;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace lathe

@@ -98,10 +98,53 @@ void dense_row_to_f32(const Tensor& w, int64_t row, float* out) {
   }
 }
 
+#ifdef LATHE_AVX2
+namespace {
+// Decode rows (M ≤ 2) against bf16 weights, widened in registers instead of through an f32 tile: converting
+// every weight to memory and reading it back cost more than the multiply (a bf16 checkpoint's decode). Per
+// output the same FMAs in the same order as gemm_block_f32 (one 8-lane accumulator, summed once), and an odd
+// last row goes through the same dot_f32, so the outputs are bitwise the tile path's.
+void gemv_bf16_rows(const float* x, int64_t M, int64_t K, const uint16_t* w, int64_t ws0, int64_t n0, int64_t n1,
+                    float* y, int64_t ldy) {
+  int64_t n = n0;
+  for (; n + 2 <= n1; n += 2) {
+    const uint16_t* w0 = w + n * ws0;
+    const uint16_t* w1 = w0 + ws0;
+    for (int64_t m = 0; m < M; ++m) {
+      const float* xm = x + m * K;
+      __m256 c0 = _mm256_setzero_ps(), c1 = _mm256_setzero_ps();
+      for (int64_t k = 0; k < K; k += 8) {
+        const __m256 v = _mm256_loadu_ps(xm + k);
+        c0 = _mm256_fmadd_ps(v, load_bf16x8(w0 + k), c0);
+        c1 = _mm256_fmadd_ps(v, load_bf16x8(w1 + k), c1);
+      }
+      y[m * ldy + n] = hsum(c0);
+      y[m * ldy + n + 1] = hsum(c1);
+    }
+  }
+  if (n < n1) {
+    std::vector<float> row(static_cast<size_t>(K));
+    for (int64_t k = 0; k < K; ++k) row[static_cast<size_t>(k)] = bf16_to_f32(w[n * ws0 + k]);
+    for (int64_t m = 0; m < M; ++m) y[m * ldy + n] = dot_f32(x + m * K, row.data(), K);
+  }
+}
+}  // namespace
+#endif
+
 void linear_dense(const Tensor& x, const Tensor& w, Tensor& y) {
   const int64_t M = x.dim(0), K = x.dim(1), N = w.dim(0);
   const float* xp = x.data<float>();
   float* yp = y.data<float>();
+#ifdef LATHE_AVX2
+  if (M <= 2 && w.dtype() == DType::BF16 && w.stride(1) == 1 && K % 8 == 0) {
+    const auto* wp = static_cast<const uint16_t*>(w.raw());
+    // Tiles of 16 rows, as below, so the odd row (if any) is the same one.
+    parallel_for(N, 16, [&](int64_t n0, int64_t n1) {
+      for (int64_t n = n0; n < n1; n += 16) gemv_bf16_rows(xp, M, K, wp, w.stride(0), n, std::min(n + 16, n1), yp, N);
+    });
+    return;
+  }
+#endif
   constexpr int64_t kTile = 16;  // weight rows converted per step: 16 x K floats stays in L2
   const bool direct = w.dtype() == DType::F32 && w.stride(1) == 1;
   parallel_for(N, kTile, [&](int64_t n0, int64_t n1) {
