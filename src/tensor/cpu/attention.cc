@@ -172,7 +172,7 @@ void attention_pairs(const Tensor& q, const Tensor& k, const Tensor& v, const At
     return s;
   };
   const bool prefetch = T <= kPrefetchMaxQueries;
-  parallel_for(T * pairs, 1, [&](int64_t i0, int64_t i1) {
+  const auto tasks = [&](int64_t i0, int64_t i1) {
     std::vector<float> scores[2] = {std::vector<float>(static_cast<size_t>(S)),
                                     std::vector<float>(static_cast<size_t>(S))};
     for (int64_t i = i0; i < i1; ++i) {
@@ -216,7 +216,8 @@ void attention_pairs(const Tensor& q, const Tensor& k, const Tensor& v, const At
         attn_weighted_values<NV>(scores[h].data(), j0, j1, mx[h], vp + kh * vs1, vs0, prefetch, o);
       }
     }
-  });
+  };
+  parallel_for(T * pairs, 1, tasks, attention_chunks_per_thread(T));
 }
 #endif
 
@@ -245,7 +246,7 @@ void attention_impl(const Tensor& q, const Tensor& k, const Tensor& v, const Att
   const bool prefetch = T <= kPrefetchMaxQueries;
 #endif
 
-  parallel_for(T * Hq, 1, [&](int64_t i0, int64_t i1) {
+  const auto tasks = [&](int64_t i0, int64_t i1) {
     std::vector<float> scores(static_cast<size_t>(S));
     std::vector<float> acc(static_cast<size_t>(Dv));
     for (int64_t i = i0; i < i1; ++i) {
@@ -318,7 +319,8 @@ void attention_impl(const Tensor& q, const Tensor& k, const Tensor& v, const Att
       const float inv = 1.0f / sum;
       for (int64_t d = 0; d < Dv; ++d) o[d] = acc[static_cast<size_t>(d)] * inv;
     }
-  });
+  };
+  parallel_for(T * Hq, 1, tasks, attention_chunks_per_thread(T));
 }
 
 }  // namespace f32_attn

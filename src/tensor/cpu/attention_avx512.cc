@@ -251,10 +251,11 @@ LATHE_A512 void run_task(const Inputs<KT>& a, int64_t t, int64_t h0, float* scor
 template <class KT, int HN, int NV>
 void run_all(const Inputs<KT>& a) {
   const int64_t per_row = a.Hq / HN;
-  parallel_for(a.T * per_row, 1, [&](int64_t i0, int64_t i1) {
+  const auto tasks = [&](int64_t i0, int64_t i1) {
     std::vector<float> scores(static_cast<size_t>(HN * a.S));
     for (int64_t i = i0; i < i1; ++i) run_task<KT, HN, NV>(a, i / per_row, (i % per_row) * HN, scores.data());
-  });
+  };
+  parallel_for(a.T * per_row, 1, tasks, attention_chunks_per_thread(a.T));
 }
 
 template <class KT>

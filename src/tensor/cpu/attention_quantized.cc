@@ -95,7 +95,7 @@ void attention_rows(const Tensor& q, const QuantizedMatrix& k, const QuantizedMa
   const float neg_inf = -std::numeric_limits<float>::infinity();
   const bool prefetch = T <= kPrefetchMaxQueries;
   constexpr int64_t kCodeBytes = D * BITS / 8;
-  parallel_for(T * Hq, 1, [&](int64_t i0, int64_t i1) {
+  const auto tasks = [&](int64_t i0, int64_t i1) {
     std::vector<float> scores(static_cast<size_t>(S));
     float qsum[D / 8], vbias[D / 8];
     for (int64_t i = i0; i < i1; ++i) {
@@ -150,7 +150,8 @@ void attention_rows(const Tensor& q, const QuantizedMatrix& k, const QuantizedMa
         _mm256_storeu_ps(o + 8 * d, _mm256_mul_ps(_mm256_add_ps(acc[d], b), _mm256_set1_ps(inv)));
       }
     }
-  });
+  };
+  parallel_for(T * Hq, 1, tasks, attention_chunks_per_thread(T));
 }
 
 using RowsFn = void (*)(const Tensor&, const QuantizedMatrix&, const QuantizedMatrix&, int64_t, const AttentionParams&,
