@@ -10,6 +10,27 @@
 
 namespace lathe::cpu {
 
+#ifdef LATHE_AVX2
+namespace {
+inline __m256 load_w8(const float* p) { return _mm256_loadu_ps(p); }
+inline __m256 load_w8(const uint16_t* p) { return load_bf16x8(p); }
+
+// Row xm against weight rows w0 and w1 (f32, or bf16 widened as read): one 8-lane accumulator per output, summed
+// once. Every path that is meant to give a row the same result whatever the batch runs exactly this.
+template <class WT>
+inline void dot_row_pair(const float* xm, const WT* w0, const WT* w1, int64_t K, float& y0, float& y1) {
+  __m256 c0 = _mm256_setzero_ps(), c1 = _mm256_setzero_ps();
+  for (int64_t k = 0; k < K; k += 8) {
+    const __m256 v = _mm256_loadu_ps(xm + k);
+    c0 = _mm256_fmadd_ps(v, load_w8(w0 + k), c0);
+    c1 = _mm256_fmadd_ps(v, load_w8(w1 + k), c1);
+  }
+  y0 = hsum(c0);
+  y1 = hsum(c1);
+}
+}  // namespace
+#endif
+
 void gemm_block_f32(const float* x, int64_t M, int64_t K, const float* w, int64_t R, float* y, int64_t ldy) {
   int64_t r = 0;
 #ifdef LATHE_AVX2
@@ -51,17 +72,7 @@ void gemm_block_f32(const float* x, int64_t M, int64_t K, const float* w, int64_
       }
       // The rows past the last block of 4 run the same arithmetic (one 8-lane accumulator per output, summed
       // once): a row's result never depends on how many rows share the call (batched = solo, bit for bit).
-      for (; m < M; ++m) {
-        const float* xm = x + m * K;
-        __m256 c0 = _mm256_setzero_ps(), c1 = _mm256_setzero_ps();
-        for (int64_t k = 0; k < K; k += 8) {
-          const __m256 v = _mm256_loadu_ps(xm + k);
-          c0 = _mm256_fmadd_ps(v, _mm256_loadu_ps(w0 + k), c0);
-          c1 = _mm256_fmadd_ps(v, _mm256_loadu_ps(w1 + k), c1);
-        }
-        y[m * ldy + r] = hsum(c0);
-        y[m * ldy + r + 1] = hsum(c1);
-      }
+      for (; m < M; ++m) dot_row_pair(x + m * K, w0, w1, K, y[m * ldy + r], y[m * ldy + r + 1]);
     }
   }
 #endif
@@ -110,17 +121,7 @@ void gemv_bf16_rows(const float* x, int64_t M, int64_t K, const uint16_t* w, int
   for (; n + 2 <= n1; n += 2) {
     const uint16_t* w0 = w + n * ws0;
     const uint16_t* w1 = w0 + ws0;
-    for (int64_t m = 0; m < M; ++m) {
-      const float* xm = x + m * K;
-      __m256 c0 = _mm256_setzero_ps(), c1 = _mm256_setzero_ps();
-      for (int64_t k = 0; k < K; k += 8) {
-        const __m256 v = _mm256_loadu_ps(xm + k);
-        c0 = _mm256_fmadd_ps(v, load_bf16x8(w0 + k), c0);
-        c1 = _mm256_fmadd_ps(v, load_bf16x8(w1 + k), c1);
-      }
-      y[m * ldy + n] = hsum(c0);
-      y[m * ldy + n + 1] = hsum(c1);
-    }
+    for (int64_t m = 0; m < M; ++m) dot_row_pair(x + m * K, w0, w1, K, y[m * ldy + n], y[m * ldy + n + 1]);
   }
   if (n < n1) {
     std::vector<float> row(static_cast<size_t>(K));
