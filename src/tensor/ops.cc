@@ -242,12 +242,12 @@ void scatter_add_rows(Tensor& out, const std::vector<int32_t>& idx, const Tensor
   }
 }
 
-Tensor silu_mul(const Tensor& gate, const Tensor& up) {
+Tensor silu_mul(const Tensor& gate, const Tensor& up, bool fast_exp) {
   LATHE_CHECK(gate.shape() == up.shape(), "silu_mul: shapes differ");
   LATHE_ON_CUDA(gate, gpu::gated(gate, up, false));
   require_cpu(gate, "silu_mul");
   Tensor out = Tensor::empty(gate.shape(), DType::F32);
-  cpu::silu_mul(gate.contiguous(), up.contiguous(), out);
+  cpu::silu_mul(gate.contiguous(), up.contiguous(), out, fast_exp);
   return out;
 }
 

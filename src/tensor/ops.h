@@ -88,8 +88,10 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Attent
 Tensor attention_quantized(const Tensor& q, const QuantizedMatrix& k, const QuantizedMatrix& v, int64_t kv_heads,
                            const AttentionParams& p);
 
-// Gated activations: act(gate) * up, elementwise. gelu is the tanh approximation.
-Tensor silu_mul(const Tensor& gate, const Tensor& up);
+// Gated activations: act(gate) * up, elementwise. gelu is the tanh approximation. fast_exp (CPU): a polynomial
+// exp within a few ulp instead of libm's, for the default int8 path (its activations are already rounded to 8
+// bits); the exact path keeps libm.
+Tensor silu_mul(const Tensor& gate, const Tensor& up, bool fast_exp = false);
 Tensor gelu_tanh_mul(const Tensor& gate, const Tensor& up);
 
 // x * sigmoid(gate), elementwise (Qwen3.5 attention output gate).

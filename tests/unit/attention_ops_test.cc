@@ -142,6 +142,36 @@ TEST(Activations, SiluAndGeluTanh) {
   EXPECT_EQ(e[1], 0.0f);
 }
 
+// The default int8 path's silu (polynomial exp): within a few ulp of libm's across the range, saturating cleanly
+// at the ends, NaN kept, and each element's value independent of where a parallel range ends (the tail is padded
+// through the same vector arithmetic).
+TEST(Activations, SiluFastExpMatchesLibmAndIgnoresRanges) {
+  const int64_t n = 4096 + 13;  // a full 4096-element range, then a 13-element one with a 5-element tail
+  std::vector<float> gv(static_cast<size_t>(n)), uv(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    gv[static_cast<size_t>(i)] = -100.f + 200.f * static_cast<float>(i) / static_cast<float>(n);  // past ±88
+    uv[static_cast<size_t>(i)] = 1.f + 0.001f * static_cast<float>(i % 7);
+  }
+  gv[17] = std::nanf("");
+  const Tensor g = Tensor::from_floats(gv, {1, n}), u = Tensor::from_floats(uv, {1, n});
+  const auto fast = silu_mul(g, u, true).to_floats(), exact = silu_mul(g, u, false).to_floats();
+  for (int64_t i = 0; i < n; ++i) {
+    const size_t k = static_cast<size_t>(i);
+    if (i == 17) {
+      EXPECT_TRUE(std::isnan(fast[k]));
+      continue;
+    }
+    EXPECT_NEAR(fast[k], exact[k], 4e-7 * std::fabs(exact[k]) + 1e-30) << "g " << gv[k];
+  }
+  // The first 21 elements alone: their vector blocks and padded tail give the same values as inside the big call.
+  const std::vector<float> g21(gv.begin(), gv.begin() + 21), u21(uv.begin(), uv.begin() + 21);
+  const auto few = silu_mul(Tensor::from_floats(g21, {1, 21}), Tensor::from_floats(u21, {1, 21}), true).to_floats();
+  for (size_t k = 0; k < 21; ++k) {
+    if (k == 17) continue;  // NaN
+    EXPECT_EQ(few[k], fast[k]) << k;
+  }
+}
+
 TEST(Argmax, FirstMaximumPerRow) {
   const Tensor x = Tensor::from_floats({1, 3, 3, 0, -1, -5, -1, -2}, {2, 4});
   EXPECT_EQ(argmax_rows(x), (std::vector<int32_t>{1, 0}));

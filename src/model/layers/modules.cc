@@ -44,7 +44,9 @@ Tensor GatedMLP::operator()(const Tensor& x, bool f32_out) const {
     g = gate(x);
     u = up(x);
   }
-  return down(act == Activation::SiLU ? silu_mul(g, u) : gelu_tanh_mul(g, u), f32_out);
+  // The default CPU path (weights packed for the int8 kernels) also takes the polynomial exp; --exact keeps libm's.
+  const bool fast_exp = down.w.quantized && down.w.q.cpu_packed;
+  return down(act == Activation::SiLU ? silu_mul(g, u, fast_exp) : gelu_tanh_mul(g, u), f32_out);
 }
 
 LoraGroup stacked_lora_group(std::initializer_list<const Linear*> parts) {

@@ -53,7 +53,7 @@ void sigmoid_mul(const Tensor& x, const Tensor& gate, Tensor& out);
 void causal_conv1d_silu(const Tensor& x, const Tensor& weight, Tensor& state, Tensor& out);
 void gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
                       Tensor& state, Tensor& out);
-void silu_mul(const Tensor& gate, const Tensor& up, Tensor& out);
+void silu_mul(const Tensor& gate, const Tensor& up, Tensor& out, bool fast_exp = false);
 void gelu_tanh_mul(const Tensor& gate, const Tensor& up, Tensor& out);
 
 }  // namespace lathe::cpu
