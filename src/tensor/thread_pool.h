@@ -6,7 +6,8 @@
 // a microsecond each instead of a futex wake-up; between requests the workers sleep. Chunks are claimed
 // dynamically, so a worker the OS has not scheduled never stalls the caller; by default one per thread (each
 // claim is a cache-line round trip between cores: 1-row decode +3-5% over two per thread, +4% before that from
-// two over four), two for long regions such as a prefill's matrix products.
+// two over four); callers with long or uneven regions ask for more (a prefill's matrix products two, causal
+// attention eight: attention_chunks_per_thread).
 #pragma once
 #include <cstdint>
 #include <functional>

@@ -77,17 +77,6 @@ void attn_dot_x4(const float* q, const KT* const* k, int64_t n, float* out) {
   }
 }
 
-// Decode (a few query rows) reads K and V rows a whole cache row apart (all KV heads of a position are
-// contiguous), a stride the hardware prefetchers follow poorly: rows this many keys ahead are asked for while the
-// current ones are summed (AVX-512 path: decode +12% at depth 512). A prefill re-reads rows from the caches.
-constexpr int64_t kPrefetchKeys = 16;
-constexpr int64_t kPrefetchMaxQueries = 4;
-template <class KT>
-void prefetch_row(const KT* row, int64_t n) {
-  const char* b = reinterpret_cast<const char*>(row);
-  for (int64_t i = 0; i < n * static_cast<int64_t>(sizeof(KT)); i += 64) _mm_prefetch(b + i, _MM_HINT_T0);
-}
-
 // o = Σ_j exp(s_j − mx) · v_j / Σ_j exp(s_j − mx) over visible keys, NV·8 = Dv values: the same FMAs, in the same
 // order, as axpy_f32 into a zeroed buffer, with the accumulators held in registers instead of memory.
 template <int NV, class KT>
@@ -104,7 +93,7 @@ void attn_weighted_values(const float* scores, int64_t j0, int64_t j1, float mx,
     sum += e;
     const __m256 ve = _mm256_set1_ps(e);
     const KT* vj = v + j * vs0;
-    if (prefetch && j + kPrefetchKeys < j1) prefetch_row(vj + kPrefetchKeys * vs0, 8 * NV);
+    if (prefetch && j + kKvPrefetchKeys < j1) prefetch_bytes(vj + kKvPrefetchKeys * vs0, 8 * NV * sizeof(KT));
     for (int d = 0; d < NV; ++d) acc[d] = _mm256_fmadd_ps(ve, load8(vj + 8 * d), acc[d]);
   }
   const float inv = 1.0f / sum;
@@ -171,7 +160,7 @@ void attention_pairs(const Tensor& q, const Tensor& k, const Tensor& v, const At
     if (p.softcap > 0.f) s = std::tanh(s / p.softcap) * p.softcap;
     return s;
   };
-  const bool prefetch = T <= kPrefetchMaxQueries;
+  const bool prefetch = attention_prefetches(T);
   const auto tasks = [&](int64_t i0, int64_t i1) {
     std::vector<float> scores[2] = {std::vector<float>(static_cast<size_t>(S)),
                                     std::vector<float>(static_cast<size_t>(S))};
@@ -186,8 +175,8 @@ void attention_pairs(const Tensor& q, const Tensor& k, const Tensor& v, const At
       if (!p.k_pos) {
         for (; jb + 2 <= j1; jb += 2) {
           const KT* keys[2] = {kp + jb * ks0 + kh * ks1, kp + (jb + 1) * ks0 + kh * ks1};
-          if (prefetch && jb + kPrefetchKeys + 2 <= j1)
-            for (int r = 0; r < 2; ++r) prefetch_row(keys[r] + kPrefetchKeys * ks0, D);
+          if (prefetch && jb + kKvPrefetchKeys + 2 <= j1)
+            for (int r = 0; r < 2; ++r) prefetch_bytes(keys[r] + kKvPrefetchKeys * ks0, D * sizeof(KT));
           float d[2][2];
           attn_dot_2x2(qv, keys, D, d);
           for (int h = 0; h < 2; ++h)
@@ -243,7 +232,7 @@ void attention_impl(const Tensor& q, const Tensor& k, const Tensor& v, const Att
 
   auto key_pos = [&](int64_t j) { return p.k_pos ? (*p.k_pos)[static_cast<size_t>(j)] : p.k_pos0 + j; };
 #ifdef LATHE_AVX2
-  const bool prefetch = T <= kPrefetchMaxQueries;
+  const bool prefetch = attention_prefetches(T);
 #endif
 
   const auto tasks = [&](int64_t i0, int64_t i1) {
@@ -264,8 +253,8 @@ void attention_impl(const Tensor& q, const Tensor& k, const Tensor& v, const Att
         for (; jb + 4 <= j1; jb += 4) {
           const KT* keys[4];
           for (int r = 0; r < 4; ++r) keys[r] = kp + (jb + r) * ks0 + kh * ks1;
-          if (prefetch && jb + kPrefetchKeys + 4 <= j1)
-            for (int r = 0; r < 4; ++r) prefetch_row(keys[r] + kPrefetchKeys * ks0, D);
+          if (prefetch && jb + kKvPrefetchKeys + 4 <= j1)
+            for (int r = 0; r < 4; ++r) prefetch_bytes(keys[r] + kKvPrefetchKeys * ks0, D * sizeof(KT));
           float d4[4];
           attn_dot_x4(qv, keys, D, d4);
           for (int r = 0; r < 4; ++r) {

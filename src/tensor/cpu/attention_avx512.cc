@@ -123,18 +123,6 @@ LATHE_A512 inline __m512 exp_nonpositive(__m512 x) {
   return _mm512_maskz_scalef_ps(static_cast<__mmask16>(~masked), poly, n);
 }
 
-// Key and value rows sit a whole cache row apart (all KV heads of a position are contiguous), a stride the
-// hardware prefetchers follow poorly: a decode step waited on most of its K/V loads. Rows this many keys ahead
-// are asked for while the current ones are summed. Only for a few query rows (decode): a prefill reads each row
-// again for every query row, from the caches.
-constexpr int64_t kPrefetchMaxQueries = 4;
-constexpr int64_t kPrefetchKeys = 16;
-template <class KT>
-LATHE_A512 inline void prefetch_row(const KT* row, int64_t n) {
-  const char* p = reinterpret_cast<const char*>(row);
-  for (int64_t b = 0; b < n * static_cast<int64_t>(sizeof(KT)); b += 64) _mm_prefetch(p + b, _MM_HINT_T0);
-}
-
 // Turns scores[j0, j1) into their weights exp(s_j − mx), 16 at a time, in place; returns their sum.
 LATHE_A512 inline float softmax_weights(float* scores, int64_t j0, int64_t j1, float mx) {
   const __m512 vmx = _mm512_set1_ps(mx);
@@ -172,7 +160,7 @@ LATHE_A512 void weighted_values(float* const* scores, int64_t j0, int64_t j1, co
     for (int h = 0; h < HN; ++h) any |= (e[h] = scores[h][j]) != 0.f;
     if (!any) continue;
     const KT* vj = v + j * vs0;
-    if (prefetch && j + kPrefetchKeys < j1) prefetch_row(vj + kPrefetchKeys * vs0, 16 * NV);
+    if (prefetch && j + kKvPrefetchKeys < j1) prefetch_bytes(vj + kKvPrefetchKeys * vs0, 16 * NV * sizeof(KT));
     for (int d = 0; d < NV; ++d) {
       const __m512 vd = load16(vj + 16 * d);
       for (int h = 0; h < HN; ++h)
@@ -205,12 +193,12 @@ LATHE_A512 void run_task(const Inputs<KT>& a, int64_t t, int64_t h0, float* scor
     scores[h * S + j] = s;
   };
   const KT* kbase = a.k + kh * a.ks1;
-  const bool prefetch = a.T <= kPrefetchMaxQueries;
+  const bool prefetch = attention_prefetches(a.T);
   int64_t j = j0;
   for (; j + 4 <= j1; j += 4) {
     const KT* keys[4] = {kbase + j * a.ks0, kbase + (j + 1) * a.ks0, kbase + (j + 2) * a.ks0, kbase + (j + 3) * a.ks0};
-    if (prefetch && j + kPrefetchKeys + 4 <= j1)
-      for (int r = 0; r < 4; ++r) prefetch_row(keys[r] + kPrefetchKeys * a.ks0, a.D);
+    if (prefetch && j + kKvPrefetchKeys + 4 <= j1)
+      for (int r = 0; r < 4; ++r) prefetch_bytes(keys[r] + kKvPrefetchKeys * a.ks0, a.D * sizeof(KT));
     float d[HN][4];
     dots<KT, HN, 4>(q, keys, a.D, d);
     for (int h = 0; h < HN; ++h)

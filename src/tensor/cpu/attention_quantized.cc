@@ -51,14 +51,11 @@ struct QRow {
   const float* b;
 };
 
-// Decode rows ask for the K/V rows this many keys ahead (a position's KV heads are contiguous, so one head's rows
-// are a strided stream the hardware prefetchers follow poorly; see attention.cc).
-constexpr int64_t kPrefetchKeys = 16;
-constexpr int64_t kPrefetchMaxQueries = 4;
+// A decode row's K/V rows kKvPrefetchKeys ahead (kernels.h): codes, scales and biases.
 inline void prefetch_qrow(const QRow& r, int64_t code_bytes) {
-  for (int64_t b = 0; b < code_bytes; b += 64) _mm_prefetch(reinterpret_cast<const char*>(r.w) + b, _MM_HINT_T0);
-  _mm_prefetch(reinterpret_cast<const char*>(r.s), _MM_HINT_T0);
-  _mm_prefetch(reinterpret_cast<const char*>(r.b), _MM_HINT_T0);
+  prefetch_bytes(r.w, code_bytes);
+  prefetch_bytes(r.s, 1);
+  prefetch_bytes(r.b, 1);
 }
 
 inline QRow qrow(const QuantizedMatrix& m, int64_t r) {
@@ -93,7 +90,7 @@ void attention_rows(const Tensor& q, const QuantizedMatrix& k, const QuantizedMa
   const int64_t qs0 = q.stride(0), qs1 = q.stride(1);
   float* op = out.data<float>();
   const float neg_inf = -std::numeric_limits<float>::infinity();
-  const bool prefetch = T <= kPrefetchMaxQueries;
+  const bool prefetch = attention_prefetches(T);
   constexpr int64_t kCodeBytes = D * BITS / 8;
   const auto tasks = [&](int64_t i0, int64_t i1) {
     std::vector<float> scores(static_cast<size_t>(S));
@@ -111,7 +108,7 @@ void attention_rows(const Tensor& q, const QuantizedMatrix& k, const QuantizedMa
       }
       float mx = neg_inf;
       for (int64_t j = j0; j < j1; ++j) {
-        if (prefetch && j + kPrefetchKeys < j1) prefetch_qrow(qrow(k, (j + kPrefetchKeys) * Hkv + kh), kCodeBytes);
+        if (prefetch && j + kKvPrefetchKeys < j1) prefetch_qrow(qrow(k, (j + kKvPrefetchKeys) * Hkv + kh), kCodeBytes);
         float s = neg_inf;
         if (!p.k_pos || key_visible(p, qpos, (*p.k_pos)[static_cast<size_t>(j)])) {
           s = qk_dot<BITS, NV>(qv, qrow(k, j * Hkv + kh), kgs, qsum) * p.scale;
@@ -136,7 +133,7 @@ void attention_rows(const Tensor& q, const QuantizedMatrix& k, const QuantizedMa
         const float e = std::exp(s - mx);
         sum += e;
         const QRow vr = qrow(v, j * Hkv + kh);
-        if (prefetch && j + kPrefetchKeys < j1) prefetch_qrow(qrow(v, (j + kPrefetchKeys) * Hkv + kh), kCodeBytes);
+        if (prefetch && j + kKvPrefetchKeys < j1) prefetch_qrow(qrow(v, (j + kKvPrefetchKeys) * Hkv + kh), kCodeBytes);
         for (int g = 0; g < VG; ++g) {
           const __m256 c = _mm256_set1_ps(e * vr.s[g]);
           for (int d = g * vgs / 8; d < (g + 1) * vgs / 8; ++d)
