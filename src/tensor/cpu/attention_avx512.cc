@@ -13,6 +13,7 @@
 
 #include "tensor/cpu/cpu_features.h"
 #include "tensor/cpu/kernels.h"
+#include "tensor/cpu/simd.h"
 #include "tensor/thread_pool.h"
 
 #if defined(__x86_64__)
@@ -104,22 +105,18 @@ LATHE_A512 inline void dots(const float* const* q, const KT* const* k, int64_t D
   }
 }
 
-// exp(x) for x ≤ 0 (scores minus their maximum), to a few ulp: x = n·ln2 + r, a degree-6 polynomial for e^r,
-// times 2^n. −inf (a masked key) gives exactly 0.
+// exp(x) for x ≤ 0 (scores minus their maximum), 16 lanes (exp_poly in simd.h). −inf (a masked key) gives
+// exactly 0.
 LATHE_A512 inline __m512 exp_nonpositive(__m512 x) {
+  using namespace exp_poly;
   const __mmask16 masked = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-std::numeric_limits<float>::infinity()), _CMP_EQ_OQ);
   x = _mm512_maskz_max_ps(0xFFFF, x, _mm512_set1_ps(-87.0f));  // full-mask forms: see load16
-  const __m512 n = _mm512_maskz_roundscale_ps(0xFFFF, _mm512_mul_ps(x, _mm512_set1_ps(1.44269504f)),
+  const __m512 n = _mm512_maskz_roundscale_ps(0xFFFF, _mm512_mul_ps(x, _mm512_set1_ps(kLog2e)),
                                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145752f), x);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.42860677e-6f), r);
-  __m512 poly = _mm512_set1_ps(1.0f / 720);
-  poly = _mm512_fmadd_ps(poly, r, _mm512_set1_ps(1.0f / 120));
-  poly = _mm512_fmadd_ps(poly, r, _mm512_set1_ps(1.0f / 24));
-  poly = _mm512_fmadd_ps(poly, r, _mm512_set1_ps(1.0f / 6));
-  poly = _mm512_fmadd_ps(poly, r, _mm512_set1_ps(0.5f));
-  poly = _mm512_fmadd_ps(poly, r, _mm512_set1_ps(1.0f));
-  poly = _mm512_fmadd_ps(poly, r, _mm512_set1_ps(1.0f));
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(kLn2Hi), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(kLn2Lo), r);
+  __m512 poly = _mm512_set1_ps(kCoef[0]);
+  for (int i = 1; i < kTerms; ++i) poly = _mm512_fmadd_ps(poly, r, _mm512_set1_ps(kCoef[i]));
   return _mm512_maskz_scalef_ps(static_cast<__mmask16>(~masked), poly, n);
 }
 

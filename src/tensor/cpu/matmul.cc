@@ -115,17 +115,18 @@ namespace {
 // every weight to memory and reading it back cost more than the multiply (a bf16 checkpoint's decode). Per
 // output the same FMAs in the same order as gemm_block_f32 (one 8-lane accumulator, summed once), and an odd
 // last row goes through the same dot_f32, so the outputs are bitwise the tile path's.
-void gemv_bf16_rows(const float* x, int64_t M, int64_t K, const uint16_t* w, int64_t ws0, int64_t n0, int64_t n1,
-                    float* y, int64_t ldy) {
+void gemv_bf16_rows(const float* x, int64_t M, int64_t K, const Tensor& w, int64_t n0, int64_t n1, float* y,
+                    int64_t ldy) {
+  const auto* wp = static_cast<const uint16_t*>(w.raw());
   int64_t n = n0;
   for (; n + 2 <= n1; n += 2) {
-    const uint16_t* w0 = w + n * ws0;
-    const uint16_t* w1 = w0 + ws0;
+    const uint16_t* w0 = wp + n * w.stride(0);
+    const uint16_t* w1 = w0 + w.stride(0);
     for (int64_t m = 0; m < M; ++m) dot_row_pair(x + m * K, w0, w1, K, y[m * ldy + n], y[m * ldy + n + 1]);
   }
   if (n < n1) {
     std::vector<float> row(static_cast<size_t>(K));
-    for (int64_t k = 0; k < K; ++k) row[static_cast<size_t>(k)] = bf16_to_f32(w[n * ws0 + k]);
+    dense_row_to_f32(w, n, row.data());
     for (int64_t m = 0; m < M; ++m) y[m * ldy + n] = dot_f32(x + m * K, row.data(), K);
   }
 }
@@ -138,10 +139,9 @@ void linear_dense(const Tensor& x, const Tensor& w, Tensor& y) {
   float* yp = y.data<float>();
 #ifdef LATHE_AVX2
   if (M <= 2 && w.dtype() == DType::BF16 && w.stride(1) == 1 && K % 8 == 0) {
-    const auto* wp = static_cast<const uint16_t*>(w.raw());
     // Tiles of 16 rows, as below, so the odd row (if any) is the same one.
     parallel_for(N, 16, [&](int64_t n0, int64_t n1) {
-      for (int64_t n = n0; n < n1; n += 16) gemv_bf16_rows(xp, M, K, wp, w.stride(0), n, std::min(n + 16, n1), yp, N);
+      for (int64_t n = n0; n < n1; n += 16) gemv_bf16_rows(xp, M, K, w, n, std::min(n + 16, n1), yp, N);
     });
     return;
   }

@@ -10,6 +10,15 @@
 
 namespace lathe::cpu {
 
+// e^x = 2^n · e^r with n = round(x · log2 e) and r = x − n · ln2 (ln2 in two parts, so n · kLn2Hi is exact for
+// the n a float exp can have), e^r by its degree-6 Taylor polynomial (|r| ≤ ln2 / 2): within a few ulp. The
+// vector exps of the kernels (AVX2 silu, AVX-512 softmax) all evaluate exactly this.
+namespace exp_poly {
+constexpr float kLog2e = 1.44269504f, kLn2Hi = 0.693145752f, kLn2Lo = 1.42860677e-6f;
+constexpr int kTerms = 7;
+constexpr float kCoef[kTerms] = {1.0f / 720, 1.0f / 120, 1.0f / 24, 1.0f / 6, 0.5f, 1.0f, 1.0f};  // highest first
+}  // namespace exp_poly
+
 #ifdef LATHE_AVX2
 inline float hsum(__m256 v) {
   __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
