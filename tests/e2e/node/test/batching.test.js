@@ -9,8 +9,10 @@ import { fixtureModel, metricValue, parseSSE, request, scrape, useServer, waitFo
 
 const MODEL = fixtureModel('qwen3-q4g64');
 // Same chunking on both servers (chunk boundaries are part of a server's setup); the batched one holds about
-// 300 tokens of KV (256 bytes a token for this model: the CPU's default bf16 cache) for 16 requests of 20-110
-// tokens each.
+// 300 tokens of KV (256 bytes a token for this model: the CPU's default bf16 cache) for 16 requests of 45-133
+// tokens each. The outputs are long enough (40-68 tokens) that the late half always overlaps itself and outgrows
+// the budget: with 20-34 tokens a fast engine sometimes finished rows before the next arrived, and nothing was
+// preempted.
 const COMMON = ['--accept-any-model', '--prefill-chunk', '6', '--max-batch-tokens', '64'];
 const solo = useServer({ model: MODEL, args: [...COMMON, '--max-batch', '1'] });
 const batched = useServer({ model: MODEL, args: [...COMMON, '--max-batch', '16', '--kv-cache-bytes', '76800'] });
@@ -18,7 +20,7 @@ const batched = useServer({ model: MODEL, args: [...COMMON, '--max-batch', '16',
 // Token-id prompts with distinct first tokens: no request reuses another's cache, on either server.
 const requests = Array.from({ length: 16 }, (_, i) => {
   const prompt = Array.from({ length: 5 + 4 * i }, (_, k) => (10 + i * 37 + k * 11) % 600);
-  const body = { model: 'm', prompt, max_tokens: 20 + 2 * (i % 8) };
+  const body = { model: 'm', prompt, max_tokens: 40 + 4 * (i % 8) };
   if (i % 2) Object.assign(body, { temperature: 0.9, top_k: 40, top_p: 0.95, seed: 100 + i });
   else body.temperature = 0;
   if (i % 3 === 1) body.repetition_penalty = 1.2;
