@@ -90,7 +90,8 @@ void check_pairs_against_single_heads(int64_t D) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(HeadSizes, CpuAttentionPairs, ::testing::Values(int64_t{64}, int64_t{128}, int64_t{256}));
+INSTANTIATE_TEST_SUITE_P(HeadSizes, CpuAttentionPairs,
+                         ::testing::Values(int64_t{32}, int64_t{64}, int64_t{128}, int64_t{256}));
 
 }  // namespace
 }  // namespace lathe

@@ -77,20 +77,17 @@ void attn_dot_x4(const float* q, const KT* const* k, int64_t n, float* out) {
   }
 }
 
-// o = Σ_j exp(s_j − mx) · v_j / Σ_j exp(s_j − mx) over visible keys, NV·8 = Dv values: the same FMAs, in the same
-// order, as axpy_f32 into a zeroed buffer, with the accumulators held in registers instead of memory.
+// o = Σ_j w_j · v_j / Σ_j w_j over the keys, w = softmax_weights8 of the scores (which it overwrites), NV·8 = Dv
+// values, the accumulators in registers; keys of weight 0 (masked) are skipped.
 template <int NV, class KT>
-void attn_weighted_values(const float* scores, int64_t j0, int64_t j1, float mx, const KT* v, int64_t vs0,
-                          bool prefetch, float* o) {
+void attn_weighted_values(float* scores, int64_t j0, int64_t j1, float mx, const KT* v, int64_t vs0, bool prefetch,
+                          float* o) {
+  const float sum = softmax_weights8(scores, j0, j1, mx);
   __m256 acc[NV];
   for (int d = 0; d < NV; ++d) acc[d] = _mm256_setzero_ps();
-  float sum = 0.f;
-  const float neg_inf = -std::numeric_limits<float>::infinity();
   for (int64_t j = j0; j < j1; ++j) {
-    const float s = scores[j];
-    if (s == neg_inf) continue;
-    const float e = std::exp(s - mx);
-    sum += e;
+    const float e = scores[j];
+    if (e == 0.f) continue;
     const __m256 ve = _mm256_set1_ps(e);
     const KT* vj = v + j * vs0;
     if (prefetch && j + kKvPrefetchKeys < j1) prefetch_bytes(vj + kKvPrefetchKeys * vs0, 8 * NV * sizeof(KT));
@@ -217,6 +214,7 @@ void attention_impl(const Tensor& q, const Tensor& k, const Tensor& v, const Att
   const int64_t group = Hq / Hkv;
 #ifdef LATHE_AVX2
   if (group % 2 == 0) {
+    if (Dv == 32) return attention_pairs<KT, 4>(q, k, v, p, out);
     if (Dv == 64) return attention_pairs<KT, 8>(q, k, v, p, out);
     if (Dv == 128) return attention_pairs<KT, 16>(q, k, v, p, out);
     if (Dv == 256) return attention_pairs<KT, 32>(q, k, v, p, out);
@@ -285,7 +283,8 @@ void attention_impl(const Tensor& q, const Tensor& k, const Tensor& v, const Att
       }
 #ifdef LATHE_AVX2
       const KT* vh = vp + kh * vs1;
-      if (Dv == 64 || Dv == 128 || Dv == 256) {
+      if (Dv == 32 || Dv == 64 || Dv == 128 || Dv == 256) {
+        if (Dv == 32) attn_weighted_values<4>(scores.data(), j0, j1, mx, vh, vs0, prefetch, o);
         if (Dv == 64) attn_weighted_values<8>(scores.data(), j0, j1, mx, vh, vs0, prefetch, o);
         if (Dv == 128) attn_weighted_values<16>(scores.data(), j0, j1, mx, vh, vs0, prefetch, o);
         if (Dv == 256) attn_weighted_values<32>(scores.data(), j0, j1, mx, vh, vs0, prefetch, o);

@@ -265,6 +265,7 @@ bool run(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionParam
   a.Dv = v.dim(2);
   const bool pairs = a.group % 2 == 0;  // two query heads of one KV head per task share the key loads
   switch (a.Dv) {
+    case 32: pairs ? run_all<KT, 2, 2>(a) : run_all<KT, 1, 2>(a); return true;
     case 64: pairs ? run_all<KT, 2, 4>(a) : run_all<KT, 1, 4>(a); return true;
     case 128: pairs ? run_all<KT, 2, 8>(a) : run_all<KT, 1, 8>(a); return true;
     case 256: pairs ? run_all<KT, 2, 16>(a) : run_all<KT, 1, 16>(a); return true;

@@ -126,12 +126,10 @@ void attention_rows(const Tensor& q, const QuantizedMatrix& k, const QuantizedMa
       for (int d = 0; d < NV; ++d) acc[d] = _mm256_setzero_ps();
       const int VG = D / vgs;
       std::fill(vbias, vbias + VG, 0.f);
-      float sum = 0.f;
+      const float sum = softmax_weights8(scores.data(), j0, j1, mx);
       for (int64_t j = j0; j < j1; ++j) {
-        const float s = scores[static_cast<size_t>(j)];
-        if (s == neg_inf) continue;
-        const float e = std::exp(s - mx);
-        sum += e;
+        const float e = scores[static_cast<size_t>(j)];
+        if (e == 0.f) continue;
         const QRow vr = qrow(v, j * Hkv + kh);
         if (prefetch && j + kKvPrefetchKeys < j1) prefetch_qrow(qrow(v, (j + kKvPrefetchKeys) * Hkv + kh), kCodeBytes);
         for (int g = 0; g < VG; ++g) {
@@ -157,6 +155,7 @@ using RowsFn = void (*)(const Tensor&, const QuantizedMatrix&, const QuantizedMa
 template <int BITS>
 RowsFn pick_for_bits(int64_t D) {
   switch (D) {
+    case 32: return attention_rows<BITS, 4>;
     case 64: return attention_rows<BITS, 8>;
     case 128: return attention_rows<BITS, 16>;
     case 256: return attention_rows<BITS, 32>;

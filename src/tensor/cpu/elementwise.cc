@@ -11,24 +11,9 @@ namespace {
 namespace gated_act {  // (a namespace of its own: unity builds merge the anonymous namespaces of several files)
 
 #ifdef LATHE_AVX2
-// e^x, 8 lanes (exp_poly in simd.h); x is clamped to [−87, 88], so e^x stays a normal float (silu's
-// g / (1 + e^−g) is ±0 or g there anyway). ~10× cheaper than libm's expf per element.
-inline __m256 exp8(__m256 x) {
-  using namespace exp_poly;
-  x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.0f)), _mm256_set1_ps(88.0f));
-  const __m256 n =
-      _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(kLog2e)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(kLn2Hi), x);
-  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(kLn2Lo), r);
-  __m256 p = _mm256_set1_ps(kCoef[0]);
-  for (int i = 1; i < kTerms; ++i) p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kCoef[i]));
-  const __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-  return _mm256_mul_ps(p, _mm256_castsi256_ps(bits));
-}
-
 inline __m256 silu_mul8(__m256 g, __m256 u) {
   return _mm256_mul_ps(
-      _mm256_div_ps(g, _mm256_add_ps(_mm256_set1_ps(1.0f), exp8(_mm256_sub_ps(_mm256_setzero_ps(), g)))), u);
+      _mm256_div_ps(g, _mm256_add_ps(_mm256_set1_ps(1.0f), exp_poly8(_mm256_sub_ps(_mm256_setzero_ps(), g)))), u);
 }
 #endif
 
