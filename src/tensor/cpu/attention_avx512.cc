@@ -140,33 +140,95 @@ LATHE_A512 inline float softmax_weights(float* scores, int64_t j0, int64_t j1, f
   return reduce16(vsum);
 }
 
-// o_h = Σ_j w_hj · v_j / Σ_j w_hj for HN query heads of one KV head (w = softmax_weights of each head's scores,
-// NV·16 = Dv values): each value row is loaded once for all HN heads. A head skips a key whose weight is 0
-// (masked or underflowed), so each head's sums are exactly those it would get alone.
+// Turns raw dot products row[j0, j1) into scores in place (× scale, then softcap, then −inf where explicit
+// positions hide the key), 16 at a time where no softcap or positions apply; returns their maximum. Each score
+// is the same float operations whichever way it goes.
+LATHE_A512 inline float finish_scores(float* row, int64_t j0, int64_t j1, const AttentionParams& p, int64_t qpos) {
+  const float neg_inf = -std::numeric_limits<float>::infinity();
+  if (p.softcap > 0.f || p.k_pos) {
+    float mx = neg_inf;
+    for (int64_t j = j0; j < j1; ++j) {
+      float s = row[j] * p.scale;
+      if (p.softcap > 0.f) s = std::tanh(s / p.softcap) * p.softcap;
+      if (p.k_pos && !key_visible(p, qpos, (*p.k_pos)[static_cast<size_t>(j)])) s = neg_inf;
+      row[j] = s;
+      mx = std::max(mx, s);
+    }
+    return mx;
+  }
+  const __m512 scale = _mm512_set1_ps(p.scale);
+  __m512 vmx = _mm512_set1_ps(neg_inf);
+  int64_t j = j0;
+  for (; j + 16 <= j1; j += 16) {
+    const __m512 s = _mm512_mul_ps(_mm512_loadu_ps(row + j), scale);
+    _mm512_storeu_ps(row + j, s);
+    vmx = _mm512_maskz_max_ps(0xFFFF, vmx, s);  // full-mask form: see load16
+  }
+  alignas(64) float lanes[16];  // (not _mm512_reduce_max_ps: GCC 12 warns as for load16; max is exact in any order)
+  _mm512_store_ps(lanes, vmx);
+  float mx = neg_inf;
+  for (const float l : lanes) mx = std::max(mx, l);
+  for (; j < j1; ++j) mx = std::max(mx, row[j] *= p.scale);
+  return mx;
+}
+
+// r[h] += w[h][j] · v_j over keys [j0, j1) in order, NV·16 values, each value row loaded once for all HN heads.
+// A head skips a key whose weight is 0 (masked), so each head's sums are exactly those it would get alone;
+// `dense` says no weight is 0 (linear positions: the exp never underflows to 0), and the same FMAs then run
+// without the per-key tests.
 template <class KT, int NV, int HN>
-LATHE_A512 void weighted_values(float* const* scores, int64_t j0, int64_t j1, const float* mx, const KT* v, int64_t vs0,
-                                bool prefetch, float* const* o) {
-  float total[HN];
-  for (int h = 0; h < HN; ++h) total[h] = softmax_weights(scores[h], j0, j1, mx[h]);
-  __m512 acc[HN][NV];
-  for (int h = 0; h < HN; ++h)
-    for (int d = 0; d < NV; ++d) acc[h][d] = _mm512_setzero_ps();
+LATHE_A512 inline void accumulate_values(const float* const* w, int64_t j0, int64_t j1, const KT* v, int64_t vs0,
+                                         bool prefetch, bool dense, __m512 (&r)[HN][NV]) {
   for (int64_t j = j0; j < j1; ++j) {
     float e[HN];
     bool any = false;
-    for (int h = 0; h < HN; ++h) any |= (e[h] = scores[h][j]) != 0.f;
-    if (!any) continue;
+    for (int h = 0; h < HN; ++h) any |= (e[h] = w[h][j]) != 0.f;
+    if (!dense && !any) continue;
     const KT* vj = v + j * vs0;
     if (prefetch && j + kKvPrefetchKeys < j1) prefetch_bytes(vj + kKvPrefetchKeys * vs0, 16 * NV * sizeof(KT));
     for (int d = 0; d < NV; ++d) {
       const __m512 vd = load16(vj + 16 * d);
       for (int h = 0; h < HN; ++h)
-        if (e[h] != 0.f) acc[h][d] = _mm512_fmadd_ps(_mm512_set1_ps(e[h]), vd, acc[h][d]);
+        if (dense || e[h] != 0.f) r[h][d] = _mm512_fmadd_ps(_mm512_set1_ps(e[h]), vd, r[h][d]);
     }
   }
+}
+
+// o_h = Σ_j w_hj · v_j / Σ_j w_hj for HN query heads of one KV head (w = softmax_weights of each head's scores).
+template <class KT, int NV, int HN>
+LATHE_A512 void weighted_values(float* const* scores, int64_t j0, int64_t j1, const float* mx, const KT* v, int64_t vs0,
+                                bool prefetch, bool dense, float* const* o) {
+  float total[HN];
+  for (int h = 0; h < HN; ++h) total[h] = softmax_weights(scores[h], j0, j1, mx[h]);
+  __m512 acc[HN][NV];
+  for (int h = 0; h < HN; ++h)
+    for (int d = 0; d < NV; ++d) acc[h][d] = _mm512_setzero_ps();
+  accumulate_values<KT, NV, HN>(scores, j0, j1, v, vs0, prefetch, dense, acc);
   for (int h = 0; h < HN; ++h) {
     const __m512 inv = _mm512_set1_ps(1.0f / total[h]);
     for (int d = 0; d < NV; ++d) _mm512_storeu_ps(o[h] + 16 * d, _mm512_mul_ps(acc[h][d], inv));
+  }
+}
+
+// Raw dot products of HN query heads with keys [j0, j1), four keys at a time, into row h of `scores` (stride S).
+template <class KT, int HN>
+LATHE_A512 inline void score_keys(const float* const* q, const KT* kbase, int64_t ks0, int64_t D, int64_t j0,
+                                  int64_t j1, bool prefetch, float* scores, int64_t S) {
+  int64_t j = j0;
+  for (; j + 4 <= j1; j += 4) {
+    const KT* keys[4] = {kbase + j * ks0, kbase + (j + 1) * ks0, kbase + (j + 2) * ks0, kbase + (j + 3) * ks0};
+    if (prefetch && j + kKvPrefetchKeys + 4 <= j1)
+      for (int r = 0; r < 4; ++r) prefetch_bytes(keys[r] + kKvPrefetchKeys * ks0, D * sizeof(KT));
+    float d[HN][4];
+    dots<KT, HN, 4>(q, keys, D, d);
+    for (int h = 0; h < HN; ++h)
+      for (int r = 0; r < 4; ++r) scores[h * S + j + r] = d[h][r];
+  }
+  for (; j < j1; ++j) {
+    const KT* keys[1] = {kbase + j * ks0};
+    float d[HN][1];
+    dots<KT, HN, 1>(q, keys, D, d);
+    for (int h = 0; h < HN; ++h) scores[h * S + j] = d[h][0];
   }
 }
 
@@ -181,32 +243,8 @@ LATHE_A512 void run_task(const Inputs<KT>& a, int64_t t, int64_t h0, float* scor
   for (int h = 0; h < HN; ++h) q[h] = a.q + t * a.qs0 + (h0 + h) * a.qs1;
   int64_t j0, j1;
   visible_key_range(p, qpos, S, j0, j1);
-  auto store = [&](int h, int64_t j, float dot) {
-    float s = dot * p.scale;
-    if (p.softcap > 0.f) s = std::tanh(s / p.softcap) * p.softcap;
-    if (p.k_pos) {
-      if (!key_visible(p, qpos, (*p.k_pos)[static_cast<size_t>(j)])) s = neg_inf;
-    }
-    scores[h * S + j] = s;
-  };
-  const KT* kbase = a.k + kh * a.ks1;
-  const bool prefetch = attention_prefetches(a.T);
-  int64_t j = j0;
-  for (; j + 4 <= j1; j += 4) {
-    const KT* keys[4] = {kbase + j * a.ks0, kbase + (j + 1) * a.ks0, kbase + (j + 2) * a.ks0, kbase + (j + 3) * a.ks0};
-    if (prefetch && j + kKvPrefetchKeys + 4 <= j1)
-      for (int r = 0; r < 4; ++r) prefetch_bytes(keys[r] + kKvPrefetchKeys * a.ks0, a.D * sizeof(KT));
-    float d[HN][4];
-    dots<KT, HN, 4>(q, keys, a.D, d);
-    for (int h = 0; h < HN; ++h)
-      for (int r = 0; r < 4; ++r) store(h, j + r, d[h][r]);
-  }
-  for (; j < j1; ++j) {
-    const KT* keys[1] = {kbase + j * a.ks0};
-    float d[HN][1];
-    dots<KT, HN, 1>(q, keys, a.D, d);
-    for (int h = 0; h < HN; ++h) store(h, j, d[h][0]);
-  }
+  const bool prefetch = attention_prefetches(a.T), dense = !p.k_pos;
+  score_keys<KT, HN>(q, a.k + kh * a.ks1, a.ks0, a.D, j0, j1, prefetch, scores, S);
   float* sh[HN];
   float* o[HN];
   float mx[HN];
@@ -214,13 +252,12 @@ LATHE_A512 void run_task(const Inputs<KT>& a, int64_t t, int64_t h0, float* scor
   for (int h = 0; h < HN; ++h) {
     sh[h] = scores + h * S;
     o[h] = a.out + (t * a.Hq + h0 + h) * a.Dv;
-    mx[h] = neg_inf;
-    for (int64_t jj = j0; jj < j1; ++jj) mx[h] = std::max(mx[h], sh[h][jj]);
+    mx[h] = finish_scores(sh[h], j0, j1, p, qpos);
     all_visible &= mx[h] != neg_inf;
   }
   if constexpr (HN * NV <= 16) {  // the accumulators of all HN heads fit the 32 registers
     if (all_visible) {
-      weighted_values<KT, NV, HN>(sh, j0, j1, mx, a.v + kh * a.vs1, a.vs0, prefetch, o);
+      weighted_values<KT, NV, HN>(sh, j0, j1, mx, a.v + kh * a.vs1, a.vs0, prefetch, dense, o);
       return;
     }
   }
@@ -229,13 +266,103 @@ LATHE_A512 void run_task(const Inputs<KT>& a, int64_t t, int64_t h0, float* scor
       std::fill(o[h], o[h] + a.Dv, 0.f);
       continue;
     }
-    weighted_values<KT, NV, 1>(&sh[h], j0, j1, &mx[h], a.v + kh * a.vs1, a.vs0, prefetch, &o[h]);
+    weighted_values<KT, NV, 1>(&sh[h], j0, j1, &mx[h], a.v + kh * a.vs1, a.vs0, prefetch, dense, &o[h]);
   }
+}
+
+// Prefill: a task takes kQueryBlock consecutive query rows of one head group and walks the keys in blocks of
+// kKeyBlock, so each K and V row is read from memory once per query block and then from L1 by every query of
+// it (one query at a time re-read the whole cache per row: at 2,048 tokens attention was 60% of the prefill).
+constexpr int64_t kQueryBlock = 8, kKeyBlock = 64;
+
+// Query rows [t0, t1) (at most kQueryBlock), heads h0 .. h0 + HN − 1 of one KV head. Per query the same scores,
+// the same softmax_weights from the same first key and the same FMA per value row in the same key order as
+// run_task, so each query's output is bitwise what run_task gives it: a row's result does not depend on the
+// block it is computed in. scores: kQueryBlock · HN rows of S floats; acc: kQueryBlock · HN · Dv floats.
+template <class KT, int HN, int NV>
+LATHE_A512 void run_block_task(const Inputs<KT>& a, int64_t t0, int64_t t1, int64_t h0, float* scores, float* acc) {
+  const AttentionParams& p = *a.p;
+  const int64_t kh = h0 / a.group, S = a.S, Dv = a.Dv, n = t1 - t0;
+  const float neg_inf = -std::numeric_limits<float>::infinity();
+  const KT* kbase = a.k + kh * a.ks1;
+  const KT* vbase = a.v + kh * a.vs1;
+  int64_t lo[kQueryBlock], hi[kQueryBlock], jmin = S, jmax = 0;
+  const float* q[kQueryBlock][HN];
+  for (int64_t i = 0; i < n; ++i) {
+    visible_key_range(p, p.q_pos0 + t0 + i, S, lo[i], hi[i]);
+    if (lo[i] < hi[i]) jmin = std::min(jmin, lo[i]), jmax = std::max(jmax, hi[i]);
+    for (int h = 0; h < HN; ++h) q[i][h] = a.q + (t0 + i) * a.qs0 + (h0 + h) * a.qs1;
+  }
+  const auto row = [&](int64_t i, int h) { return scores + (i * HN + h) * S; };
+  for (int64_t b0 = jmin; b0 < jmax; b0 += kKeyBlock) {  // scores, a key block at a time
+    const int64_t b1 = std::min(jmax, b0 + kKeyBlock);
+    for (int64_t i = 0; i < n; ++i)
+      score_keys<KT, HN>(q[i], kbase, a.ks0, a.D, std::max(b0, lo[i]), std::min(b1, hi[i]), false, row(i, 0), S);
+  }
+  float total[kQueryBlock][HN];
+  bool live[kQueryBlock][HN];
+  for (int64_t i = 0; i < n; ++i)
+    for (int h = 0; h < HN; ++h) {
+      float* w = row(i, h);
+      const float mx = finish_scores(w, lo[i], hi[i], p, p.q_pos0 + t0 + i);
+      live[i][h] = mx != neg_inf;  // else nothing visible: zeros rather than NaN, and no weight to add
+      if (live[i][h])
+        total[i][h] = softmax_weights(w, lo[i], hi[i], mx);
+      else
+        std::fill(w + lo[i], w + hi[i], 0.f);
+    }
+  std::fill(acc, acc + n * HN * Dv, 0.f);
+  constexpr int HJ = HN * NV <= 16 ? HN : 1;  // heads summed in one pass over a value row (registers permitting)
+  for (int64_t b0 = jmin; b0 < jmax; b0 += kKeyBlock) {  // weighted values, the same key blocks
+    const int64_t b1 = std::min(jmax, b0 + kKeyBlock);
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t j_lo = std::max(b0, lo[i]), j_hi = std::min(b1, hi[i]);
+      if (j_lo >= j_hi) continue;
+      for (int hb = 0; hb < HN; hb += HJ) {
+        __m512 r[HJ][NV];
+        const float* w[HJ];
+        bool dense = !p.k_pos;
+        for (int h = 0; h < HJ; ++h) {
+          w[h] = row(i, hb + h);
+          dense &= live[i][hb + h];
+          for (int d = 0; d < NV; ++d) r[h][d] = _mm512_loadu_ps(acc + (i * HN + hb + h) * Dv + 16 * d);
+        }
+        accumulate_values<KT, NV, HJ>(w, j_lo, j_hi, vbase, a.vs0, false, dense, r);
+        for (int h = 0; h < HJ; ++h)
+          for (int d = 0; d < NV; ++d) _mm512_storeu_ps(acc + (i * HN + hb + h) * Dv + 16 * d, r[h][d]);
+      }
+    }
+  }
+  for (int64_t i = 0; i < n; ++i)
+    for (int h = 0; h < HN; ++h) {
+      float* o = a.out + ((t0 + i) * a.Hq + h0 + h) * Dv;
+      if (!live[i][h]) {
+        std::fill(o, o + Dv, 0.f);
+        continue;
+      }
+      const __m512 inv = _mm512_set1_ps(1.0f / total[i][h]);
+      const float* src = acc + (i * HN + h) * Dv;
+      for (int d = 0; d < NV; ++d) _mm512_storeu_ps(o + 16 * d, _mm512_mul_ps(_mm512_loadu_ps(src + 16 * d), inv));
+    }
 }
 
 template <class KT, int HN, int NV>
 void run_all(const Inputs<KT>& a) {
   const int64_t per_row = a.Hq / HN;
+  if (a.T > kAttentionDecodeRows) {
+    const int64_t blocks = (a.T + kQueryBlock - 1) / kQueryBlock;
+    const auto block_tasks = [&](int64_t i0, int64_t i1) {
+      std::vector<float> scores(static_cast<size_t>(kQueryBlock * HN * a.S));
+      std::vector<float> acc(static_cast<size_t>(kQueryBlock * HN * a.Dv));
+      for (int64_t i = i0; i < i1; ++i) {
+        const int64_t t0 = (i / per_row) * kQueryBlock;
+        run_block_task<KT, HN, NV>(a, t0, std::min(a.T, t0 + kQueryBlock), (i % per_row) * HN, scores.data(),
+                                   acc.data());
+      }
+    };
+    parallel_for(blocks * per_row, 1, block_tasks, attention_chunks_per_thread(a.T));
+    return;
+  }
   const auto tasks = [&](int64_t i0, int64_t i1) {
     std::vector<float> scores(static_cast<size_t>(HN * a.S));
     for (int64_t i = i0; i < i1; ++i) run_task<KT, HN, NV>(a, i / per_row, (i % per_row) * HN, scores.data());
