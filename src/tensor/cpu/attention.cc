@@ -207,12 +207,156 @@ void attention_pairs(const Tensor& q, const Tensor& k, const Tensor& v, const At
 }
 #endif
 
+#ifdef LATHE_AVX2
+// Prefill (more than kAttentionDecodeRows query rows): a task takes kPrefillQueryBlock consecutive query rows of
+// HN heads of one KV head (HN = 2: a pair, as attention_pairs) and walks the keys in blocks of kPrefillKeyBlock,
+// so each K/V row is read from memory once per query block and then from L1 by each of its queries. Per query
+// every score is dot_key's (any of the grouped dots gives its bits), the weights are softmax_weights8 from the
+// query's first visible key, and the value rows are summed with the same FMAs in the same key order as
+// attn_weighted_values (the accumulators parked in memory between key blocks), so each row's output is bitwise
+// its one-row (decode path) result.
+constexpr int64_t kPrefillQueryBlock = 8, kPrefillKeyBlock = 64;
+
+template <class KT, int HN, int NV>
+void attention_prefill_blocks(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionParams& p,
+                              Tensor& out) {
+  const int64_t T = q.dim(0), Hq = q.dim(1), D = q.dim(2);
+  const int64_t S = k.dim(0), Hkv = k.dim(1), Dv = v.dim(2);
+  const int64_t group = Hq / Hkv, per_row = Hq / HN, blocks = (T + kPrefillQueryBlock - 1) / kPrefillQueryBlock;
+  const float* qp = q.data<float>();
+  const KT* kp = k.data<KT>();
+  const KT* vp = v.data<KT>();
+  const int64_t ks0 = k.stride(0), ks1 = k.stride(1), vs0 = v.stride(0), vs1 = v.stride(1);
+  const int64_t qs0 = q.stride(0), qs1 = q.stride(1);
+  float* op = out.data<float>();
+  const float neg_inf = -std::numeric_limits<float>::infinity();
+  const auto tasks = [&](int64_t i0, int64_t i1) {
+    std::vector<float> scores(static_cast<size_t>(kPrefillQueryBlock * HN * S));
+    std::vector<float> acc(static_cast<size_t>(kPrefillQueryBlock * HN * Dv));
+    for (int64_t task = i0; task < i1; ++task) {
+      const int64_t t0 = (task / per_row) * kPrefillQueryBlock, n = std::min(T, t0 + kPrefillQueryBlock) - t0;
+      const int64_t h0 = (task % per_row) * HN, kh = h0 / group;
+      const KT* kbase = kp + kh * ks1;
+      const KT* vbase = vp + kh * vs1;
+      int64_t lo[kPrefillQueryBlock], hi[kPrefillQueryBlock], jmin = S, jmax = 0;
+      const float* qv[kPrefillQueryBlock][HN];
+      for (int64_t i = 0; i < n; ++i) {
+        visible_key_range(p, p.q_pos0 + t0 + i, S, lo[i], hi[i]);
+        if (lo[i] < hi[i]) jmin = std::min(jmin, lo[i]), jmax = std::max(jmax, hi[i]);
+        for (int h = 0; h < HN; ++h) qv[i][h] = qp + (t0 + i) * qs0 + (h0 + h) * qs1;
+      }
+      const auto row = [&](int64_t i, int h) { return scores.data() + (i * HN + h) * S; };
+      for (int64_t b0 = jmin; b0 < jmax; b0 += kPrefillKeyBlock) {  // raw dots, a key block at a time
+        const int64_t b1 = std::min(jmax, b0 + kPrefillKeyBlock);
+        for (int64_t i = 0; i < n; ++i) {
+          int64_t j = std::max(b0, lo[i]);
+          const int64_t end = std::min(b1, hi[i]);
+          if constexpr (HN == 2) {
+            for (; j + 2 <= end; j += 2) {
+              const KT* keys[2] = {kbase + j * ks0, kbase + (j + 1) * ks0};
+              float d[2][2];
+              attn_dot_2x2(qv[i], keys, D, d);
+              for (int h = 0; h < 2; ++h)
+                for (int r = 0; r < 2; ++r) row(i, h)[j + r] = d[h][r];
+            }
+          } else {
+            for (; j + 4 <= end; j += 4) {
+              const KT* keys[4] = {kbase + j * ks0, kbase + (j + 1) * ks0, kbase + (j + 2) * ks0,
+                                   kbase + (j + 3) * ks0};
+              attn_dot_x4(qv[i][0], keys, D, row(i, 0) + j);
+            }
+          }
+          for (; j < end; ++j)
+            for (int h = 0; h < HN; ++h) row(i, h)[j] = dot_key(qv[i][h], kbase + j * ks0, D);
+        }
+      }
+      float total[kPrefillQueryBlock][HN];
+      bool live[kPrefillQueryBlock][HN];
+      for (int64_t i = 0; i < n; ++i) {
+        const int64_t qpos = p.q_pos0 + t0 + i;
+        for (int h = 0; h < HN; ++h) {
+          float* w = row(i, h);
+          float mx = neg_inf;
+          for (int64_t j = lo[i]; j < hi[i]; ++j) {  // the scores, as the one-row paths finish them
+            float s = w[j] * p.scale;
+            if (p.softcap > 0.f) s = std::tanh(s / p.softcap) * p.softcap;
+            if (p.k_pos && !key_visible(p, qpos, (*p.k_pos)[static_cast<size_t>(j)])) s = neg_inf;
+            w[j] = s;
+            mx = std::max(mx, s);
+          }
+          live[i][h] = mx != neg_inf;  // else nothing visible: zeros rather than NaN
+          total[i][h] = live[i][h] ? softmax_weights8(w, lo[i], hi[i], mx) : 0.f;
+        }
+      }
+      std::fill(acc.begin(), acc.begin() + n * HN * Dv, 0.f);
+      for (int64_t b0 = jmin; b0 < jmax; b0 += kPrefillKeyBlock) {  // weighted values, the same key blocks
+        const int64_t b1 = std::min(jmax, b0 + kPrefillKeyBlock);
+        for (int64_t i = 0; i < n; ++i) {
+          const int64_t j_lo = std::max(b0, lo[i]), j_hi = std::min(b1, hi[i]);
+          for (int h = 0; h < HN; ++h) {
+            if (!live[i][h] || j_lo >= j_hi) continue;
+            const float* w = row(i, h);
+            float* a = acc.data() + (i * HN + h) * Dv;
+            __m256 r[NV];
+            for (int d = 0; d < NV; ++d) r[d] = _mm256_loadu_ps(a + 8 * d);
+            for (int64_t j = j_lo; j < j_hi; ++j) {
+              if (w[j] == 0.f) continue;
+              const __m256 ve = _mm256_set1_ps(w[j]);
+              const KT* vj = vbase + j * vs0;
+              for (int d = 0; d < NV; ++d) r[d] = _mm256_fmadd_ps(ve, load8(vj + 8 * d), r[d]);
+            }
+            for (int d = 0; d < NV; ++d) _mm256_storeu_ps(a + 8 * d, r[d]);
+          }
+        }
+      }
+      for (int64_t i = 0; i < n; ++i)
+        for (int h = 0; h < HN; ++h) {
+          float* o = op + ((t0 + i) * Hq + h0 + h) * Dv;
+          if (!live[i][h]) {
+            std::fill(o, o + Dv, 0.f);
+            continue;
+          }
+          const float inv = 1.0f / total[i][h];
+          const float* a = acc.data() + (i * HN + h) * Dv;
+          for (int64_t d = 0; d < Dv; ++d) o[d] = a[d] * inv;
+        }
+    }
+  };
+  parallel_for(blocks * per_row, 1, tasks, attention_chunks_per_thread(T));
+}
+
+// The blocked prefill for the head sizes the SIMD paths cover (head pairs where the GQA group is even).
+template <class KT>
+bool attention_prefill(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionParams& p, Tensor& out) {
+  if (q.dim(0) <= kAttentionDecodeRows) return false;
+  const bool pairs = (q.dim(1) / k.dim(1)) % 2 == 0;
+  switch (v.dim(2)) {
+    case 32:
+      pairs ? attention_prefill_blocks<KT, 2, 4>(q, k, v, p, out) : attention_prefill_blocks<KT, 1, 4>(q, k, v, p, out);
+      return true;
+    case 64:
+      pairs ? attention_prefill_blocks<KT, 2, 8>(q, k, v, p, out) : attention_prefill_blocks<KT, 1, 8>(q, k, v, p, out);
+      return true;
+    case 128:
+      pairs ? attention_prefill_blocks<KT, 2, 16>(q, k, v, p, out)
+            : attention_prefill_blocks<KT, 1, 16>(q, k, v, p, out);
+      return true;
+    case 256:
+      pairs ? attention_prefill_blocks<KT, 2, 32>(q, k, v, p, out)
+            : attention_prefill_blocks<KT, 1, 32>(q, k, v, p, out);
+      return true;
+    default: return false;
+  }
+}
+#endif
+
 template <class KT>
 void attention_impl(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionParams& p, Tensor& out) {
   const int64_t T = q.dim(0), Hq = q.dim(1), D = q.dim(2);
   const int64_t S = k.dim(0), Hkv = k.dim(1), Dv = v.dim(2);
   const int64_t group = Hq / Hkv;
 #ifdef LATHE_AVX2
+  if (attention_prefill<KT>(q, k, v, p, out)) return;
   if (group % 2 == 0) {
     if (Dv == 32) return attention_pairs<KT, 4>(q, k, v, p, out);
     if (Dv == 64) return attention_pairs<KT, 8>(q, k, v, p, out);
