@@ -4,7 +4,7 @@
 Issue #15's comparison. Run it on a quiet machine (nothing else building or benchmarking beside it):
 
   bench/peers/cpu_vs_llama_cpp.py --llama-src LLAMA_CPP_SOURCE \
-      [--lathe build/lathe] [--rounds 3] [--threads 1,2] [--bits 4,8] [--out bench/results/X.json]
+      [--lathe build/lathe] [--rounds 3] [--threads 1,2] [--bits 4,8] [--prompt 128] [--out bench/results/X.json]
 
 What it does (each step cached under --work, default $LATHE_PEER_DIR/cpu-vs-llama-cpp, LATHE_PEER_DIR defaulting to ~/.cache/lathe-peers):
  1. builds llama.cpp's llama-bench and llama-quantize from --llama-src (bench/peers/llama_cpp_build.sh: a source
@@ -14,8 +14,8 @@ What it does (each step cached under --work, default $LATHE_PEER_DIR/cpu-vs-llam
     4.5 and 8.5 bits per weight) and bench/peers/qwen3_to_gguf.py -> F16 GGUF -> `llama-quantize --pure` Q4_0 and
     Q8_0 (4.5 and 8.5 bits per weight: the same bytes, every matrix including the tied embedding/logits one);
  3. copy and read bandwidth (bench/peers/membw.cc) at 1 and 2 threads, before and after the runs;
- 4. rounds of: for each bits, for each thread count, `lathe --threads T run --json` (128-token prompt, 64 decode
-    steps, --ignore-eos) and `llama-bench -p 128 -n 64 -t T -r 1` back to back, the order flipped every round;
+ 4. rounds of: for each bits, for each thread count, `lathe --threads T run --json` (128-token prompt or --prompt, 64
+    decode steps, --ignore-eos) and `llama-bench -p 128 -n 64 -t T -r 1` back to back, the order flipped every round;
  5. medians and min/max per engine, bits and threads; ratios against the issue's goals (decode >= 1.3x and prefill
     >= 1.0x llama.cpp at 2 threads, 2 threads >= 1.7x 1 thread); decode weight bytes read per second (weight
     tensor bytes x decode tok/s) next to the measured bandwidth. JSON on stdout and in --out; progress on stderr.
@@ -155,7 +155,7 @@ def lathe_run(lathe, model, threads, ids):
 
 def llama_bench(binary, gguf_path, threads, depth):
     """pp128 and tg64 from an empty context (the issue's command), then tg64 after `depth` tokens, where lathe's
-    decode steps run (lathe decodes after its 128-token prompt)."""
+    decode steps run (lathe decodes after its prompt)."""
     t0 = time.time()
     out = json.loads(run([binary, "-m", gguf_path, "-p", str(PROMPT), "-n", str(GEN), "-t", str(threads),
                           "-r", "1", "-o", "json"], stderr=subprocess.DEVNULL))
@@ -238,7 +238,7 @@ def summarize_result(result):
 def markdown_table(result):
     """The summary as the Markdown table docs/benchmarks.md carries."""
     sm = result["summary"]
-    lines = ["| engine | weights | MB | threads | prefill 128 tok/s | decode tok/s | decode weight GB/s "
+    lines = [f"| engine | weights | MB | threads | prefill {PROMPT} tok/s | decode tok/s | decode weight GB/s "
              "(% of read / copy bw) |", "|---|---|---:|---:|---|---|---|"]
     for key, s in sm.items():
         if "ratios" in key or not s.get("decode_tok_s"):
@@ -258,6 +258,7 @@ def markdown_table(result):
 
 
 def main():
+    global PROMPT
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--llama-src", required=True, help="llama.cpp source tree or git directory")
     ap.add_argument("--lathe", default=os.path.join(REPO, "build", "lathe"), help="lathe binary to measure")
@@ -270,11 +271,14 @@ def main():
     ap.add_argument("--out", help="also write the JSON here")
     ap.add_argument("--fresh", action="store_true", help="re-make the checkpoints")
     ap.add_argument("--label", default="", help="what the lathe binary is (branch, commit), recorded in the JSON")
+    ap.add_argument("--prompt", type=int, default=PROMPT, help="prompt tokens (prefill length, decode depth)")
     ap.add_argument("--summarize", metavar="RAW", help="only recompute the summary of an earlier run's JSON")
     a = ap.parse_args()
+    PROMPT = a.prompt
     if a.summarize:
         with open(a.summarize) as f:
             result = json.load(f)
+        PROMPT = result["method"]["prompt_tokens"]
         result["summary"] = summarize_result(result)
         print(json.dumps(result, indent=1))
         print(markdown_table(result), file=sys.stderr)
