@@ -6,6 +6,8 @@
 #include <random>
 #include <vector>
 
+#include "tensor/tensor.h"
+
 namespace lathe::testutil {
 
 // n values from N(0, scale²), reproducible from the seed.
@@ -15,6 +17,14 @@ inline std::vector<float> random_floats(size_t n, uint32_t seed, float scale = 1
   std::vector<float> v(n);
   for (auto& x : v) x = d(rng);
   return v;
+}
+
+// A contiguous F32 tensor of random_floats.
+inline Tensor random_tensor(const Shape& shape, uint32_t seed) {
+  Tensor t = Tensor::empty(shape, DType::F32);
+  const auto v = random_floats(static_cast<size_t>(t.numel()), seed);
+  std::copy(v.begin(), v.end(), t.data<float>());
+  return t;
 }
 
 // log softmax of x[0, n) in double precision (the reference side of KL and agreement checks).

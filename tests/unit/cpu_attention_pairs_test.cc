@@ -14,13 +14,6 @@
 namespace lathe {
 namespace {
 
-Tensor pair_test_rows(const Shape& shape, uint32_t seed) {
-  Tensor t = Tensor::empty(shape, DType::F32);
-  const auto v = testutil::random_floats(static_cast<size_t>(t.numel()), seed);
-  std::copy(v.begin(), v.end(), t.data<float>());
-  return t;
-}
-
 class CpuAttentionPairs : public ::testing::TestWithParam<int64_t> {};  // head size
 
 void check_pairs_against_single_heads(int64_t D);
@@ -43,9 +36,10 @@ TEST_P(CpuAttentionPairs, EachHeadIsBitwiseItsOneHeadResult) {
 TEST_P(CpuAttentionPairs, Avx512AgreesWithAvx2) {
   if (!cpu::isa_supported(cpu::Isa::Avx512Vnni)) GTEST_SKIP() << "no AVX-512 on this CPU";
   const int64_t D = GetParam(), T = 2, Hq = 6, Hkv = 3, S = 41;  // odd GQA group: one head per task
-  const Tensor q = pair_test_rows({T, Hq, D}, 21);
+  const Tensor q = testutil::random_tensor({T, Hq, D}, 21);
   for (const int64_t hkv : {Hkv, Hq}) {
-    const Tensor k = pair_test_rows({S, hkv, D}, 22).to(DType::BF16), v = pair_test_rows({S, hkv, D}, 23);
+    const Tensor k = testutil::random_tensor({S, hkv, D}, 22).to(DType::BF16),
+                 v = testutil::random_tensor({S, hkv, D}, 23);
     AttentionParams p;
     p.scale = 0.2f;
     p.q_pos0 = S - T;
@@ -64,11 +58,12 @@ TEST_P(CpuAttentionPairs, Avx512AgreesWithAvx2) {
 
 void check_pairs_against_single_heads(int64_t D) {
   const int64_t T = 3, Hq = 4, Hkv = 2, S = 29;
-  const Tensor q = pair_test_rows({T, Hq, D}, 11);
+  const Tensor q = testutil::random_tensor({T, Hq, D}, 11);
   std::vector<int64_t> ring(static_cast<size_t>(S));
   for (int64_t j = 0; j < S; ++j) ring[static_cast<size_t>(j)] = (j * 5) % S;
   for (const DType kv_type : {DType::F32, DType::BF16}) {
-    const Tensor k = pair_test_rows({S, Hkv, D}, 12).to(kv_type), v = pair_test_rows({S, Hkv, D}, 13).to(kv_type);
+    const Tensor k = testutil::random_tensor({S, Hkv, D}, 12).to(kv_type),
+                 v = testutil::random_tensor({S, Hkv, D}, 13).to(kv_type);
     for (int variant = 0; variant < 4; ++variant) {
       AttentionParams p;
       p.scale = 0.2f;

@@ -15,13 +15,6 @@
 namespace lathe {
 namespace {
 
-Tensor prefill_test_rows(const Shape& shape, uint32_t seed) {
-  Tensor t = Tensor::empty(shape, DType::F32);
-  const auto v = testutil::random_floats(static_cast<size_t>(t.numel()), seed);
-  std::copy(v.begin(), v.end(), t.data<float>());
-  return t;
-}
-
 struct IsaScope {
   explicit IsaScope(cpu::Isa isa) : saved(cpu::active_isa()) { cpu::set_isa_for_testing(isa); }
   ~IsaScope() { cpu::set_isa_for_testing(saved); }
@@ -41,10 +34,10 @@ TEST_P(CpuAttentionPrefill, EachQueryRowIsBitwiseItsOneRowResult) {
     for (int64_t j = 0; j < S; ++j) ring[static_cast<size_t>(j)] = (j * 7) % S;
     for (const int64_t Hkv : {int64_t{2}, int64_t{4}}) {  // group of two query heads per KV head, then one
       const int64_t Hq = 4;
-      const Tensor q = prefill_test_rows({T, Hq, D}, 31);
+      const Tensor q = testutil::random_tensor({T, Hq, D}, 31);
       for (const DType kv_type : {DType::F32, DType::BF16}) {
-        const Tensor k = prefill_test_rows({S, Hkv, D}, 32).to(kv_type);
-        const Tensor v = prefill_test_rows({S, Hkv, D}, 33).to(kv_type);
+        const Tensor k = testutil::random_tensor({S, Hkv, D}, 32).to(kv_type);
+        const Tensor v = testutil::random_tensor({S, Hkv, D}, 33).to(kv_type);
         for (int variant = 0; variant < 5; ++variant) {
           AttentionParams p;
           p.scale = 0.3f;
@@ -72,8 +65,8 @@ TEST_P(CpuAttentionPrefill, EachQueryRowIsBitwiseItsOneRowResult) {
 // Rows that see no key at all (a window past every cached key) get zeros, as alone.
 TEST_P(CpuAttentionPrefill, RowsThatSeeNoKeyGetZeros) {
   const int64_t D = GetParam(), T = 10, S = 12, Hq = 2, Hkv = 1;
-  const Tensor q = prefill_test_rows({T, Hq, D}, 41);
-  const Tensor k = prefill_test_rows({S, Hkv, D}, 42), v = prefill_test_rows({S, Hkv, D}, 43);
+  const Tensor q = testutil::random_tensor({T, Hq, D}, 41);
+  const Tensor k = testutil::random_tensor({S, Hkv, D}, 42), v = testutil::random_tensor({S, Hkv, D}, 43);
   std::vector<int64_t> far(static_cast<size_t>(S), 1000);  // every key after every query
   AttentionParams p;
   p.k_pos = &far;

@@ -14,13 +14,6 @@
 namespace lathe {
 namespace {
 
-Tensor random_rows_f32(const Shape& shape, uint32_t seed) {
-  Tensor t = Tensor::empty(shape, DType::F32);
-  const auto v = testutil::random_floats(static_cast<size_t>(t.numel()), seed);
-  std::copy(v.begin(), v.end(), t.data<float>());
-  return t;
-}
-
 bool same_bits(const Tensor& a, const Tensor& b) {
   const Tensor x = a.contiguous(), y = b.contiguous();
   return x.dtype() == y.dtype() && x.shape() == y.shape() && std::memcmp(x.raw(), y.raw(), x.nbytes()) == 0;
@@ -36,14 +29,14 @@ TEST_P(CpuKvBf16, RowsAreRoundedAndAttentionIsTheWidenedF32s) {
   bf16.cpu_kv_bf16 = true;
   for (const int64_t window : {int64_t{0}, int64_t{6}}) {
     auto cache = make_attention_cache(window, bf16);
-    const Tensor k = random_rows_f32({9, Hkv, D}, 1), v = random_rows_f32({9, Hkv, D}, 2);
+    const Tensor k = testutil::random_tensor({9, Hkv, D}, 1), v = testutil::random_tensor({9, Hkv, D}, 2);
     KVView view = cache->update(k, v);  // prefill
     ASSERT_EQ(view.k.dtype(), DType::BF16);
     if (window == 0) {
       EXPECT_TRUE(same_bits(view.k.to(DType::F32), widened(k)));
       EXPECT_TRUE(same_bits(view.v.to(DType::F32), widened(v)));
     }
-    const Tensor k1 = random_rows_f32({1, Hkv, D}, 3), v1 = random_rows_f32({1, Hkv, D}, 4);
+    const Tensor k1 = testutil::random_tensor({1, Hkv, D}, 3), v1 = testutil::random_tensor({1, Hkv, D}, 4);
     view = cache->update(k1, v1);  // decode (a ring in place, with explicit positions, when windowed)
     AttentionParams p;
     p.scale = 0.125f;
@@ -51,7 +44,7 @@ TEST_P(CpuKvBf16, RowsAreRoundedAndAttentionIsTheWidenedF32s) {
     p.k_pos0 = view.pos0;
     p.k_pos = view.positions.empty() ? nullptr : &view.positions;
     p.window = window;
-    const Tensor q = random_rows_f32({1, Hq, D}, 5);
+    const Tensor q = testutil::random_tensor({1, Hq, D}, 5);
     const Tensor got = attention(q, view.k, view.v, p);
     const Tensor want = attention(q, view.k.to(DType::F32), view.v.to(DType::F32), p);
     if (D % 16 == 0) {
@@ -67,7 +60,7 @@ TEST_P(CpuKvBf16, StatesOfEitherTypeRestore) {
   const int64_t D = GetParam();
   CacheOptions f32, bf16;
   bf16.cpu_kv_bf16 = true;
-  const Tensor k = random_rows_f32({5, 2, D}, 6), v = random_rows_f32({5, 2, D}, 7);
+  const Tensor k = testutil::random_tensor({5, 2, D}, 6), v = testutil::random_tensor({5, 2, D}, 7);
   for (const int64_t window : {int64_t{0}, int64_t{8}}) {
     auto a = make_attention_cache(window, f32);
     a->update(k, v);

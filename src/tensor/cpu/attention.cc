@@ -102,6 +102,35 @@ void attn_weighted_values(float* scores, int64_t j0, int64_t j1, float mx, const
 }
 #endif
 
+// A call's tensors as the kernels below read them: sizes (q [T, Hq, D], k [S, Hkv, D], v [S, Hkv, Dv]), the
+// query heads per KV head, data pointers and strides.
+template <class KT>
+struct Operands {
+  Operands(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out)
+      : T(q.dim(0)),
+        Hq(q.dim(1)),
+        D(q.dim(2)),
+        S(k.dim(0)),
+        Dv(v.dim(2)),
+        group(q.dim(1) / k.dim(1)),
+        qp(q.data<float>()),
+        kp(k.data<KT>()),
+        vp(v.data<KT>()),
+        op(out.data<float>()),
+        qs0(q.stride(0)),
+        qs1(q.stride(1)),
+        ks0(k.stride(0)),
+        ks1(k.stride(1)),
+        vs0(v.stride(0)),
+        vs1(v.stride(1)) {}
+  int64_t T, Hq, D, S, Dv, group;
+  const float* qp;
+  const KT* kp;
+  const KT* vp;
+  float* op;
+  int64_t qs0, qs1, ks0, ks1, vs0, vs1;
+};
+
 #ifdef LATHE_AVX2
 // Two query heads against two keys: out[h][r] is exactly dot_key(q_h, k_r) (the same FMAs in the same order),
 // with each key chunk loaded (and widened) once for both heads.
@@ -142,15 +171,8 @@ void attn_dot_2x2(const float* const* q, const KT* const* k, int64_t n, float (&
 // the same order, so the outputs are bitwise the same.
 template <class KT, int NV>
 void attention_pairs(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionParams& p, Tensor& out) {
-  const int64_t T = q.dim(0), Hq = q.dim(1), D = q.dim(2);
-  const int64_t S = k.dim(0), Hkv = k.dim(1), Dv = v.dim(2);
-  const int64_t group = Hq / Hkv, pairs = Hq / 2;
-  const float* qp = q.data<float>();
-  const KT* kp = k.data<KT>();
-  const KT* vp = v.data<KT>();
-  const int64_t ks0 = k.stride(0), ks1 = k.stride(1), vs0 = v.stride(0), vs1 = v.stride(1);
-  const int64_t qs0 = q.stride(0), qs1 = q.stride(1);
-  float* op = out.data<float>();
+  const auto [T, Hq, D, S, Dv, group, qp, kp, vp, op, qs0, qs1, ks0, ks1, vs0, vs1] = Operands<KT>(q, k, v, out);
+  const int64_t pairs = Hq / 2;
   const float neg_inf = -std::numeric_limits<float>::infinity();
   auto finish_score = [&](float d) {
     float s = d * p.scale;
@@ -220,15 +242,8 @@ constexpr int64_t kPrefillQueryBlock = 8, kPrefillKeyBlock = 64;
 template <class KT, int HN, int NV>
 void attention_prefill_blocks(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionParams& p,
                               Tensor& out) {
-  const int64_t T = q.dim(0), Hq = q.dim(1), D = q.dim(2);
-  const int64_t S = k.dim(0), Hkv = k.dim(1), Dv = v.dim(2);
-  const int64_t group = Hq / Hkv, per_row = Hq / HN, blocks = (T + kPrefillQueryBlock - 1) / kPrefillQueryBlock;
-  const float* qp = q.data<float>();
-  const KT* kp = k.data<KT>();
-  const KT* vp = v.data<KT>();
-  const int64_t ks0 = k.stride(0), ks1 = k.stride(1), vs0 = v.stride(0), vs1 = v.stride(1);
-  const int64_t qs0 = q.stride(0), qs1 = q.stride(1);
-  float* op = out.data<float>();
+  const auto [T, Hq, D, S, Dv, group, qp, kp, vp, op, qs0, qs1, ks0, ks1, vs0, vs1] = Operands<KT>(q, k, v, out);
+  const int64_t per_row = Hq / HN, blocks = (T + kPrefillQueryBlock - 1) / kPrefillQueryBlock;
   const float neg_inf = -std::numeric_limits<float>::infinity();
   const auto tasks = [&](int64_t i0, int64_t i1) {
     std::vector<float> scores(static_cast<size_t>(kPrefillQueryBlock * HN * S));
@@ -352,9 +367,7 @@ bool attention_prefill(const Tensor& q, const Tensor& k, const Tensor& v, const 
 
 template <class KT>
 void attention_impl(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionParams& p, Tensor& out) {
-  const int64_t T = q.dim(0), Hq = q.dim(1), D = q.dim(2);
-  const int64_t S = k.dim(0), Hkv = k.dim(1), Dv = v.dim(2);
-  const int64_t group = Hq / Hkv;
+  const auto [T, Hq, D, S, Dv, group, qp, kp, vp, op, qs0, qs1, ks0, ks1, vs0, vs1] = Operands<KT>(q, k, v, out);
 #ifdef LATHE_AVX2
   if (attention_prefill<KT>(q, k, v, p, out)) return;
   if (group % 2 == 0) {
@@ -364,12 +377,6 @@ void attention_impl(const Tensor& q, const Tensor& k, const Tensor& v, const Att
     if (Dv == 256) return attention_pairs<KT, 32>(q, k, v, p, out);
   }
 #endif
-  const float* qp = q.data<float>();
-  const KT* kp = k.data<KT>();
-  const KT* vp = v.data<KT>();
-  const int64_t ks0 = k.stride(0), ks1 = k.stride(1), vs0 = v.stride(0), vs1 = v.stride(1);
-  const int64_t qs0 = q.stride(0), qs1 = q.stride(1);
-  float* op = out.data<float>();
   const float neg_inf = -std::numeric_limits<float>::infinity();
 
   auto key_pos = [&](int64_t j) { return p.k_pos ? (*p.k_pos)[static_cast<size_t>(j)] : p.k_pos0 + j; };
