@@ -33,7 +33,9 @@ function(lathe_attach_cuda target)
       POSITION_INDEPENDENT_CODE ON)
     target_include_directories(lathe_cuda PUBLIC ${PROJECT_SOURCE_DIR}/src)
     target_compile_options(lathe_cuda PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:--expt-relaxed-constexpr -O3>)
-    target_link_libraries(lathe_cuda PUBLIC CUDA::cudart_static CUDA::cublas CUDA::cublasLt nlohmann_json::nlohmann_json)
+    # cuBLAS is opened at run time on first use (tensor/cuda/cublas_api.cc), not linked: --device cpu never maps it.
+    target_link_libraries(lathe_cuda PUBLIC CUDA::cudart_static nlohmann_json::nlohmann_json ${CMAKE_DL_LIBS})
+    target_compile_definitions(lathe_cuda PRIVATE LATHE_CUDA_LIB_DIR="${CUDAToolkit_LIBRARY_DIR}")
     target_compile_definitions(lathe_cuda PUBLIC LATHE_HAVE_CUDA=1)
     target_link_libraries(${target} PUBLIC lathe_cuda)
     # The device half calls back into the core (tensors, the dense-weight budget): two static libraries that

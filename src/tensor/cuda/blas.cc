@@ -6,6 +6,7 @@
 #include <string>
 
 #include "common/error.h"
+#include "tensor/cuda/cublas_api.h"
 #include "tensor/cuda/kernels.h"
 #include "tensor/cuda/runtime.h"
 
@@ -20,10 +21,11 @@ void gemm(const void* x, const void* w, DType t, int64_t M, int64_t N, int64_t K
     throw Error(ErrorKind::Unsupported, "gemm: element type #" + std::to_string(static_cast<int>(d)));
   };
   const cublasComputeType_t compute = t == DType::F32 ? CUBLAS_COMPUTE_32F_PEDANTIC : CUBLAS_COMPUTE_32F;
-  check(cublasGemmEx(cublas(), CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(N), static_cast<int>(M), static_cast<int>(K),
-                     &alpha, w, ctype(t), static_cast<int>(K), x, ctype(t), static_cast<int>(K), &beta, y, ctype(yt),
-                     static_cast<int>(N), compute, CUBLAS_GEMM_DEFAULT),
-        "cublasGemmEx");
+  check(
+      cublas_api().gemm_ex(cublas(), CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(N), static_cast<int>(M),
+                           static_cast<int>(K), &alpha, w, ctype(t), static_cast<int>(K), x, ctype(t),
+                           static_cast<int>(K), &beta, y, ctype(yt), static_cast<int>(N), compute, CUBLAS_GEMM_DEFAULT),
+      "cublasGemmEx");
 }
 
 }  // namespace lathe::cuda

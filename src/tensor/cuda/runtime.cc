@@ -11,6 +11,7 @@
 
 #include "common/error.h"
 #include "tensor/cuda/allocator.h"
+#include "tensor/cuda/cublas_api.h"
 #include "tensor/cuda/runtime.h"
 #include "tensor/device_memory.h"
 
@@ -47,12 +48,13 @@ struct Runtime {
     LATHE_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
     sms = prop.multiProcessorCount;
     LATHE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-    check(cublasCreate(&blas), "cublasCreate");
-    check(cublasSetStream(blas, stream), "cublasSetStream");
+    const CublasApi& api = cublas_api();
+    check(api.create(&blas), "cublasCreate");
+    check(api.set_stream(blas, stream), "cublasSetStream");
     // Our own workspace, so cuBLAS allocates nothing behind the allocator's back (and graphs can capture it).
     constexpr size_t kWorkspace = 32u << 20;
     blas_workspace = allocator_alloc(kWorkspace);
-    check(cublasSetWorkspace(blas, blas_workspace, kWorkspace), "cublasSetWorkspace");
+    check(api.set_workspace(blas, blas_workspace, kWorkspace), "cublasSetWorkspace");
   }
 };
 
