@@ -26,19 +26,19 @@ Tensor attention_decode_rows(const std::vector<DecodeKV>& rows, const AttentionP
     const Tensor& q = row.q;
     if (q.device() != Device::CUDA || q.dtype() != DType::BF16 || q.ndim() != 3 || q.dim(0) != 1 || !q.is_contiguous())
       return Tensor();
-    // References, not copies: two Tensor copies per row and layer were measurable host time at 64 rows.
-    const Tensor* kp = &row.k;
-    const Tensor* vp = &row.v;
+    const Tensor* kp = row.k;
+    const Tensor* vp = row.v;
     if (row.quantized) {  // as attention_quantized: the whole cache dequantized to q's type
-      if (row.kv_heads <= 0) return Tensor();
-      const int64_t S = row.qk.rows() / row.kv_heads;
-      keep.push_back(Tensor::empty({S, row.kv_heads, row.qk.cols()}, q.dtype(), Device::CUDA));
-      keep.push_back(Tensor::empty({S, row.kv_heads, row.qv.cols()}, q.dtype(), Device::CUDA));
+      if (row.kv_heads <= 0 || !row.qk || !row.qv) return Tensor();
+      const int64_t S = row.qk->rows() / row.kv_heads;
+      keep.push_back(Tensor::empty({S, row.kv_heads, row.qk->cols()}, q.dtype(), Device::CUDA));
+      keep.push_back(Tensor::empty({S, row.kv_heads, row.qv->cols()}, q.dtype(), Device::CUDA));
       kp = &keep[keep.size() - 2];
       vp = &keep.back();
-      cuda::dequantize_any(view(row.qk), kp->raw(), q.dtype());
-      cuda::dequantize_any(view(row.qv), vp->raw(), q.dtype());
+      cuda::dequantize_any(view(*row.qk), kp->raw(), q.dtype());
+      cuda::dequantize_any(view(*row.qv), vp->raw(), q.dtype());
     }
+    if (!kp || !vp) return Tensor();
     const Tensor& k = *kp;
     const Tensor& v = *vp;
     if (k.device() != Device::CUDA || v.device() != Device::CUDA || k.dtype() != q.dtype() || v.dtype() != q.dtype() ||

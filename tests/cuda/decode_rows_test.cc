@@ -33,6 +33,9 @@ void check_rows(int64_t Hq, int64_t Hkv, int64_t D, int64_t window, float softca
   p.window = window;
   std::vector<DecodeKV> rows;
   std::vector<std::vector<int64_t>> positions(spec.size());
+  // What the rows point at (DecodeKV holds pointers), one slot per row so nothing moves.
+  std::vector<Tensor> keys(spec.size()), values(spec.size());
+  std::vector<QuantizedMatrix> qkeys(spec.size()), qvalues(spec.size());
   std::vector<std::vector<float>> solo;
   uint32_t seed = 100;
   for (size_t r = 0; r < spec.size(); ++r) {
@@ -55,13 +58,17 @@ void check_rows(int64_t Hq, int64_t Hkv, int64_t D, int64_t window, float softca
     if (c.quantized) {
       d.quantized = true;
       d.kv_heads = Hkv;
-      d.qk = quantize_kv(kb.slice(0, 0, c.S).contiguous().reshape({c.S * Hkv, D}), 8, 64);
-      d.qv = quantize_kv(vb.slice(0, 0, c.S).contiguous().reshape({c.S * Hkv, D}), 8, 64);
-      solo.push_back(attention_quantized(d.q, d.qk, d.qv, Hkv, pr).to_floats());
+      qkeys[r] = quantize_kv(kb.slice(0, 0, c.S).contiguous().reshape({c.S * Hkv, D}), 8, 64);
+      qvalues[r] = quantize_kv(vb.slice(0, 0, c.S).contiguous().reshape({c.S * Hkv, D}), 8, 64);
+      d.qk = &qkeys[r];
+      d.qv = &qvalues[r];
+      solo.push_back(attention_quantized(d.q, qkeys[r], qvalues[r], Hkv, pr).to_floats());
     } else {
-      d.k = kb.slice(0, 0, c.S);
-      d.v = vb.slice(0, 0, c.S);
-      solo.push_back(attention(d.q, d.k, d.v, pr).to_floats());
+      keys[r] = kb.slice(0, 0, c.S);
+      values[r] = vb.slice(0, 0, c.S);
+      d.k = &keys[r];
+      d.v = &values[r];
+      solo.push_back(attention(d.q, keys[r], values[r], pr).to_floats());
     }
     rows.push_back(d);
   }

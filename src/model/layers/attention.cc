@@ -154,11 +154,11 @@ Tensor Attention::decode_rows(const Tensor& y, const std::vector<LayerCache*>& c
   for (size_t r = 0; r < B; ++r) {
     const KVView& kv = views[r];
     DecodeKV& d = rows[r];
-    d.k = kv.k;
-    d.v = kv.v;
+    d.k = &kv.k;
+    d.v = &kv.v;
     d.quantized = kv.quantized;
-    d.qk = kv.qk;
-    d.qv = kv.qv;
+    d.qk = &kv.qk;
+    d.qv = &kv.qv;
     d.kv_heads = kv.kv_heads;
     d.q_pos0 = pos[r];
     d.k_pos0 = kv.pos0;
