@@ -171,7 +171,12 @@ void attn_dot_2x2(const float* const* q, const KT* const* k, int64_t n, float (&
 // the same order, so the outputs are bitwise the same.
 template <class KT, int NV>
 void attention_pairs(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionParams& p, Tensor& out) {
-  const auto [T, Hq, D, S, Dv, group, qp, kp, vp, op, qs0, qs1, ks0, ks1, vs0, vs1] = Operands<KT>(q, k, v, out);
+  const Operands<KT> o(q, k, v, out);  // named copies below: clang cannot capture structured bindings in lambdas
+  const int64_t T = o.T, Hq = o.Hq, D = o.D, S = o.S, Dv = o.Dv, group = o.group;
+  const float* qp = o.qp;
+  const KT *kp = o.kp, *vp = o.vp;
+  float* op = o.op;
+  const int64_t qs0 = o.qs0, qs1 = o.qs1, ks0 = o.ks0, ks1 = o.ks1, vs0 = o.vs0, vs1 = o.vs1;
   const int64_t pairs = Hq / 2;
   const float neg_inf = -std::numeric_limits<float>::infinity();
   auto finish_score = [&](float d) {
@@ -242,7 +247,12 @@ constexpr int64_t kPrefillQueryBlock = 8, kPrefillKeyBlock = 64;
 template <class KT, int HN, int NV>
 void attention_prefill_blocks(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionParams& p,
                               Tensor& out) {
-  const auto [T, Hq, D, S, Dv, group, qp, kp, vp, op, qs0, qs1, ks0, ks1, vs0, vs1] = Operands<KT>(q, k, v, out);
+  const Operands<KT> o(q, k, v, out);  // named copies below: clang cannot capture structured bindings in lambdas
+  const int64_t T = o.T, Hq = o.Hq, D = o.D, S = o.S, Dv = o.Dv, group = o.group;
+  const float* qp = o.qp;
+  const KT *kp = o.kp, *vp = o.vp;
+  float* op = o.op;
+  const int64_t qs0 = o.qs0, qs1 = o.qs1, ks0 = o.ks0, ks1 = o.ks1, vs0 = o.vs0, vs1 = o.vs1;
   const int64_t per_row = Hq / HN, blocks = (T + kPrefillQueryBlock - 1) / kPrefillQueryBlock;
   const float neg_inf = -std::numeric_limits<float>::infinity();
   const auto tasks = [&](int64_t i0, int64_t i1) {
@@ -367,7 +377,12 @@ bool attention_prefill(const Tensor& q, const Tensor& k, const Tensor& v, const 
 
 template <class KT>
 void attention_impl(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionParams& p, Tensor& out) {
-  const auto [T, Hq, D, S, Dv, group, qp, kp, vp, op, qs0, qs1, ks0, ks1, vs0, vs1] = Operands<KT>(q, k, v, out);
+  const Operands<KT> o(q, k, v, out);  // named copies below: clang cannot capture structured bindings in lambdas
+  const int64_t T = o.T, Hq = o.Hq, D = o.D, S = o.S, Dv = o.Dv, group = o.group;
+  const float* qp = o.qp;
+  const KT *kp = o.kp, *vp = o.vp;
+  float* op = o.op;
+  const int64_t qs0 = o.qs0, qs1 = o.qs1, ks0 = o.ks0, ks1 = o.ks1, vs0 = o.vs0, vs1 = o.vs1;
 #ifdef LATHE_AVX2
   if (attention_prefill<KT>(q, k, v, p, out)) return;
   if (group % 2 == 0) {
