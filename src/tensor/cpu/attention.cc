@@ -102,7 +102,7 @@ void attn_weighted_values(float* scores, int64_t j0, int64_t j1, float mx, const
 }
 #endif
 
-// A call's tensors as the kernels below read them: sizes (q [T, Hq, D], k [S, Hkv, D], v [S, Hkv, Dv]), the
+// A call's tensors as the kernels below read them (`io`): sizes (q [T, Hq, D], k [S, Hkv, D], v [S, Hkv, Dv]), the
 // query heads per KV head, data pointers and strides.
 template <class KT>
 struct Operands {
@@ -171,38 +171,33 @@ void attn_dot_2x2(const float* const* q, const KT* const* k, int64_t n, float (&
 // the same order, so the outputs are bitwise the same.
 template <class KT, int NV>
 void attention_pairs(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionParams& p, Tensor& out) {
-  const Operands<KT> o(q, k, v, out);  // named copies below: clang cannot capture structured bindings in lambdas
-  const int64_t T = o.T, Hq = o.Hq, D = o.D, S = o.S, Dv = o.Dv, group = o.group;
-  const float* qp = o.qp;
-  const KT *kp = o.kp, *vp = o.vp;
-  float* op = o.op;
-  const int64_t qs0 = o.qs0, qs1 = o.qs1, ks0 = o.ks0, ks1 = o.ks1, vs0 = o.vs0, vs1 = o.vs1;
-  const int64_t pairs = Hq / 2;
+  const Operands<KT> io(q, k, v, out);
+  const int64_t pairs = io.Hq / 2;
   const float neg_inf = -std::numeric_limits<float>::infinity();
   auto finish_score = [&](float d) {
     float s = d * p.scale;
     if (p.softcap > 0.f) s = std::tanh(s / p.softcap) * p.softcap;
     return s;
   };
-  const bool prefetch = attention_prefetches(T);
+  const bool prefetch = attention_prefetches(io.T);
   const auto tasks = [&](int64_t i0, int64_t i1) {
-    std::vector<float> scores[2] = {std::vector<float>(static_cast<size_t>(S)),
-                                    std::vector<float>(static_cast<size_t>(S))};
+    std::vector<float> scores[2] = {std::vector<float>(static_cast<size_t>(io.S)),
+                                    std::vector<float>(static_cast<size_t>(io.S))};
     for (int64_t i = i0; i < i1; ++i) {
-      const int64_t t = i / pairs, h0 = 2 * (i % pairs), kh = h0 / group;
+      const int64_t t = i / pairs, h0 = 2 * (i % pairs), kh = h0 / io.group;
       const int64_t qpos = p.q_pos0 + t;
-      const float* qv[2] = {qp + t * qs0 + h0 * qs1, qp + t * qs0 + (h0 + 1) * qs1};
+      const float* qv[2] = {io.qp + t * io.qs0 + h0 * io.qs1, io.qp + t * io.qs0 + (h0 + 1) * io.qs1};
       int64_t j0, j1;
-      visible_key_range(p, qpos, S, j0, j1);
+      visible_key_range(p, qpos, io.S, j0, j1);
       float mx[2] = {neg_inf, neg_inf};
       int64_t jb = j0;
       if (!p.k_pos) {
         for (; jb + 2 <= j1; jb += 2) {
-          const KT* keys[2] = {kp + jb * ks0 + kh * ks1, kp + (jb + 1) * ks0 + kh * ks1};
+          const KT* keys[2] = {io.kp + jb * io.ks0 + kh * io.ks1, io.kp + (jb + 1) * io.ks0 + kh * io.ks1};
           if (prefetch && jb + kKvPrefetchKeys + 2 <= j1)
-            for (int r = 0; r < 2; ++r) prefetch_bytes(keys[r] + kKvPrefetchKeys * ks0, D * sizeof(KT));
+            for (int r = 0; r < 2; ++r) prefetch_bytes(keys[r] + kKvPrefetchKeys * io.ks0, io.D * sizeof(KT));
           float d[2][2];
-          attn_dot_2x2(qv, keys, D, d);
+          attn_dot_2x2(qv, keys, io.D, d);
           for (int h = 0; h < 2; ++h)
             for (int r = 0; r < 2; ++r) {
               const float s = finish_score(d[h][r]);
@@ -214,23 +209,23 @@ void attention_pairs(const Tensor& q, const Tensor& k, const Tensor& v, const At
       for (int64_t j = jb; j < j1; ++j) {
         const bool seen = !p.k_pos || key_visible(p, qpos, (*p.k_pos)[static_cast<size_t>(j)]);
         for (int h = 0; h < 2; ++h) {
-          const float s = seen ? finish_score(dot_key(qv[h], kp + j * ks0 + kh * ks1, D)) : neg_inf;
+          const float s = seen ? finish_score(dot_key(qv[h], io.kp + j * io.ks0 + kh * io.ks1, io.D)) : neg_inf;
           scores[h][static_cast<size_t>(j)] = s;
           mx[h] = std::max(mx[h], s);
         }
       }
       // Values per head as the one-head path does them (the second head reads the V rows from cache).
       for (int h = 0; h < 2; ++h) {
-        float* o = op + (t * Hq + h0 + h) * Dv;
+        float* o = io.op + (t * io.Hq + h0 + h) * io.Dv;
         if (mx[h] == neg_inf) {  // nothing visible: zeros rather than NaN
-          std::fill(o, o + Dv, 0.f);
+          std::fill(o, o + io.Dv, 0.f);
           continue;
         }
-        attn_weighted_values<NV>(scores[h].data(), j0, j1, mx[h], vp + kh * vs1, vs0, prefetch, o);
+        attn_weighted_values<NV>(scores[h].data(), j0, j1, mx[h], io.vp + kh * io.vs1, io.vs0, prefetch, o);
       }
     }
   };
-  parallel_for(T * pairs, 1, tasks, attention_chunks_per_thread(T));
+  parallel_for(io.T * pairs, 1, tasks, attention_chunks_per_thread(io.T));
 }
 #endif
 
@@ -247,30 +242,25 @@ constexpr int64_t kPrefillQueryBlock = 8, kPrefillKeyBlock = 64;
 template <class KT, int HN, int NV>
 void attention_prefill_blocks(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionParams& p,
                               Tensor& out) {
-  const Operands<KT> o(q, k, v, out);  // named copies below: clang cannot capture structured bindings in lambdas
-  const int64_t T = o.T, Hq = o.Hq, D = o.D, S = o.S, Dv = o.Dv, group = o.group;
-  const float* qp = o.qp;
-  const KT *kp = o.kp, *vp = o.vp;
-  float* op = o.op;
-  const int64_t qs0 = o.qs0, qs1 = o.qs1, ks0 = o.ks0, ks1 = o.ks1, vs0 = o.vs0, vs1 = o.vs1;
-  const int64_t per_row = Hq / HN, blocks = (T + kPrefillQueryBlock - 1) / kPrefillQueryBlock;
+  const Operands<KT> io(q, k, v, out);
+  const int64_t per_row = io.Hq / HN, blocks = (io.T + kPrefillQueryBlock - 1) / kPrefillQueryBlock;
   const float neg_inf = -std::numeric_limits<float>::infinity();
   const auto tasks = [&](int64_t i0, int64_t i1) {
-    std::vector<float> scores(static_cast<size_t>(kPrefillQueryBlock * HN * S));
-    std::vector<float> acc(static_cast<size_t>(kPrefillQueryBlock * HN * Dv));
+    std::vector<float> scores(static_cast<size_t>(kPrefillQueryBlock * HN * io.S));
+    std::vector<float> acc(static_cast<size_t>(kPrefillQueryBlock * HN * io.Dv));
     for (int64_t task = i0; task < i1; ++task) {
-      const int64_t t0 = (task / per_row) * kPrefillQueryBlock, n = std::min(T, t0 + kPrefillQueryBlock) - t0;
-      const int64_t h0 = (task % per_row) * HN, kh = h0 / group;
-      const KT* kbase = kp + kh * ks1;
-      const KT* vbase = vp + kh * vs1;
-      int64_t lo[kPrefillQueryBlock], hi[kPrefillQueryBlock], jmin = S, jmax = 0;
+      const int64_t t0 = (task / per_row) * kPrefillQueryBlock, n = std::min(io.T, t0 + kPrefillQueryBlock) - t0;
+      const int64_t h0 = (task % per_row) * HN, kh = h0 / io.group;
+      const KT* kbase = io.kp + kh * io.ks1;
+      const KT* vbase = io.vp + kh * io.vs1;
+      int64_t lo[kPrefillQueryBlock], hi[kPrefillQueryBlock], jmin = io.S, jmax = 0;
       const float* qv[kPrefillQueryBlock][HN];
       for (int64_t i = 0; i < n; ++i) {
-        visible_key_range(p, p.q_pos0 + t0 + i, S, lo[i], hi[i]);
+        visible_key_range(p, p.q_pos0 + t0 + i, io.S, lo[i], hi[i]);
         if (lo[i] < hi[i]) jmin = std::min(jmin, lo[i]), jmax = std::max(jmax, hi[i]);
-        for (int h = 0; h < HN; ++h) qv[i][h] = qp + (t0 + i) * qs0 + (h0 + h) * qs1;
+        for (int h = 0; h < HN; ++h) qv[i][h] = io.qp + (t0 + i) * io.qs0 + (h0 + h) * io.qs1;
       }
-      const auto row = [&](int64_t i, int h) { return scores.data() + (i * HN + h) * S; };
+      const auto row = [&](int64_t i, int h) { return scores.data() + (i * HN + h) * io.S; };
       for (int64_t b0 = jmin; b0 < jmax; b0 += kPrefillKeyBlock) {  // raw dots, a key block at a time
         const int64_t b1 = std::min(jmax, b0 + kPrefillKeyBlock);
         for (int64_t i = 0; i < n; ++i) {
@@ -278,21 +268,21 @@ void attention_prefill_blocks(const Tensor& q, const Tensor& k, const Tensor& v,
           const int64_t end = std::min(b1, hi[i]);
           if constexpr (HN == 2) {
             for (; j + 2 <= end; j += 2) {
-              const KT* keys[2] = {kbase + j * ks0, kbase + (j + 1) * ks0};
+              const KT* keys[2] = {kbase + j * io.ks0, kbase + (j + 1) * io.ks0};
               float d[2][2];
-              attn_dot_2x2(qv[i], keys, D, d);
+              attn_dot_2x2(qv[i], keys, io.D, d);
               for (int h = 0; h < 2; ++h)
                 for (int r = 0; r < 2; ++r) row(i, h)[j + r] = d[h][r];
             }
           } else {
             for (; j + 4 <= end; j += 4) {
-              const KT* keys[4] = {kbase + j * ks0, kbase + (j + 1) * ks0, kbase + (j + 2) * ks0,
-                                   kbase + (j + 3) * ks0};
-              attn_dot_x4(qv[i][0], keys, D, row(i, 0) + j);
+              const KT* keys[4] = {kbase + j * io.ks0, kbase + (j + 1) * io.ks0, kbase + (j + 2) * io.ks0,
+                                   kbase + (j + 3) * io.ks0};
+              attn_dot_x4(qv[i][0], keys, io.D, row(i, 0) + j);
             }
           }
           for (; j < end; ++j)
-            for (int h = 0; h < HN; ++h) row(i, h)[j] = dot_key(qv[i][h], kbase + j * ks0, D);
+            for (int h = 0; h < HN; ++h) row(i, h)[j] = dot_key(qv[i][h], kbase + j * io.ks0, io.D);
         }
       }
       float total[kPrefillQueryBlock][HN];
@@ -313,7 +303,7 @@ void attention_prefill_blocks(const Tensor& q, const Tensor& k, const Tensor& v,
           total[i][h] = live[i][h] ? softmax_weights8(w, lo[i], hi[i], mx) : 0.f;
         }
       }
-      std::fill(acc.begin(), acc.begin() + n * HN * Dv, 0.f);
+      std::fill(acc.begin(), acc.begin() + n * HN * io.Dv, 0.f);
       for (int64_t b0 = jmin; b0 < jmax; b0 += kPrefillKeyBlock) {  // weighted values, the same key blocks
         const int64_t b1 = std::min(jmax, b0 + kPrefillKeyBlock);
         for (int64_t i = 0; i < n; ++i) {
@@ -321,13 +311,13 @@ void attention_prefill_blocks(const Tensor& q, const Tensor& k, const Tensor& v,
           for (int h = 0; h < HN; ++h) {
             if (!live[i][h] || j_lo >= j_hi) continue;
             const float* w = row(i, h);
-            float* a = acc.data() + (i * HN + h) * Dv;
+            float* a = acc.data() + (i * HN + h) * io.Dv;
             __m256 r[NV];
             for (int d = 0; d < NV; ++d) r[d] = _mm256_loadu_ps(a + 8 * d);
             for (int64_t j = j_lo; j < j_hi; ++j) {
               if (w[j] == 0.f) continue;
               const __m256 ve = _mm256_set1_ps(w[j]);
-              const KT* vj = vbase + j * vs0;
+              const KT* vj = vbase + j * io.vs0;
               for (int d = 0; d < NV; ++d) r[d] = _mm256_fmadd_ps(ve, load8(vj + 8 * d), r[d]);
             }
             for (int d = 0; d < NV; ++d) _mm256_storeu_ps(a + 8 * d, r[d]);
@@ -336,18 +326,18 @@ void attention_prefill_blocks(const Tensor& q, const Tensor& k, const Tensor& v,
       }
       for (int64_t i = 0; i < n; ++i)
         for (int h = 0; h < HN; ++h) {
-          float* o = op + ((t0 + i) * Hq + h0 + h) * Dv;
+          float* o = io.op + ((t0 + i) * io.Hq + h0 + h) * io.Dv;
           if (!live[i][h]) {
-            std::fill(o, o + Dv, 0.f);
+            std::fill(o, o + io.Dv, 0.f);
             continue;
           }
           const float inv = 1.0f / total[i][h];
-          const float* a = acc.data() + (i * HN + h) * Dv;
-          for (int64_t d = 0; d < Dv; ++d) o[d] = a[d] * inv;
+          const float* a = acc.data() + (i * HN + h) * io.Dv;
+          for (int64_t d = 0; d < io.Dv; ++d) o[d] = a[d] * inv;
         }
     }
   };
-  parallel_for(blocks * per_row, 1, tasks, attention_chunks_per_thread(T));
+  parallel_for(blocks * per_row, 1, tasks, attention_chunks_per_thread(io.T));
 }
 
 // The blocked prefill for the head sizes the SIMD paths cover (head pairs where the GQA group is even).
@@ -377,38 +367,33 @@ bool attention_prefill(const Tensor& q, const Tensor& k, const Tensor& v, const 
 
 template <class KT>
 void attention_impl(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionParams& p, Tensor& out) {
-  const Operands<KT> o(q, k, v, out);  // named copies below: clang cannot capture structured bindings in lambdas
-  const int64_t T = o.T, Hq = o.Hq, D = o.D, S = o.S, Dv = o.Dv, group = o.group;
-  const float* qp = o.qp;
-  const KT *kp = o.kp, *vp = o.vp;
-  float* op = o.op;
-  const int64_t qs0 = o.qs0, qs1 = o.qs1, ks0 = o.ks0, ks1 = o.ks1, vs0 = o.vs0, vs1 = o.vs1;
+  const Operands<KT> io(q, k, v, out);
 #ifdef LATHE_AVX2
   if (attention_prefill<KT>(q, k, v, p, out)) return;
-  if (group % 2 == 0) {
-    if (Dv == 32) return attention_pairs<KT, 4>(q, k, v, p, out);
-    if (Dv == 64) return attention_pairs<KT, 8>(q, k, v, p, out);
-    if (Dv == 128) return attention_pairs<KT, 16>(q, k, v, p, out);
-    if (Dv == 256) return attention_pairs<KT, 32>(q, k, v, p, out);
+  if (io.group % 2 == 0) {
+    if (io.Dv == 32) return attention_pairs<KT, 4>(q, k, v, p, out);
+    if (io.Dv == 64) return attention_pairs<KT, 8>(q, k, v, p, out);
+    if (io.Dv == 128) return attention_pairs<KT, 16>(q, k, v, p, out);
+    if (io.Dv == 256) return attention_pairs<KT, 32>(q, k, v, p, out);
   }
 #endif
   const float neg_inf = -std::numeric_limits<float>::infinity();
 
   auto key_pos = [&](int64_t j) { return p.k_pos ? (*p.k_pos)[static_cast<size_t>(j)] : p.k_pos0 + j; };
 #ifdef LATHE_AVX2
-  const bool prefetch = attention_prefetches(T);
+  const bool prefetch = attention_prefetches(io.T);
 #endif
 
   const auto tasks = [&](int64_t i0, int64_t i1) {
-    std::vector<float> scores(static_cast<size_t>(S));
-    std::vector<float> acc(static_cast<size_t>(Dv));
+    std::vector<float> scores(static_cast<size_t>(io.S));
+    std::vector<float> acc(static_cast<size_t>(io.Dv));
     for (int64_t i = i0; i < i1; ++i) {
-      const int64_t t = i / Hq, h = i % Hq, kh = h / group;
+      const int64_t t = i / io.Hq, h = i % io.Hq, kh = h / io.group;
       const int64_t qpos = p.q_pos0 + t;
-      const float* qv = qp + t * qs0 + h * qs1;
+      const float* qv = io.qp + t * io.qs0 + h * io.qs1;
       // Visible key range for linear positions; explicit positions check every key.
       int64_t j0, j1;
-      visible_key_range(p, qpos, S, j0, j1);
+      visible_key_range(p, qpos, io.S, j0, j1);
       float mx = neg_inf;
       int64_t jb = j0;
 #ifdef LATHE_AVX2
@@ -416,11 +401,11 @@ void attention_impl(const Tensor& q, const Tensor& k, const Tensor& v, const Att
       if (!p.k_pos) {
         for (; jb + 4 <= j1; jb += 4) {
           const KT* keys[4];
-          for (int r = 0; r < 4; ++r) keys[r] = kp + (jb + r) * ks0 + kh * ks1;
+          for (int r = 0; r < 4; ++r) keys[r] = io.kp + (jb + r) * io.ks0 + kh * io.ks1;
           if (prefetch && jb + kKvPrefetchKeys + 4 <= j1)
-            for (int r = 0; r < 4; ++r) prefetch_bytes(keys[r] + kKvPrefetchKeys * ks0, D * sizeof(KT));
+            for (int r = 0; r < 4; ++r) prefetch_bytes(keys[r] + kKvPrefetchKeys * io.ks0, io.D * sizeof(KT));
           float d4[4];
-          attn_dot_x4(qv, keys, D, d4);
+          attn_dot_x4(qv, keys, io.D, d4);
           for (int r = 0; r < 4; ++r) {
             float s = d4[r] * p.scale;
             if (p.softcap > 0.f) s = std::tanh(s / p.softcap) * p.softcap;
@@ -435,25 +420,25 @@ void attention_impl(const Tensor& q, const Tensor& k, const Tensor& v, const Att
         if (p.k_pos && !key_visible(p, qpos, key_pos(j))) {
           s = neg_inf;
         } else {
-          s = dot_key(qv, kp + j * ks0 + kh * ks1, D) * p.scale;
+          s = dot_key(qv, io.kp + j * io.ks0 + kh * io.ks1, io.D) * p.scale;
           if (p.softcap > 0.f) s = std::tanh(s / p.softcap) * p.softcap;
         }
         scores[static_cast<size_t>(j)] = s;
         mx = std::max(mx, s);
       }
       std::fill(acc.begin(), acc.end(), 0.f);
-      float* o = op + (t * Hq + h) * Dv;
+      float* o = io.op + (t * io.Hq + h) * io.Dv;
       if (mx == neg_inf) {  // nothing visible: zero output rather than NaN
-        std::fill(o, o + Dv, 0.f);
+        std::fill(o, o + io.Dv, 0.f);
         continue;
       }
 #ifdef LATHE_AVX2
-      const KT* vh = vp + kh * vs1;
-      if (Dv == 32 || Dv == 64 || Dv == 128 || Dv == 256) {
-        if (Dv == 32) attn_weighted_values<4>(scores.data(), j0, j1, mx, vh, vs0, prefetch, o);
-        if (Dv == 64) attn_weighted_values<8>(scores.data(), j0, j1, mx, vh, vs0, prefetch, o);
-        if (Dv == 128) attn_weighted_values<16>(scores.data(), j0, j1, mx, vh, vs0, prefetch, o);
-        if (Dv == 256) attn_weighted_values<32>(scores.data(), j0, j1, mx, vh, vs0, prefetch, o);
+      const KT* vh = io.vp + kh * io.vs1;
+      if (io.Dv == 32 || io.Dv == 64 || io.Dv == 128 || io.Dv == 256) {
+        if (io.Dv == 32) attn_weighted_values<4>(scores.data(), j0, j1, mx, vh, io.vs0, prefetch, o);
+        if (io.Dv == 64) attn_weighted_values<8>(scores.data(), j0, j1, mx, vh, io.vs0, prefetch, o);
+        if (io.Dv == 128) attn_weighted_values<16>(scores.data(), j0, j1, mx, vh, io.vs0, prefetch, o);
+        if (io.Dv == 256) attn_weighted_values<32>(scores.data(), j0, j1, mx, vh, io.vs0, prefetch, o);
         continue;
       }
 #endif
@@ -463,18 +448,18 @@ void attention_impl(const Tensor& q, const Tensor& k, const Tensor& v, const Att
         if (s == neg_inf) continue;
         const float e = std::exp(s - mx);
         sum += e;
-        const KT* vj = vp + j * vs0 + kh * vs1;
+        const KT* vj = io.vp + j * io.vs0 + kh * io.vs1;
         if constexpr (std::is_same_v<KT, float>) {
-          axpy_f32(e, vj, acc.data(), Dv);
+          axpy_f32(e, vj, acc.data(), io.Dv);
         } else {
-          for (int64_t d = 0; d < Dv; ++d) acc[static_cast<size_t>(d)] += e * widen(vj[d]);
+          for (int64_t d = 0; d < io.Dv; ++d) acc[static_cast<size_t>(d)] += e * widen(vj[d]);
         }
       }
       const float inv = 1.0f / sum;
-      for (int64_t d = 0; d < Dv; ++d) o[d] = acc[static_cast<size_t>(d)] * inv;
+      for (int64_t d = 0; d < io.Dv; ++d) o[d] = acc[static_cast<size_t>(d)] * inv;
     }
   };
-  parallel_for(T * Hq, 1, tasks, attention_chunks_per_thread(T));
+  parallel_for(io.T * io.Hq, 1, tasks, attention_chunks_per_thread(io.T));
 }
 
 }  // namespace f32_attn
