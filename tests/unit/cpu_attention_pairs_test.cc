@@ -7,6 +7,7 @@
 #include <cstring>
 #include <vector>
 
+#include "support/cpu_kernel_cases.h"
 #include "support/test_util.h"
 #include "tensor/cpu/cpu_features.h"
 #include "tensor/ops.h"
@@ -18,16 +19,10 @@ class CpuAttentionPairs : public ::testing::TestWithParam<int64_t> {};  // head 
 
 void check_pairs_against_single_heads(int64_t D);
 
-struct IsaOverride {
-  explicit IsaOverride(cpu::Isa isa) : saved(cpu::active_isa()) { cpu::set_isa_for_testing(isa); }
-  ~IsaOverride() { cpu::set_isa_for_testing(saved); }
-  cpu::Isa saved;
-};
-
 TEST_P(CpuAttentionPairs, EachHeadIsBitwiseItsOneHeadResult) {
   for (const cpu::Isa isa : {cpu::Isa::Avx2, cpu::Isa::Avx512Vnni}) {
     if (!cpu::isa_supported(isa)) continue;
-    const IsaOverride scope(isa);
+    const testutil::IsaScope scope(isa);
     SCOPED_TRACE(isa == cpu::Isa::Avx2 ? "avx2" : "avx512");
     check_pairs_against_single_heads(GetParam());
   }
@@ -45,11 +40,11 @@ TEST_P(CpuAttentionPairs, Avx512AgreesWithAvx2) {
     p.q_pos0 = S - T;
     Tensor wide, narrow;
     {
-      const IsaOverride scope(cpu::Isa::Avx512Vnni);
+      const testutil::IsaScope scope(cpu::Isa::Avx512Vnni);
       wide = attention(q, k, v.to(DType::BF16), p);
     }
     {
-      const IsaOverride scope(cpu::Isa::Avx2);
+      const testutil::IsaScope scope(cpu::Isa::Avx2);
       narrow = attention(q, k, v.to(DType::BF16), p);
     }
     for (int64_t i = 0; i < wide.numel(); ++i) EXPECT_NEAR(wide.data<float>()[i], narrow.data<float>()[i], 1e-5f);
@@ -64,13 +59,10 @@ void check_pairs_against_single_heads(int64_t D) {
   for (const DType kv_type : {DType::F32, DType::BF16}) {
     const Tensor k = testutil::random_tensor({S, Hkv, D}, 12).to(kv_type),
                  v = testutil::random_tensor({S, Hkv, D}, 13).to(kv_type);
-    for (int variant = 0; variant < 4; ++variant) {
-      AttentionParams p;
-      p.scale = 0.2f;
-      p.q_pos0 = S - T;
-      if (variant == 1) p.window = 7;
-      if (variant == 2) p.k_pos = &ring;
-      if (variant == 3) p.softcap = 0.7f;
+    AttentionParams base;
+    base.scale = 0.2f;
+    base.q_pos0 = S - T;
+    for (const auto& [variant, p] : testutil::attention_cases(base, 7, &ring, 0.7f)) {
       const Tensor both = attention(q, k, v, p);  // [T, Hq, D]: the paired path
       for (int64_t h = 0; h < Hq; ++h) {
         // Head h alone against its KV head: one query head per KV head, the one-head path.

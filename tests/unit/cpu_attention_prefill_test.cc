@@ -8,18 +8,13 @@
 #include <cstring>
 #include <vector>
 
+#include "support/cpu_kernel_cases.h"
 #include "support/test_util.h"
 #include "tensor/cpu/cpu_features.h"
 #include "tensor/ops.h"
 
 namespace lathe {
 namespace {
-
-struct IsaScope {
-  explicit IsaScope(cpu::Isa isa) : saved(cpu::active_isa()) { cpu::set_isa_for_testing(isa); }
-  ~IsaScope() { cpu::set_isa_for_testing(saved); }
-  cpu::Isa saved;
-};
 
 class CpuAttentionPrefill : public ::testing::TestWithParam<int64_t> {};  // head size
 
@@ -28,7 +23,7 @@ TEST_P(CpuAttentionPrefill, EachQueryRowIsBitwiseItsOneRowResult) {
   const int64_t T = 21, S = 75;  // 21 rows: two full query blocks and a partial one; 54 keys cached before them
   for (const cpu::Isa isa : {cpu::Isa::Avx2, cpu::Isa::Avx512Vnni}) {
     if (!cpu::isa_supported(isa)) continue;
-    const IsaScope scope(isa);
+    const testutil::IsaScope scope(isa);
     SCOPED_TRACE(isa == cpu::Isa::Avx2 ? "avx2" : "avx512");
     std::vector<int64_t> ring(static_cast<size_t>(S));
     for (int64_t j = 0; j < S; ++j) ring[static_cast<size_t>(j)] = (j * 7) % S;
@@ -38,14 +33,10 @@ TEST_P(CpuAttentionPrefill, EachQueryRowIsBitwiseItsOneRowResult) {
       for (const DType kv_type : {DType::F32, DType::BF16}) {
         const Tensor k = testutil::random_tensor({S, Hkv, D}, 32).to(kv_type);
         const Tensor v = testutil::random_tensor({S, Hkv, D}, 33).to(kv_type);
-        for (int variant = 0; variant < 5; ++variant) {
-          AttentionParams p;
-          p.scale = 0.3f;
-          p.q_pos0 = S - T;
-          if (variant == 1) p.window = 9;
-          if (variant == 2) p.k_pos = &ring;
-          if (variant == 3) p.softcap = 0.8f;
-          if (variant == 4) p.causal = false;
+        AttentionParams base;
+        base.scale = 0.3f;
+        base.q_pos0 = S - T;
+        for (const auto& [variant, p] : testutil::attention_cases(base, 9, &ring, 0.8f, /*non_causal=*/true)) {
           const Tensor all = attention(q, k, v, p);
           for (int64_t t = 0; t < T; ++t) {
             AttentionParams one = p;

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "support/cpu_kernel_cases.h"
 #include "support/test_util.h"
 #include "tensor/ops.h"
 #include "tensor/ops_extra.h"
@@ -47,13 +48,10 @@ TEST_P(QuantizedKvAttention, MatchesTheDequantizedCache) {
   const Tensor kf = dequantize(k).reshape({S, Hkv, D}), vf = dequantize(v).reshape({S, Hkv, D});
   std::vector<int64_t> positions(static_cast<size_t>(S));
   for (int64_t j = 0; j < S; ++j) positions[static_cast<size_t>(j)] = (j * 7) % S;  // a wrapped ring's order
-  for (int variant = 0; variant < 4; ++variant) {
-    AttentionParams p;
-    p.scale = 1.0f / std::sqrt(static_cast<float>(D));
-    p.q_pos0 = S - T;
-    if (variant == 1) p.window = 9;
-    if (variant == 2) p.k_pos = &positions;
-    if (variant == 3) p.softcap = 0.5f;
+  AttentionParams base;
+  base.scale = 1.0f / std::sqrt(static_cast<float>(D));
+  base.q_pos0 = S - T;
+  for (const auto& [variant, p] : testutil::attention_cases(base, 9, &positions, 0.5f)) {
     const Tensor fused = attention_quantized(q, k, v, Hkv, p);
     const Tensor reference = attention(q, kf, vf, p);
     EXPECT_LT(max_rel_diff_to(fused, reference), 2e-5f) << "variant " << variant;

@@ -10,6 +10,7 @@
 #include <random>
 
 #include "quant/affine.h"
+#include "support/cpu_kernel_cases.h"
 #include "support/test_util.h"
 #include "tensor/cpu/cpu_features.h"
 #include "tensor/cpu/packed_quant.h"
@@ -26,14 +27,7 @@ struct CpuInt8MatmulCase {
   DType scales = DType::BF16;  // BF16: scales and biases packed after each row's codes; F32: separate arrays
 };
 
-class IsaScope {
- public:
-  explicit IsaScope(cpu::Isa isa) : saved_(cpu::active_isa()) { cpu::set_isa_for_testing(isa); }
-  ~IsaScope() { cpu::set_isa_for_testing(saved_); }
-
- private:
-  cpu::Isa saved_;
-};
+using testutil::IsaScope;
 
 class Int8Matmul : public ::testing::TestWithParam<CpuInt8MatmulCase> {
  protected:
