@@ -17,6 +17,13 @@ for b in ${LATHE_PACK_BENCHES:-cuda_e2e cuda_kernels cuda_kv_quant train_step}; 
 strip "$dest"/bin/* 2>/dev/null || true
 # The host-side sampling profiler (bench/host_sampler): LD_PRELOAD it on the device, symbolize here.
 cc -shared -fPIC -O2 -o "$dest/bin/host_sampler.so" bench/host_sampler/host_sampler.c -lrt -ldl
+# The GPU kernel tracer (bench/kernel_trace) over CUPTI, with the toolkit's libcupti beside it.
+cuda_home=${CUDA_HOME:-/usr/local/cuda}
+if [ -f "$cuda_home/include/cupti.h" ]; then
+  c++ -std=c++20 -shared -fPIC -O2 -I"$cuda_home/include" -o "$dest/bin/kernel_trace.so" \
+    bench/kernel_trace/kernel_trace.cc -L"$cuda_home/lib64" -lcupti -Wl,-rpath,'$ORIGIN'
+  cp -L "$cuda_home"/lib64/libcupti.so.[0-9]* "$dest/bin/" 2>/dev/null || true
+fi
 cp bench/peers/hf_transformers.py scripts/cuda_device.sh bench/lora_decode.sh bench/lora_serve.sh "$dest/"
 # Shared libraries from Debian packages the device image lacks (the tokenizer's PCRE2 and ICU, the server's
 # cpp-httplib with its brotli codecs).

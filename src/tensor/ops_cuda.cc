@@ -60,6 +60,8 @@ constexpr int64_t kGemvRowsWithDenseCopy = 8;
 
 }  // namespace
 
+int64_t exact_decode_rows() { return gemv_rows_env() > 0 ? gemv_rows_env() : kGemvRowsWithDenseCopy; }
+
 Tensor linear(const Tensor& x_in, const Weight& w, const Tensor* bias, bool f32_out) {
   require_act(x_in, "linear");
   const Tensor x = x_in.contiguous();

@@ -53,6 +53,10 @@ Tensor qkv_rope_append(const Tensor& y, const QkvStep& s, const RopeTable& rope,
 Tensor qkv_rope_append_rows(const Tensor& y, const QkvStep& s, const RopeTable& rope,
                             const std::vector<AppendSlot>& slots);
 Tensor attention_decode_rows(const std::vector<DecodeKV>& rows, const AttentionParams& p);
+// Rows up to which a batched decode step keeps every row bitwise its solo run: the linears' GEMV boundary where
+// dense copies serve the wider steps (8), or LATHE_CUDA_GEMV_ROWS. Wider steps' attention takes the
+// one-block-per-row kernel (tensor/cuda/decode_attention_wide.h).
+int64_t exact_decode_rows();
 // Dequantizes the cached K/V (q's type) and runs attention() over them.
 Tensor attention_quantized(const Tensor& q, const QuantizedMatrix& k, const QuantizedMatrix& v, int64_t kv_heads,
                            const AttentionParams& p);

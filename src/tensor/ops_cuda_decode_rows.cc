@@ -1,10 +1,13 @@
 // Device dispatch of the batched decode attention (ops_extra.h attention_decode_rows): per-row checks, the
-// row table and ring positions in one upload, one launch of tensor/cuda/decode_attention.cu for all rows.
+// row table and ring positions in one upload, one launch for all rows: tensor/cuda/decode_attention.cu (each
+// row bitwise its solo launch), or decode_attention_wide.cu for steps wider than exact_decode_rows().
 #ifdef LATHE_HAVE_CUDA
+#include <algorithm>
 #include <cstring>
 
 #include "common/error.h"
 #include "tensor/cuda/decode_attention.h"
+#include "tensor/cuda/decode_attention_wide.h"
 #include "tensor/cuda/kernels_models.h"
 #include "tensor/ops_cuda.h"
 #include "tensor/ops_cuda_check.h"
@@ -91,15 +94,22 @@ Tensor attention_decode_rows(const std::vector<DecodeKV>& rows, const AttentionP
   std::memcpy(blob.data(), host.data(), table);
   if (!positions.empty()) std::memcpy(blob.data() + table, positions.data(), positions.size() * sizeof(int64_t));
   cuda::upload_async(base, blob.data(), bytes);
-  const int splits = cuda::decode_attention_splits(a);
   const int64_t n = static_cast<int64_t>(B);
-  Tensor part;
-  if (splits > 1) part = Tensor::empty({n * a.Hq * splits * (a.Dv + 4)}, DType::F32, Device::CUDA);
   Tensor out = Tensor::empty({n, a.Hq, a.Dv}, a.t, Device::CUDA);
   a.out = out.raw();
   a.delta = nullptr;
   a.k_pos = nullptr;
-  cuda::decode_attention_rows(a, reinterpret_cast<const cuda::DecodeRow*>(base), n, splits,
+  if (n > exact_decode_rows() && cuda::decode_attention_wide_applies(a, n)) {
+    cuda::decode_attention_wide(a, reinterpret_cast<const cuda::DecodeRow*>(base), n);
+    return out;
+  }
+  const int splits = cuda::decode_attention_splits(a);
+  int max_active = 1;
+  for (const cuda::DecodeRow& h : host)
+    max_active = std::max(max_active, cuda::decode_attention_active_splits(h.S, splits));
+  Tensor part;
+  if (splits > 1) part = Tensor::empty({n * a.Hq * splits * (a.Dv + 4)}, DType::F32, Device::CUDA);
+  cuda::decode_attention_rows(a, reinterpret_cast<const cuda::DecodeRow*>(base), n, splits, max_active,
                               splits > 1 ? part.data<float>() : nullptr);
   return out;
 }

@@ -316,10 +316,11 @@ int decode_attention_splits(const AttentionArgs& a) {
 }
 
 namespace {
-void launch(const AttentionArgs& a, const DecodeRow* rows, int64_t n_rows, int splits, float* part) {
+// blocks_y ≤ splits: the splits that get blocks (those past every row's context would exit at once).
+void launch(const AttentionArgs& a, const DecodeRow* rows, int64_t n_rows, int splits, int blocks_y, float* part) {
   const int64_t G = a.Hq / a.Hkv;
   const size_t smem = static_cast<size_t>(kMaxGroup * kSub + (kThreads / (a.Dv / 8)) * G * a.Dv) * sizeof(float);
-  const dim3 grid(static_cast<unsigned>(a.Hkv), static_cast<unsigned>(splits), static_cast<unsigned>(n_rows));
+  const dim3 grid(static_cast<unsigned>(a.Hkv), static_cast<unsigned>(blocks_y), static_cast<unsigned>(n_rows));
   int* counters = splits > 1 ? split_counters() : nullptr;
   if (G <= 2)
     attn_decode_kernel<2><<<grid, kThreads, smem, stream()>>>(a, rows, splits, part, counters);
@@ -331,12 +332,19 @@ void launch(const AttentionArgs& a, const DecodeRow* rows, int64_t n_rows, int s
 }
 }  // namespace
 
-void decode_attention(const AttentionArgs& a, int splits, float* part) { launch(a, nullptr, 1, splits, part); }
+int decode_attention_active_splits(int64_t S, int splits) {
+  const int64_t chunk = std::max<int64_t>((S + splits - 1) / splits, kMinChunk);
+  return static_cast<int>(std::clamp<int64_t>((S + chunk - 1) / chunk, 1, splits));
+}
+
+// A solo launch keeps every split's block: a graph captured at a short context replays at longer ones.
+void decode_attention(const AttentionArgs& a, int splits, float* part) { launch(a, nullptr, 1, splits, splits, part); }
 
 int64_t decode_attention_max_rows(const AttentionArgs& a) { return std::min<int64_t>(kMaxCounters / a.Hkv, 65535); }
 
-void decode_attention_rows(const AttentionArgs& a, const DecodeRow* rows, int64_t n_rows, int splits, float* part) {
-  if (n_rows > 0) launch(a, rows, n_rows, splits, part);
+void decode_attention_rows(const AttentionArgs& a, const DecodeRow* rows, int64_t n_rows, int splits, int max_active,
+                           float* part) {
+  if (n_rows > 0) launch(a, rows, n_rows, splits, std::clamp(max_active, 1, splits), part);
 }
 
 }  // namespace lathe::cuda

@@ -25,7 +25,12 @@ int64_t decode_attention_max_rows(const AttentionArgs& a);
 // All rows in one launch: a carries the shared shape, strides, scale, softcap, window and causality (its q, k,
 // v, S and positions are ignored), rows is a device array [n_rows], out [n_rows, Hq, Dv]; part:
 // [n_rows][Hq][splits][Dv + 4] with splits > 1. Row r's output is bitwise its solo decode_attention's.
-void decode_attention_rows(const AttentionArgs& a, const DecodeRow* rows, int64_t n_rows, int splits, float* part);
+// max_active: the most splits any row's context fills (decode_attention_active_splits of its S): blocks are
+// launched for those only (a 64-row step at context ~200 used 13 of 33 splits; the rest only exited).
+void decode_attention_rows(const AttentionArgs& a, const DecodeRow* rows, int64_t n_rows, int splits, int max_active,
+                           float* part);
+// The splits that hold keys for a context of S keys (the rest exit at once).
+int decode_attention_active_splits(int64_t S, int splits);
 // LATHE_CUDA_DECODE_ATTN=0: decode steps take the per-head kernel (attention.cu), for comparisons.
 bool decode_attention_off();
 
