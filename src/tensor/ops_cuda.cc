@@ -192,9 +192,17 @@ Tensor attention(const Tensor& q_in, const Tensor& k, const Tensor& v, const Att
 Tensor gated(const Tensor& gate, const Tensor& up, bool gelu) {
   require_act(gate, "gated activation");
   LATHE_CHECK(gate.dtype() == up.dtype(), "gated activation: types differ");
+  const cuda::Gate kind = gelu ? cuda::Gate::GeluTanh : cuda::Gate::SiLU;
+  // The column halves of one [rows, 2I] gate|up output: read in place rather than copied out first.
+  if (gate.ndim() == 2 && up.ndim() == 2 && !gate.is_contiguous() && gate.stride(1) == 1 && up.stride(1) == 1 &&
+      gate.stride(0) == up.stride(0) && gate.shape() == up.shape()) {
+    Tensor out = Tensor::empty(gate.shape(), gate.dtype(), Device::CUDA);
+    cuda::gated_rows(gate.raw(), up.raw(), out.raw(), gate.dtype(), gate.dim(0), gate.dim(1), gate.stride(0), kind);
+    return out;
+  }
   const Tensor g = gate.contiguous(), u = up.contiguous();
   Tensor out = Tensor::empty(g.shape(), g.dtype(), Device::CUDA);
-  cuda::gated(g.raw(), u.raw(), out.raw(), g.dtype(), g.numel(), gelu ? cuda::Gate::GeluTanh : cuda::Gate::SiLU);
+  cuda::gated(g.raw(), u.raw(), out.raw(), g.dtype(), g.numel(), kind);
   return out;
 }
 

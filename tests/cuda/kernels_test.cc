@@ -199,6 +199,14 @@ TEST(CudaOps, RowOpsMatchCpu) {
   const Tensor ud = u.to(Device::CUDA);
   EXPECT_LE(max_abs_diff(silu_mul(xd, ud).to_floats(), silu_mul(x, u).to_floats()), 1e-5f);
   EXPECT_LE(max_abs_diff(gelu_tanh_mul(xd, ud).to_floats(), gelu_tanh_mul(x, u).to_floats()), 1e-5f);
+  // Gate and up as the column halves of one [rows, 2I] fused output, read in place: as from separate tensors.
+  const int64_t I = 37;
+  const Tensor gu = Tensor::from_floats(random_floats(static_cast<size_t>(T * 2 * I), 9, -4.f, 4.f), {T, 2 * I});
+  const Tensor gud = gu.to(DType::BF16).to(Device::CUDA);
+  const Tensor gv = gud.slice(1, 0, I), uv = gud.slice(1, I, 2 * I);
+  ASSERT_FALSE(gv.is_contiguous());
+  EXPECT_EQ(silu_mul(gv, uv).to_floats(), silu_mul(gv.contiguous(), uv.contiguous()).to_floats());
+  EXPECT_EQ(gelu_tanh_mul(gv, uv).to_floats(), gelu_tanh_mul(gv.contiguous(), uv.contiguous()).to_floats());
   Tensor s = x.clone(), sd = x.to(Device::CUDA);
   softcap_inplace(s, 2.f);
   softcap_inplace(sd, 2.f);

@@ -30,11 +30,13 @@ Activation parse_activation(const std::string& name) {
 // within its noise and cost an extra conversion kernel per layer (~3% prefill).
 Tensor GatedMLP::operator()(const Tensor& x, bool f32_out) const {
   Tensor g, u;
-  // Decode: one GEMV; prefill: a GEMM per row view (contiguous outputs). LoRA residuals on gate or up are added
-  // to the fused output on the device (gathered kernels), else the per-module route's Linears add them.
+  // One token, or any rows on a device: one matmul over the stacked gate|up (a device's gated kernel reads the
+  // two column halves in place; a 64-row Qwen3-4B decode step makes 36 cuBLAS calls fewer). CPU prefill: a GEMM
+  // per row view (contiguous outputs). LoRA residuals on gate or up are added to the fused output on the device
+  // (gathered kernels), else the per-module route's Linears add them.
   const int64_t I = gate.w.out_features();
   const LoraGroup lg = stacked_lora_group({&gate, &up});
-  if (fused && x.dim(0) == 1 && lora::group_fusable(lg, x)) {
+  if (fused && (x.dim(0) == 1 || x.device() != Device::CPU) && lora::group_fusable(lg, x)) {
     const lora::PendingResidual r = lora::begin_residual(lg, x);
     Tensor gu = linear(x, gate_up);
     lora::finish_residual(r, x, gu);

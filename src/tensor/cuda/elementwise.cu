@@ -61,20 +61,32 @@ __global__ void rope_kernel(T* x, int64_t H, int64_t D, int half, const RopeFreq
   }
 }
 
+template <bool kGelu>
+__device__ __forceinline__ float gate_act(float x) {
+  if constexpr (kGelu) {
+    constexpr float kSqrt2OverPi = 0.7978845608028654f;
+    return 0.5f * x * (1.0f + tanhf(kSqrt2OverPi * (x + 0.044715f * x * x * x)));
+  } else {
+    return x / (1.0f + expf(-x));
+  }
+}
+
 template <class T, bool kGelu>
 __global__ void gated_kernel(const T* __restrict__ g, const T* __restrict__ u, T* __restrict__ o, int64_t n) {
   pdl_trigger();  // the down projection's GEMV follows
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= n) return;
-  const float x = to_f(g[i]);
-  float a;
-  if constexpr (kGelu) {
-    constexpr float kSqrt2OverPi = 0.7978845608028654f;
-    a = 0.5f * x * (1.0f + tanhf(kSqrt2OverPi * (x + 0.044715f * x * x * x)));
-  } else {
-    a = x / (1.0f + expf(-x));
-  }
-  o[i] = from_f<T>(a * to_f(u[i]));
+  o[i] = from_f<T>(gate_act<kGelu>(to_f(g[i])) * to_f(u[i]));
+}
+
+// Row r of gate and up at g + r·stride and u + r·stride (the halves of one fused gate|up output); out contiguous.
+template <class T, bool kGelu>
+__global__ void gated_rows_kernel(const T* __restrict__ g, const T* __restrict__ u, T* __restrict__ o, int64_t width,
+                                  int64_t stride) {
+  pdl_trigger();
+  const int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x, r = blockIdx.y;
+  if (c >= width) return;
+  o[r * width + c] = from_f<T>(gate_act<kGelu>(to_f(g[r * stride + c])) * to_f(u[r * stride + c]));
 }
 
 template <class TA, class TB>
@@ -154,6 +166,21 @@ void gated(const void* gate, const void* up, void* out, DType t, int64_t n, Gate
           static_cast<const T*>(gate), static_cast<const T*>(up), static_cast<T*>(out), n);
   });
   check_launch("gated");
+}
+
+void gated_rows(const void* gate, const void* up, void* out, DType t, int64_t rows, int64_t width, int64_t stride,
+                Gate g) {
+  if (rows == 0 || width == 0) return;
+  const dim3 grid(static_cast<unsigned>((width + kThreads - 1) / kThreads), static_cast<unsigned>(rows));
+  LATHE_DISPATCH_ACT(t, "gated activation", T, {
+    if (g == Gate::SiLU)
+      gated_rows_kernel<T, false><<<grid, kThreads, 0, stream()>>>(
+          static_cast<const T*>(gate), static_cast<const T*>(up), static_cast<T*>(out), width, stride);
+    else
+      gated_rows_kernel<T, true><<<grid, kThreads, 0, stream()>>>(
+          static_cast<const T*>(gate), static_cast<const T*>(up), static_cast<T*>(out), width, stride);
+  });
+  check_launch("gated_rows");
 }
 
 void add_inplace(void* a, DType at, const void* b, DType bt, int64_t n) {

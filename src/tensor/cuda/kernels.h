@@ -46,6 +46,9 @@ void rope(void* x, DType t, int64_t T, int64_t H, int64_t D, const float* inv_fr
 
 enum class Gate { SiLU, GeluTanh };
 void gated(const void* gate, const void* up, void* out, DType t, int64_t n, Gate g);
+// rows × width: gate and up rows `stride` elements apart (the two halves of a fused gate|up matmul's output).
+void gated_rows(const void* gate, const void* up, void* out, DType t, int64_t rows, int64_t width, int64_t stride,
+                Gate g);
 void add_inplace(void* a, DType at, const void* b, DType bt, int64_t n);
 void scale_inplace(void* x, DType t, int64_t n, float s);
 void softcap_inplace(void* x, DType t, int64_t n, float cap);
