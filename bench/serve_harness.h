@@ -65,7 +65,9 @@ class ServerProcess {
     if (pid_ > 0) {
       kill(pid_, SIGTERM);
       int status = 0;
-      for (int i = 0; i < 100 && waitpid(pid_, &status, WNOHANG) == 0; ++i)
+      // 5 s to stop; 30 s when bench/host_sampler is preloaded (it writes its samples at exit).
+      const int polls = std::getenv("LATHE_SAMPLE_OUT") ? 600 : 100;
+      for (int i = 0; i < polls && waitpid(pid_, &status, WNOHANG) == 0; ++i)
         std::this_thread::sleep_for(std::chrono::milliseconds(50));
       if (waitpid(pid_, &status, WNOHANG) == 0) {
         kill(pid_, SIGKILL);

@@ -1,9 +1,9 @@
 // A sampling profiler for one thread of a program that has no perf or gdb beside it (the device machine):
-// LD_PRELOAD=host_sampler.so LATHE_SAMPLE_OUT=FILE prog ... records the call stack of the thread that loaded it
-// (the main thread) every LATHE_SAMPLE_US microseconds of wall time (default 200; waits on the GPU show up as
-// the driver's frames), and writes one line per
-// sample at exit: "module+0xoffset" frames, innermost first. bench/host_sampler/report.py symbolizes them
-// against the unstripped binary and sums self and inclusive time per function.
+// LD_PRELOAD=host_sampler.so LATHE_SAMPLE_OUT=FILE prog ... (writes FILE.<pid>) records the call stack of the thread
+// that loaded it (the main thread) every LATHE_SAMPLE_US microseconds of wall time (default 200; waits on the GPU show
+// up as the driver's frames), and writes one line per sample at exit: "module+0xoffset" frames, innermost first.
+// bench/host_sampler/report.py symbolizes them against the unstripped binary and sums self and inclusive time per
+// function.
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <execinfo.h>
@@ -33,7 +33,9 @@ static void on_tick(int sig, siginfo_t* info, void* ctx) {
 }
 
 static void dump(void) {
-  const char* path = getenv("LATHE_SAMPLE_OUT");
+  // FILE.<pid>: a preloaded parent (serve_load) and the server it starts each write their own.
+  char path[4096];
+  snprintf(path, sizeof path, "%s.%d", getenv("LATHE_SAMPLE_OUT"), (int)getpid());
   timer_delete(g_timer);
   FILE* f = fopen(path, "w");
   if (!f) return;
@@ -53,6 +55,26 @@ static void dump(void) {
     fputc('\n', f);
   }
   fclose(f);
+}
+
+// Points the timer at the calling thread (from then on only its stacks are recorded). A program calls it
+// through a weak reference where the work to profile runs on another thread: `lathe serve`'s engine loop does.
+void lathe_sample_this_thread(void) {
+  if (!getenv("LATHE_SAMPLE_OUT")) return;
+  g_tid = (pid_t)syscall(SYS_gettid);
+  struct sigevent ev;
+  memset(&ev, 0, sizeof ev);
+  ev.sigev_notify = SIGEV_THREAD_ID;
+  ev.sigev_signo = SIGPROF;
+  ev._sigev_un._tid = g_tid;
+  timer_t t;
+  if (timer_create(CLOCK_MONOTONIC, &ev, &t) != 0) return;
+  const char* us = getenv("LATHE_SAMPLE_US");
+  const long period = us ? atol(us) : 200;
+  struct itimerspec it = {{0, period * 1000}, {0, period * 1000}};
+  timer_settime(t, 0, &it, NULL);
+  timer_delete(g_timer);
+  g_timer = t;
 }
 
 __attribute__((constructor)) static void start(void) {

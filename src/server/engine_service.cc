@@ -10,6 +10,9 @@
 #include "common/log.h"
 #include "server/api_error.h"
 
+// bench/host_sampler (preloaded on the device) defines this: profile the engine thread rather than main.
+extern "C" void lathe_sample_this_thread() __attribute__((weak));
+
 namespace lathe::server {
 namespace {
 
@@ -217,6 +220,7 @@ void EngineService::finish_cancelled(GenerationJob& job) {
 }
 
 void EngineService::loop() {
+  if (lathe_sample_this_thread) lathe_sample_this_thread();
   const size_t max_rows = static_cast<size_t>(scheduler_.options().max_batch);
   int trims_due = 0;  // heap trims left for the coming idle spell (none before the first request)
   for (;;) {
