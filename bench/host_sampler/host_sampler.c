@@ -57,22 +57,29 @@ static void dump(void) {
   fclose(f);
 }
 
-// Points the timer at the calling thread (from then on only its stacks are recorded). A program calls it
-// through a weak reference where the work to profile runs on another thread: `lathe serve`'s engine loop does.
-void lathe_sample_this_thread(void) {
-  if (!getenv("LATHE_SAMPLE_OUT")) return;
+// A wall-clock timer (a thread CPU-time clock fires only at the scheduler's tick, 4 ms here, too coarse for a
+// 10 ms step) whose signal goes to the calling thread, every LATHE_SAMPLE_US µs; 0 on success.
+static int arm_timer(timer_t* out) {
   g_tid = (pid_t)syscall(SYS_gettid);
   struct sigevent ev;
   memset(&ev, 0, sizeof ev);
   ev.sigev_notify = SIGEV_THREAD_ID;
   ev.sigev_signo = SIGPROF;
   ev._sigev_un._tid = g_tid;
-  timer_t t;
-  if (timer_create(CLOCK_MONOTONIC, &ev, &t) != 0) return;
+  if (timer_create(CLOCK_MONOTONIC, &ev, out) != 0) return -1;
   const char* us = getenv("LATHE_SAMPLE_US");
   const long period = us ? atol(us) : 200;
   struct itimerspec it = {{0, period * 1000}, {0, period * 1000}};
-  timer_settime(t, 0, &it, NULL);
+  timer_settime(*out, 0, &it, NULL);
+  return 0;
+}
+
+// Points the timer at the calling thread (from then on only its stacks are recorded). A program calls it
+// through a weak reference where the work to profile runs on another thread: `lathe serve`'s engine loop does.
+void lathe_sample_this_thread(void) {
+  if (!getenv("LATHE_SAMPLE_OUT")) return;
+  timer_t t;
+  if (arm_timer(&t) != 0) return;
   timer_delete(g_timer);
   g_timer = t;
 }
@@ -81,23 +88,11 @@ __attribute__((constructor)) static void start(void) {
   if (!getenv("LATHE_SAMPLE_OUT")) return;
   void* warm[4];
   backtrace(warm, 4);  // loads the unwinder now, not inside the first signal
-  g_tid = (pid_t)syscall(SYS_gettid);
   struct sigaction sa;
   memset(&sa, 0, sizeof sa);
   sa.sa_sigaction = on_tick;
   sa.sa_flags = SA_SIGINFO | SA_RESTART;
   sigaction(SIGPROF, &sa, NULL);
-  // Wall time: a thread CPU-time clock fires only at the scheduler's tick (4 ms here), too coarse for a
-  // 10 ms step. The signal goes to the main thread.
-  struct sigevent ev;
-  memset(&ev, 0, sizeof ev);
-  ev.sigev_notify = SIGEV_THREAD_ID;
-  ev.sigev_signo = SIGPROF;
-  ev._sigev_un._tid = g_tid;
-  if (timer_create(CLOCK_MONOTONIC, &ev, &g_timer) != 0) return;
-  const char* us = getenv("LATHE_SAMPLE_US");
-  const long period = us ? atol(us) : 200;
-  struct itimerspec it = {{0, period * 1000}, {0, period * 1000}};
-  timer_settime(g_timer, 0, &it, NULL);
+  if (arm_timer(&g_timer) != 0) return;  // the main thread's
   atexit(dump);
 }

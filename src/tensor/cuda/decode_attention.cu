@@ -31,15 +31,6 @@ constexpr int kMaxGroup = 8;  // query heads per kv head
 constexpr int kMinChunk = 16;
 constexpr int kMaxCounters = 1 << 16;  // split counters: kv heads × rows of one launch
 
-__device__ __forceinline__ void bf16x8(const uint4 v, float* f) {
-  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-  for (int e = 0; e < 4; ++e) {
-    f[2 * e] = __uint_as_float(w[e] << 16);
-    f[2 * e + 1] = __uint_as_float(w[e] & 0xffff0000u);
-  }
-}
-
 // kG: the largest group this instantiation serves (2, 4 or 8): the per-head register arrays are sized by it,
 // and smaller groups leave registers for more keys in flight per thread (kBatch, the p·V unroll).
 template <int kG>

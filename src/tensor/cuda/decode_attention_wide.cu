@@ -18,15 +18,6 @@ namespace {
 
 constexpr int kThreads = 128, kWarps = kThreads / 32, kTile = 32;
 
-__device__ __forceinline__ void bf16x8(const uint4 v, float* f) {
-  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-  for (int e = 0; e < 4; ++e) {
-    f[2 * e] = __uint_as_float(w[e] << 16);
-    f[2 * e + 1] = __uint_as_float(w[e] & 0xffff0000u);
-  }
-}
-
 // kDPL output dims per lane (Dv / 32) as bf16, read from one V row.
 template <int kDPL>
 __device__ __forceinline__ void load_v(const __nv_bfloat16* p, float* f) {
