@@ -23,6 +23,7 @@ if [ -f "$cuda_home/include/cupti.h" ]; then
   c++ -std=c++20 -shared -fPIC -O2 -I"$cuda_home/include" -o "$dest/bin/kernel_trace.so" \
     bench/kernel_trace/kernel_trace.cc -L"$cuda_home/lib64" -lcupti -Wl,-rpath,'$ORIGIN'
   cp -L "$cuda_home"/lib64/libcupti.so.[0-9]* "$dest/bin/" 2>/dev/null || true
+  cp bench/kernel_trace/report.py "$dest/kernel_trace_report.py"
 fi
 cp bench/peers/hf_transformers.py scripts/cuda_device.sh bench/lora_decode.sh bench/lora_serve.sh "$dest/"
 # Shared libraries from Debian packages the device image lacks (the tokenizer's PCRE2 and ICU, the server's
