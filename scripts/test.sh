@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test CI runs: formatting, the warning-clean build with all test labels but cuda, the ASan/UBSan
-# build over the unit and parity suites, the fuzz targets for a bounded time, and the engine + server tests
-# under ThreadSanitizer.
+# build over the unit and parity suites, the fuzz targets for a bounded time, the CPU kernels cross-built for
+# Arm64 with their tests under qemu-user, and the engine + server tests under ThreadSanitizer.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh
@@ -57,6 +57,9 @@ if [ "$fuzz_rc" -ne 0 ]; then
   echo "fuzzing failed (exit $fuzz_rc): the input is in build-fuzz/artifacts/; replay it with the target binary"
   exit 1
 fi
+
+stage "Arm64 cross build of the CPU kernels, tests under qemu-user"
+scripts/cross_arm64.sh build-arm64
 
 stage "ThreadSanitizer tests"
 (cd build-tsan && TSAN_OPTIONS="halt_on_error=1 exitcode=66" ctest -L e2e --output-on-failure --timeout 900 \

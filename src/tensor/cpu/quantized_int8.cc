@@ -146,7 +146,7 @@ struct Scratch {
 
 void linear_packed(const float* x, int64_t M, const PackedQuant& p, int64_t row0, int64_t N, float* y) {
   const int64_t K = p.cols, G = p.groups;
-  const Isa isa = active_isa();
+  [[maybe_unused]] const Isa isa = active_isa();  // x86 builds only: other CPUs run the scalar rows
   thread_local Scratch sc;
   sc.q.resize(static_cast<size_t>(M * K));
   sc.d.resize(static_cast<size_t>(M * G));
@@ -172,7 +172,7 @@ void linear_packed(const float* x, int64_t M, const PackedQuant& p, int64_t row0
     sc.rows[static_cast<size_t>(m)] = XRow{qb + m * K, db + m * G, sb + m * G, ib + m * G};
   const XRow* xr = sc.rows.data();
   constexpr int64_t R = PackedQuant::kBlockRows;
-  const int64_t first = row0 / R, last = (row0 + N + R - 1) / R;  // the blocks holding the call's rows
+  [[maybe_unused]] const int64_t first = row0 / R, last = (row0 + N + R - 1) / R;  // the blocks holding the call's rows
 #ifdef LATHE_X86
   if (const RowsFn fn = pick_simd(isa, p)) {
     // Prefill calls (more than 4 rows) take two ranges per thread: a thread that starts late then holds up
