@@ -46,7 +46,7 @@ class Int8Matmul : public ::testing::TestWithParam<CpuInt8MatmulCase> {
 
 std::vector<cpu::Isa> isas() {
   std::vector<cpu::Isa> v;
-  for (cpu::Isa isa : {cpu::Isa::Scalar, cpu::Isa::Avx2, cpu::Isa::AvxVnni, cpu::Isa::Avx512Vnni})
+  for (cpu::Isa isa : {cpu::Isa::Scalar, cpu::Isa::Avx2, cpu::Isa::AvxVnni, cpu::Isa::Avx512Vnni, cpu::Isa::NeonDot})
     if (cpu::isa_supported(isa)) v.push_back(isa);
   return v;
 }
@@ -143,7 +143,7 @@ TEST(Int8MatmulPacking, LongPrefillBlocksKeepRowsBitwiseSolo) {
 
 TEST(CpuIsa, ForcedLevelsClampToTheCpu) {
   const cpu::Isa saved = cpu::active_isa();
-  for (cpu::Isa isa : {cpu::Isa::Scalar, cpu::Isa::Avx2, cpu::Isa::AvxVnni, cpu::Isa::Avx512Vnni}) {
+  for (cpu::Isa isa : {cpu::Isa::Scalar, cpu::Isa::Avx2, cpu::Isa::AvxVnni, cpu::Isa::Avx512Vnni, cpu::Isa::NeonDot}) {
     cpu::set_isa_for_testing(isa);
     EXPECT_TRUE(cpu::isa_supported(cpu::active_isa())) << cpu::isa_name(isa);
     EXPECT_LE(static_cast<int>(cpu::active_isa()), static_cast<int>(isa));

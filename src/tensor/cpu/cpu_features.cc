@@ -7,12 +7,18 @@
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
 #endif
+#if defined(__aarch64__)
+#include <sys/auxv.h>
+#ifndef HWCAP_ASIMDDP
+#define HWCAP_ASIMDDP (1 << 20)  // the kernel's bit for the dot-product instructions
+#endif
+#endif
 
 namespace lathe::cpu {
 namespace {
 
 struct Features {
-  bool avx2 = false, avx_vnni = false, avx512_vnni = false;
+  bool avx2 = false, avx_vnni = false, avx512_vnni = false, neon_dot = false;
 };
 
 Features probe_cpu() {
@@ -29,6 +35,9 @@ Features probe_cpu() {
   // __builtin_cpu_supports checks the OS saves the AVX-512 state too.
   f.avx512_vnni = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                   __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
+#endif
+#if defined(__aarch64__)
+  f.neon_dot = (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) != 0;
 #endif
   return f;
 }
@@ -52,6 +61,7 @@ Isa initial() {
     if (e == "avx2") want = Isa::Avx2;
     if (e == "avxvnni") want = Isa::AvxVnni;
     if (e == "avx512vnni" || e == "avx512") want = Isa::Avx512Vnni;
+    if (e == "neondot") want = Isa::NeonDot;
     if (static_cast<int>(want) < static_cast<int>(isa)) isa = isa_at_most(want);
   }
   return isa;
@@ -71,12 +81,13 @@ bool isa_supported(Isa isa) {
     case Isa::Avx2: return f.avx2;
     case Isa::AvxVnni: return f.avx_vnni;
     case Isa::Avx512Vnni: return f.avx512_vnni;
+    case Isa::NeonDot: return f.neon_dot;
   }
   return false;
 }
 
 Isa detected_isa() {
-  static const Isa isa = isa_at_most(Isa::Avx512Vnni);
+  static const Isa isa = isa_at_most(Isa::NeonDot);
   return isa;
 }
 
@@ -90,6 +101,7 @@ const char* isa_name(Isa isa) {
     case Isa::Avx2: return "avx2";
     case Isa::AvxVnni: return "avxvnni";
     case Isa::Avx512Vnni: return "avx512vnni";
+    case Isa::NeonDot: return "neondot";
   }
   return "?";
 }

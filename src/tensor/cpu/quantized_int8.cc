@@ -17,6 +17,10 @@
 #define LATHE_X86 1
 #define LATHE_AVX2_FN __attribute__((target("avx2,fma,f16c")))
 #endif
+#if defined(__aarch64__)
+#include <arm_neon.h>
+#define LATHE_NEON_DOT_FN __attribute__((target("arch=armv8.2-a+dotprod")))
+#endif
 
 namespace lathe::cpu {
 namespace {
@@ -128,9 +132,80 @@ RowsFn pick_simd(Isa isa, const PackedQuant& p) {
     case Isa::Avx2: return i8_avx2::pick(p);
     case Isa::AvxVnni: return i8_avxvnni::pick(p);
     case Isa::Avx512Vnni: return i8_avx512vnni::pick(p);
-    case Isa::Scalar: break;
+    case Isa::Scalar:
+    case Isa::NeonDot: break;
   }
   return nullptr;
+}
+#endif
+
+#if defined(__aarch64__)
+// The packed layout serves sdot as it serves vpdpbusd: 16 bytes of a 64-byte chunk are 4 consecutive codes of 4
+// rows, so one sdot against 4 activations repeated in every lane adds one step of 4 rows' dots. sdot multiplies
+// signed bytes: 4-bit codes (0..15) are already non-negative int8; 8-bit codes go in as code − 128 and the
+// group's 128 · Σ xq is added back, so every integer dot is exact and the float steps are the scalar kernel's.
+LATHE_NEON_DOT_FN float32x4_t load4(const void* base, int i, bool sb16) {
+  if (!sb16) return vld1q_f32(static_cast<const float*>(base) + i);
+  return vreinterpretq_f32_u32(vshll_n_u16(vld1_u16(static_cast<const uint16_t*>(base) + i), 16));
+}
+
+// One 16-row block against one activation row: out[r] for the block's rows r.
+LATHE_NEON_DOT_FN void block_row_neon_dot(const PackedQuant& p, int64_t b, const XRow& x, float* out) {
+  const int gs = p.group_size;
+  float32x4_t acc[4] = {vdupq_n_f32(0.f), vdupq_n_f32(0.f), vdupq_n_f32(0.f), vdupq_n_f32(0.f)};
+  for (int64_t g = 0; g < p.groups; ++g) {
+    const uint8_t* w = p.group(b, g);
+    const int8_t* xq = x.q + g * gs;
+    int32x4_t is[4] = {vdupq_n_s32(0), vdupq_n_s32(0), vdupq_n_s32(0), vdupq_n_s32(0)};
+    if (p.bits == 4) {
+      const uint8x16_t lo_mask = vdupq_n_u8(0xF);
+      for (int c = 0; c < gs / 8; ++c, w += 64) {  // elements 8c + j (low nibbles) and 8c + 4 + j (high)
+        int32_t lo, hi;
+        std::memcpy(&lo, xq + 8 * c, 4);
+        std::memcpy(&hi, xq + 8 * c + 4, 4);
+        const int8x16_t xl = vreinterpretq_s8_s32(vdupq_n_s32(lo)), xh = vreinterpretq_s8_s32(vdupq_n_s32(hi));
+        for (int q = 0; q < 4; ++q) {
+          const uint8x16_t v = vld1q_u8(w + 16 * q);
+          is[q] = vdotq_s32(is[q], vreinterpretq_s8_u8(vandq_u8(v, lo_mask)), xl);
+          is[q] = vdotq_s32(is[q], vreinterpretq_s8_u8(vshrq_n_u8(v, 4)), xh);
+        }
+      }
+    } else {
+      const uint8x16_t flip = vdupq_n_u8(0x80);
+      for (int c = 0; c < gs / 4; ++c, w += 64) {  // elements 4c + j
+        int32_t x4;
+        std::memcpy(&x4, xq + 4 * c, 4);
+        const int8x16_t xv = vreinterpretq_s8_s32(vdupq_n_s32(x4));
+        for (int q = 0; q < 4; ++q)
+          is[q] = vdotq_s32(is[q], vreinterpretq_s8_u8(veorq_u8(vld1q_u8(w + 16 * q), flip)), xv);
+      }
+      const int32x4_t back = vdupq_n_s32(128 * x.qsum[g]);
+      for (int q = 0; q < 4; ++q) is[q] = vaddq_s32(is[q], back);
+    }
+    const void* sc = p.scales(b, g);
+    const void* bi = p.biases(b, g);
+    const float32x4_t xsum = vdupq_n_f32(x.sum[g]);
+    for (int q = 0; q < 4; ++q) {
+      const float32x4_t sd = vmulq_n_f32(load4(sc, 4 * q, p.sb16), x.d[g]);
+      acc[q] = vfmaq_f32(acc[q], vcvtq_f32_s32(is[q]), sd);        // fma(float(isum), scale · d, acc)
+      acc[q] = vfmaq_f32(acc[q], load4(bi, 4 * q, p.sb16), xsum);  // fma(bias, xsum, acc)
+    }
+  }
+  for (int q = 0; q < 4; ++q) vst1q_f32(out + 4 * q, acc[q]);
+}
+
+// Blocks [b0, b1) for M activation rows, writing y[M, N] for rows [row0, row0 + N).
+void rows_neon_dot(const PackedQuant& p, int64_t b0, int64_t b1, const XRow* x, int64_t M, int64_t row0, int64_t N,
+                   float* y) {
+  constexpr int64_t R = PackedQuant::kBlockRows;
+  float out[R];
+  for (int64_t b = b0; b < b1; ++b) {
+    const int64_t n0 = std::max(b * R, row0), n1 = std::min((b + 1) * R, row0 + N);
+    for (int64_t m = 0; m < M; ++m) {
+      block_row_neon_dot(p, b, x[m], out);
+      for (int64_t n = n0; n < n1; ++n) y[m * N + (n - row0)] = out[n - b * R];
+    }
+  }
 }
 #endif
 
@@ -146,7 +221,7 @@ struct Scratch {
 
 void linear_packed(const float* x, int64_t M, const PackedQuant& p, int64_t row0, int64_t N, float* y) {
   const int64_t K = p.cols, G = p.groups;
-  [[maybe_unused]] const Isa isa = active_isa();  // x86 builds only: other CPUs run the scalar rows
+  [[maybe_unused]] const Isa isa = active_isa();  // the SIMD kernels' (x86, Arm); the scalar rows otherwise
   thread_local Scratch sc;
   sc.q.resize(static_cast<size_t>(M * K));
   sc.d.resize(static_cast<size_t>(M * G));
@@ -179,6 +254,13 @@ void linear_packed(const float* x, int64_t M, const PackedQuant& p, int64_t row0
     // the other less (128-token prefill ~3% faster than one range per thread); decode rows take the default one.
     parallel_for(
         last - first, 1, [&](int64_t a, int64_t b) { fn(p, first + a, first + b, xr, M, row0, N, y); }, M <= 4 ? 1 : 2);
+    return;
+  }
+#endif
+#if defined(__aarch64__)
+  if (isa == Isa::NeonDot) {
+    parallel_for(last - first, 1,
+                 [&](int64_t a, int64_t b) { rows_neon_dot(p, first + a, first + b, xr, M, row0, N, y); });
     return;
   }
 #endif
