@@ -88,12 +88,15 @@ nlohmann::json decode_batched(Model& m, int64_t ctx, int batch, int steps, int64
     caches[b] = m.make_cache();
     toks[b].push_back(argmax_rows(m.forward(prompt(b), caches[b], false))[0]);
   }
+  auto last_tokens = [&] {  // one decode row per sequence, fed its last token
+    Batch bt;
+    for (size_t b = 0; b < B; ++b) bt.rows.push_back({{toks[b].back()}, &caches[b], true, -1});
+    return bt;
+  };
   double host_ms = 0;  // the last step's time until forward() returned: the host queueing its kernels
   auto step = [&] {
     const auto ts = Clock::now();
-    Batch bt;
-    for (size_t b = 0; b < B; ++b) bt.rows.push_back({{toks[b].back()}, &caches[b], true, -1});
-    const Tensor logits = m.forward(bt);
+    const Tensor logits = m.forward(last_tokens());
     host_ms = ms_since(ts);
     const std::vector<int32_t> next = argmax_rows(logits);
     for (size_t b = 0; b < B; ++b) toks[b].push_back(next[b]);
@@ -125,11 +128,7 @@ nlohmann::json decode_batched(Model& m, int64_t ctx, int batch, int steps, int64
   device_synchronize();
   if (lathe_ktrace_window) lathe_ktrace_window(1);
   const auto tp = Clock::now();
-  for (int i = 0; i < steps; ++i) {
-    Batch bt;
-    for (size_t b = 0; b < B; ++b) bt.rows.push_back({{toks[b].back()}, &caches[b], true, -1});
-    (void)m.forward(bt);
-  }
+  for (int i = 0; i < steps; ++i) (void)m.forward(last_tokens());
   device_synchronize();
   const double pipelined_ms = ms_since(tp) / steps;
   if (lathe_ktrace_window) lathe_ktrace_window(0);

@@ -44,9 +44,12 @@ class Int8Matmul : public ::testing::TestWithParam<CpuInt8MatmulCase> {
   Weight exact_, packed_;
 };
 
-std::vector<cpu::Isa> isas() {
+constexpr cpu::Isa kAllIsas[] = {cpu::Isa::Scalar, cpu::Isa::Avx2, cpu::Isa::AvxVnni, cpu::Isa::Avx512Vnni,
+                                 cpu::Isa::NeonDot};
+
+std::vector<cpu::Isa> isas() {  // those this CPU runs
   std::vector<cpu::Isa> v;
-  for (cpu::Isa isa : {cpu::Isa::Scalar, cpu::Isa::Avx2, cpu::Isa::AvxVnni, cpu::Isa::Avx512Vnni, cpu::Isa::NeonDot})
+  for (cpu::Isa isa : kAllIsas)
     if (cpu::isa_supported(isa)) v.push_back(isa);
   return v;
 }
@@ -143,7 +146,7 @@ TEST(Int8MatmulPacking, LongPrefillBlocksKeepRowsBitwiseSolo) {
 
 TEST(CpuIsa, ForcedLevelsClampToTheCpu) {
   const cpu::Isa saved = cpu::active_isa();
-  for (cpu::Isa isa : {cpu::Isa::Scalar, cpu::Isa::Avx2, cpu::Isa::AvxVnni, cpu::Isa::Avx512Vnni, cpu::Isa::NeonDot}) {
+  for (cpu::Isa isa : kAllIsas) {
     cpu::set_isa_for_testing(isa);
     EXPECT_TRUE(cpu::isa_supported(cpu::active_isa())) << cpu::isa_name(isa);
     EXPECT_LE(static_cast<int>(cpu::active_isa()), static_cast<int>(isa));

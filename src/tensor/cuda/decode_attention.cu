@@ -33,6 +33,14 @@ constexpr int kMaxGroup = 8;  // query heads per kv head
 constexpr int kMinChunk = 16;
 constexpr int kMaxCounters = 1 << 16;  // split counters: kv heads × rows of one launch
 
+// Keys per split at a context of S keys, and the splits that hold keys (the rest exit at once): the kernel's
+// chunking, which the batched launch also reads on the host to size its grid.
+__host__ __device__ __forceinline__ int split_chunk(int S, int splits) {
+  const int c = (S + splits - 1) / splits;
+  return c > kMinChunk ? c : kMinChunk;
+}
+__host__ __device__ __forceinline__ int active_splits(int S, int chunk) { return (S + chunk - 1) / chunk; }
+
 // kG: the largest group this instantiation serves (2, 4 or 8): the per-head register arrays are sized by it,
 // and smaller groups leave registers for more keys in flight per thread (kBatch, the p·V unroll).
 template <int kG>
@@ -73,8 +81,8 @@ __global__ void __launch_bounds__(kThreads)
   }
   const int S = static_cast<int>(S_row + dl);
   const int64_t qpos = q_pos0 + dl;
-  const int chunk = max((S + splits - 1) / splits, kMinChunk);
-  const int active = (S + chunk - 1) / chunk;  // splits that hold keys at this context
+  const int chunk = split_chunk(S, splits);
+  const int active = active_splits(S, chunk);
   if (split >= active) return;
   int j0 = split * chunk, j1 = min(S, j0 + chunk);
   if (!k_pos) {
@@ -326,8 +334,8 @@ void launch(const AttentionArgs& a, const DecodeRow* rows, int64_t n_rows, int s
 }  // namespace
 
 int decode_attention_active_splits(int64_t S, int splits) {
-  const int64_t chunk = std::max<int64_t>((S + splits - 1) / splits, kMinChunk);
-  return static_cast<int>(std::clamp<int64_t>((S + chunk - 1) / chunk, 1, splits));
+  const int s = static_cast<int>(S);  // decode_attention_applies keeps S below 2^30
+  return std::clamp(active_splits(s, split_chunk(s, splits)), 1, splits);
 }
 
 // A solo launch keeps every split's block: a graph captured at a short context replays at longer ones.

@@ -71,19 +71,12 @@ __device__ __forceinline__ float gate_act(float x) {
   }
 }
 
-template <class T, bool kGelu>
-__global__ void gated_kernel(const T* __restrict__ g, const T* __restrict__ u, T* __restrict__ o, int64_t n) {
-  pdl_trigger();  // the down projection's GEMV follows
-  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (i >= n) return;
-  o[i] = from_f<T>(gate_act<kGelu>(to_f(g[i])) * to_f(u[i]));
-}
-
-// Row r of gate and up at g + r·stride and u + r·stride (the halves of one fused gate|up output); out contiguous.
+// Row r of gate and up at g + r·stride and u + r·stride (contiguous tensors: one row of all n elements; the halves
+// of a fused gate|up output: its rows); out contiguous.
 template <class T, bool kGelu>
 __global__ void gated_rows_kernel(const T* __restrict__ g, const T* __restrict__ u, T* __restrict__ o, int64_t width,
                                   int64_t stride) {
-  pdl_trigger();
+  pdl_trigger();  // the down projection's GEMV follows
   const int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x, r = blockIdx.y;
   if (c >= width) return;
   o[r * width + c] = from_f<T>(gate_act<kGelu>(to_f(g[r * stride + c])) * to_f(u[r * stride + c]));
@@ -156,16 +149,7 @@ void rope(void* x, DType t, int64_t T_, int64_t H, int64_t D, const float* inv_f
 }
 
 void gated(const void* gate, const void* up, void* out, DType t, int64_t n, Gate g) {
-  if (n == 0) return;
-  LATHE_DISPATCH_ACT(t, "gated activation", T, {
-    if (g == Gate::SiLU)
-      gated_kernel<T, false><<<blocks_for(n, kThreads), kThreads, 0, stream()>>>(
-          static_cast<const T*>(gate), static_cast<const T*>(up), static_cast<T*>(out), n);
-    else
-      gated_kernel<T, true><<<blocks_for(n, kThreads), kThreads, 0, stream()>>>(
-          static_cast<const T*>(gate), static_cast<const T*>(up), static_cast<T*>(out), n);
-  });
-  check_launch("gated");
+  gated_rows(gate, up, out, t, 1, n, n, g);
 }
 
 void gated_rows(const void* gate, const void* up, void* out, DType t, int64_t rows, int64_t width, int64_t stride,
