@@ -111,7 +111,7 @@ std::shared_ptr<GenerationJob> submit(ServerContext& ctx, const PreparedGenerati
 
 GenerationOutcome drive(ServerContext& ctx, GenerationJob& job, const PreparedGeneration& p,
                         const std::function<bool(const OutputDelta&)>& on_delta,
-                        const std::function<bool()>& client_gone) {
+                        const std::function<bool()>& client_gone, const std::function<bool()>& flush) {
   OutputRouter router(p.think_tags, p.start_in_reasoning, p.tools);
   const auto& eos = ctx.session().eos_ids();
   const Tokenizer& tok = ctx.session().tokenizer();
@@ -146,11 +146,13 @@ GenerationOutcome drive(ServerContext& ctx, GenerationJob& job, const PreparedGe
         d.logprobs = std::exchange(lp_pending, nlohmann::ordered_json::array());
       if (!d.empty() && !on_delta(d)) job.cancel();
     }
+    if (flush && !events.empty() && !flush()) job.cancel();
     if (!finished && !job.cancelled() && client_gone()) job.cancel();
   }
   if (job.error()) std::rethrow_exception(job.error());
   OutputDelta tail = router.finish();
   if (!tail.empty() && (!job.cancelled() || job.stopped_by_server())) on_delta(tail);
+  if (flush) flush();
 
   const GenerateResult& r = job.result();
   GenerationOutcome out;

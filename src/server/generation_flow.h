@@ -49,10 +49,11 @@ std::shared_ptr<GenerationJob> submit(ServerContext& ctx, const PreparedGenerati
                                       const std::string& request_id);
 
 // Drains the job: on_delta gets each streamable piece (returning false cancels: the client is gone);
-// client_gone is polled while waiting. Rethrows an engine failure.
+// client_gone is polled while waiting. flush (optional) runs after each wake's pieces and after the last one,
+// so a stream can send all a wake brought in one write (returning false cancels too). Rethrows an engine failure.
 GenerationOutcome drive(ServerContext& ctx, GenerationJob& job, const PreparedGeneration& prepared,
                         const std::function<bool(const OutputDelta&)>& on_delta,
-                        const std::function<bool()>& client_gone);
+                        const std::function<bool()>& client_gone, const std::function<bool()>& flush = nullptr);
 
 // Random lowercase hex of n digits, for response and tool-call ids.
 std::string random_hex(size_t n);

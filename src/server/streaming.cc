@@ -55,14 +55,21 @@ void stream_choices(ServerContext& ctx, const httplib::Request& req, httplib::Re
             return false;
           }
           try {
+            // A wake of the HTTP thread often brings several tokens (the engine wakes it at most every
+            // GenerationJob::kCoalesce): their events go out in one write, a syscall and a TCP segment for all.
+            std::string pending;
             const GenerationOutcome o = drive(
                 ctx, *g.job, *g.prepared,
                 [&](const OutputDelta& d) {
-                  for (const std::string& f : framer.delta(g, d))
-                    if (alive) alive = sse_send(sink, f);
+                  for (const std::string& f : framer.delta(g, d)) pending += f;
                   return alive;
                 },
-                [&] { return watch.closed(); });
+                [&] { return watch.closed(); },
+                [&] {
+                  if (alive && !pending.empty()) alive = sse_send(sink, pending);
+                  pending.clear();
+                  return alive;
+                });
             if (g.job->shut_down() && alive) {
               // The client is still reading: it gets an error event that says why, then a clean end of stream.
               sse_send(sink, framer.error(shutdown_error(o)));
