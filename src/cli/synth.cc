@@ -100,8 +100,35 @@ json base_config(const std::string& like) {
             {"bos_token_id", 2},
             {"eos_token_id", {1, 106}}};
   }
+  if (like == "qwen3.5-0.8b") {
+    // A Qwen3.5-0.8B-class hybrid: three Gated DeltaNet layers to one gated full-attention layer.
+    json types = json::array();
+    for (int i = 0; i < 24; ++i) types.push_back((i + 1) % 4 == 0 ? "full_attention" : "linear_attention");
+    return {
+        {"architectures", {"Qwen3_5ForCausalLM"}},
+        {"model_type", "qwen3_5_text"},
+        {"hidden_size", 1024},
+        {"intermediate_size", 3584},
+        {"num_hidden_layers", 24},
+        {"num_attention_heads", 8},
+        {"num_key_value_heads", 2},
+        {"head_dim", 256},
+        {"linear_num_key_heads", 16},
+        {"linear_key_head_dim", 128},
+        {"linear_num_value_heads", 16},
+        {"linear_value_head_dim", 128},
+        {"linear_conv_kernel_dim", 4},
+        {"layer_types", types},
+        {"vocab_size", 248320},
+        {"max_position_embeddings", 262144},
+        {"rms_norm_eps", 1e-6},
+        {"rope_parameters", {{"rope_type", "default"}, {"rope_theta", 10000000.0}, {"partial_rotary_factor", 0.25}}},
+        {"hidden_act", "silu"},
+        {"tie_word_embeddings", true},
+        {"eos_token_id", 248044}};
+  }
   throw Error(ErrorKind::InvalidArgument,
-              "--like '" + like + "': choose qwen3-0.6b, qwen3-4b, llama-3.1-8b or gemma3-1b");
+              "--like '" + like + "': choose qwen3-0.6b, qwen3-4b, llama-3.1-8b, gemma3-1b or qwen3.5-0.8b");
 }
 
 // xorshift64*: fast, seeded, good enough for random weights.
@@ -160,6 +187,7 @@ int synth(const SynthOptions& o) {
     cfg["quantization_config"] = cfg["quantization"];
   }
   const bool gemma = o.like.rfind("gemma", 0) == 0;
+  const bool hybrid = cfg["model_type"] == "qwen3_5_text";  // zero-centred norms like Gemma's (HF conv layout)
   const int64_t H = cfg["hidden_size"], I = cfg["intermediate_size"], L = cfg["num_hidden_layers"];
   const int64_t nh = cfg["num_attention_heads"], nkv = cfg["num_key_value_heads"], hd = cfg["head_dim"];
   const int64_t V = cfg["vocab_size"];
@@ -195,10 +223,32 @@ int synth(const SynthOptions& o) {
     });
   };
   auto add_norm = [&](const std::string& name, int64_t n) {
-    w.add(name, DType::BF16, {n}, [n, gemma](void* dst) {
+    w.add(name, DType::BF16, {n}, [n, zero = gemma || hybrid](void* dst) {
       auto* p = static_cast<uint16_t*>(dst);
-      for (int64_t i = 0; i < n; ++i) p[i] = f32_to_bf16(gemma ? 0.0f : 1.0f);  // Gemma scales by (1 + w)
+      for (int64_t i = 0; i < n; ++i) p[i] = f32_to_bf16(zero ? 0.0f : 1.0f);  // these scale by (1 + w)
     });
+  };
+  // bf16 values lo + (hi − lo) · u, u uniform in [0, 1).
+  auto add_uniform = [&](const std::string& name, const Shape& shape, float lo, float hi) {
+    w.add(name, DType::BF16, shape, [rng, n = shape_numel(shape), lo, hi](void* dst) {
+      auto* p = static_cast<uint16_t*>(dst);
+      for (int64_t i = 0; i < n; ++i) p[i] = f32_to_bf16(lo + (hi - lo) * rng->uniform());
+    });
+  };
+  // A Gated DeltaNet mixer (qwen3_5's linear_attention layers; model/layers/gated_delta.h).
+  auto add_gated_delta = [&](const std::string& p) {
+    const int64_t kh = cfg["linear_num_key_heads"], kd = cfg["linear_key_head_dim"];
+    const int64_t vh = cfg["linear_num_value_heads"], vd = cfg["linear_value_head_dim"];
+    const int64_t ck = cfg["linear_conv_kernel_dim"], conv = 2 * kh * kd + vh * vd;
+    add_matrix(p + ".in_proj_qkv", conv, H);
+    add_matrix(p + ".in_proj_z", vh * vd, H);
+    add_matrix(p + ".in_proj_a", vh, H);
+    add_matrix(p + ".in_proj_b", vh, H);
+    add_matrix(p + ".out_proj", H, vh * vd);
+    add_uniform(p + ".conv1d.weight", {conv, 1, ck}, -0.5f, 0.5f);
+    add_uniform(p + ".A_log", {vh}, 0.0f, 2.7f);  // decay rates e^A_log in 1..15
+    add_uniform(p + ".dt_bias", {vh}, 0.0f, 1.0f);
+    add_norm(p + ".norm.weight", vd);
   };
   add_matrix("model.embed_tokens", V, H);
   for (int64_t i = 0; i < L; ++i) {
@@ -209,7 +259,14 @@ int synth(const SynthOptions& o) {
       add_norm(p + ".pre_feedforward_layernorm.weight", H);
       add_norm(p + ".post_feedforward_layernorm.weight", H);
     }
-    add_matrix(p + ".self_attn.q_proj", nh * hd, H);
+    if (hybrid && cfg["layer_types"][static_cast<size_t>(i)] == "linear_attention") {
+      add_gated_delta(p + ".linear_attn");
+      add_matrix(p + ".mlp.gate_proj", I, H);
+      add_matrix(p + ".mlp.up_proj", I, H);
+      add_matrix(p + ".mlp.down_proj", H, I);
+      continue;
+    }
+    add_matrix(p + ".self_attn.q_proj", (hybrid ? 2 : 1) * nh * hd, H);  // qwen3_5: the query and its output gate
     add_matrix(p + ".self_attn.k_proj", nkv * hd, H);
     add_matrix(p + ".self_attn.v_proj", nkv * hd, H);
     add_matrix(p + ".self_attn.o_proj", H, nh * hd);
@@ -237,7 +294,7 @@ int synth(const SynthOptions& o) {
 Verb add_synth(CLI::App& app) {
   auto o = std::make_shared<SynthOptions>();
   CLI::App* cmd = app.add_subcommand("synth", "write a random-weight checkpoint with a real model's shapes");
-  cmd->add_option("--like", o->like, "qwen3-0.6b | qwen3-4b | llama-3.1-8b | gemma3-1b")->required();
+  cmd->add_option("--like", o->like, "qwen3-0.6b | qwen3-4b | llama-3.1-8b | gemma3-1b | qwen3.5-0.8b")->required();
   cmd->add_option("--bits", o->bits, "2, 4, 8, or 16 for bf16")->capture_default_str();
   cmd->add_option("--group-size", o->group_size, "32, 64 or 128")->capture_default_str();
   cmd->add_option("--out", o->out, "output directory")->required();

@@ -1,5 +1,7 @@
 #include "model/weights.h"
 
+#include <cstdlib>
+
 #include "common/error.h"
 #include "quant/affine.h"
 
@@ -36,14 +38,21 @@ void check_finite(const Tensor& t, const std::string& where) {
                                         "): the checkpoint is damaged");
 }
 
-// The CPU's integer-dot matmuls (int8 activations) by default; the exact f32 kernels with --exact, and for
-// models with linear-attention (Gated DeltaNet) layers, whose recurrence amplifies activation rounding
-// (next-token KL 7e-2 on the qwen3_5 fixture against ~1e-3 for attention-only models).
-bool pack_on_cpu(const LoadOptions& o, const ModelConfig& c) {
-  if (o.device != Device::CPU || o.exact) return false;
+// The CPU's integer-dot matmuls by default; the exact f32 kernels with --exact.
+bool pack_on_cpu(const LoadOptions& o) { return o.device == Device::CPU && !o.exact; }
+
+// Their activation precision: int8 per group, or 16-bit (two int8 rows, cpu/packed_quant.h) for models with
+// linear-attention (Gated DeltaNet) layers, whose recurrence amplifies int8 rounding: on the qwen3_5 fixture
+// int8 gives next-token KL 6.6e-2 against the exact path (~1e-3 for attention-only models), and keeping only
+// the linear-attention projections exact still 1.4e-2. LATHE_CPU_ACT_BITS=8|16 overrides (measurements).
+int cpu_act_bits(const ModelConfig& c) {
+  if (const char* env = std::getenv("LATHE_CPU_ACT_BITS")) {
+    const std::string v = env;
+    if (v == "8" || v == "16") return std::stoi(v);
+  }
   for (const std::string& t : c.layer_types)
-    if (t == "linear_attention") return false;
-  return true;
+    if (t == "linear_attention") return 16;
+  return 8;
 }
 bool valid_bits(int b) { return b == 2 || b == 3 || b == 4 || b == 5 || b == 6 || b == 8; }
 // 3, 5 and 6-bit codes straddle 32-bit words, which the quantized kernels do not read: such a module is
@@ -128,7 +137,7 @@ Weight WeightBinder::linear_on(const std::string& module, int64_t out, int64_t i
   if (w.q.scales.dtype() != w.q.biases.dtype()) w.q.scales = place(s, o, DType::F32);
   w.q.bits = spec->bits;
   w.q.group_size = spec->group_size;
-  if (pack_on_cpu(o, config_)) pack_for_cpu(w.q);  // once, at load
+  if (pack_on_cpu(o)) pack_for_cpu(w.q, cpu_act_bits(config_));  // once, at load
   return w;
 }
 
@@ -266,7 +275,7 @@ std::vector<Weight> WeightBinder::stacked_linear(const std::string& module, int6
     Weight& w = stack[static_cast<size_t>(e)];
     w.quantized = true;
     w.q = {q.select(0, e), s.select(0, e), b.select(0, e), spec.bits, spec.group_size};
-    if (pack_on_cpu(o, config_)) pack_for_cpu(w.q);
+    if (pack_on_cpu(o)) pack_for_cpu(w.q, cpu_act_bits(config_));
   }
   return stack;
 }

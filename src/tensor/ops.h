@@ -32,9 +32,10 @@ struct QuantizedMatrix {
   int64_t cols() const { return w.dim(1) * 32 / bits; }
 };
 
-// Repacks a CPU weight once for the integer-dot kernels (activations quantized to int8 per group); leaves
-// cpu_packed null where they do not apply. Weights without it run the exact f32 kernels (--exact).
-void pack_for_cpu(QuantizedMatrix& q);
+// Repacks a CPU weight once for the integer-dot kernels (activations quantized per group to int8, or with
+// act_bits 16 to 16-bit integers run as two int8 rows: cpu/packed_quant.h); leaves cpu_packed null where they do
+// not apply. Weights without it run the exact f32 kernels (--exact).
+void pack_for_cpu(QuantizedMatrix& q, int act_bits = 8);
 
 // A linear layer's weight [out, in]: dense (f32/bf16/f16) or quantized.
 struct Weight {

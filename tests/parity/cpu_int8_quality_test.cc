@@ -3,8 +3,8 @@
 // (40 positions; the first 20 by prefill, the rest one decode step at a time), and the greedy continuation of
 // the `chat` prompt. The tiny random fixtures have many near-tied logits, so top-1 is judged on the positions
 // whose exact top-1 leads by kInt8TieMargin, and greedy must agree up to the first near-tie. Prints the figures
-// quoted in docs/benchmarks/cpu.md ("CPU: quality of the default path"). qwen3_5 (Gated DeltaNet layers) stays on
-// the exact kernels by default (model/weights.cc), so it must match exactly.
+// quoted in docs/benchmarks/cpu.md ("CPU: quality of the default path"). qwen3_5 (Gated DeltaNet layers) runs
+// its matmuls with 16-bit activations (model/weights.cc: int8 ones gave it KL 6.6e-2), within the same bounds.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -97,10 +97,6 @@ TEST_P(CpuInt8Quality, KlTop1AndGreedyAgainstExact) {
   const Greedy gr = greedy_agreement(*exact, *fast, ref.prompt("chat"), 20);
   std::printf("[cpu-int8] %-14s mean KL %.2e max KL %.2e top-1 %d/%d decided, greedy %d/%d decided steps\n",
               name.c_str(), mean_kl, max_kl, agree, decided, gr.agreed, gr.decided);
-  if (name.rfind("qwen3_5", 0) == 0) {  // its matmuls stay exact: with f32 caches it is the exact path
-    const std::vector<float> g32 = prefill_then_decode(*fast, ids).to_floats();
-    EXPECT_EQ(g32, r) << name;
-  }
   EXPECT_LT(mean_kl, 2e-3) << name;
   EXPECT_LT(max_kl, 1e-2) << name;
   EXPECT_EQ(agree, decided) << name;

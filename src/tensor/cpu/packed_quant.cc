@@ -63,7 +63,7 @@ void pack_group(const QuantizedMatrix& q, const PackedQuant& p, int64_t b, int64
 
 }  // namespace
 
-std::shared_ptr<const PackedQuant> pack_quantized(const QuantizedMatrix& q) {
+std::shared_ptr<const PackedQuant> pack_quantized(const QuantizedMatrix& q, int act_bits) {
   if (!q.w.defined() || q.w.device() != Device::CPU) return nullptr;
   if (q.bits != 4 && q.bits != 8) return nullptr;
   if (q.group_size != 32 && q.group_size != 64 && q.group_size != 128) return nullptr;
@@ -74,6 +74,7 @@ std::shared_ptr<const PackedQuant> pack_quantized(const QuantizedMatrix& q) {
   auto p = std::make_shared<PackedQuant>();
   p->bits = q.bits;
   p->group_size = q.group_size;
+  p->act_bits = act_bits == 16 ? 16 : 8;
   p->rows = rows;
   p->cols = cols;
   p->groups = cols / q.group_size;
@@ -95,8 +96,8 @@ std::shared_ptr<const PackedQuant> pack_quantized(const QuantizedMatrix& q) {
 
 }  // namespace cpu
 
-void pack_for_cpu(QuantizedMatrix& q) {
-  q.cpu_packed = cpu::pack_quantized(q);
+void pack_for_cpu(QuantizedMatrix& q, int act_bits) {
+  q.cpu_packed = cpu::pack_quantized(q, act_bits);
   q.cpu_packed_row0 = 0;
 }
 

@@ -37,6 +37,12 @@ struct PackedQuant {
   static constexpr int kBlockRows = 16;
   int bits = 4, group_size = 64;
   bool sb16 = false;  // bf16 scales and biases (else f32)
+  // Activation precision of the calls on this weight: 8 (int8 per group), or 16: each row quantized to
+  // ±32512 per group (d = max|x| / 32512) and split exactly into two int8 rows, xq = 255 · hi + lo with
+  // |hi|, |lo| ≤ 127, which the kernels run as two rows (hi with scale 255 · d, lo with d) and add: y = y_hi + y_lo.
+  // Decode reads the weights once either way (a 2-row call costs about a 1-row one); prefill does twice the
+  // integer work. For models whose recurrences amplify int8 rounding (Gated DeltaNet layers).
+  int act_bits = 8;
   int64_t rows = 0, cols = 0, groups = 0, blocks = 0;
   int64_t code_bytes = 0;   // one group's codes in a block: 16 · group_size · bits / 8
   int64_t group_bytes = 0;  // one group of a block: its codes, then 16 scales and 16 biases
@@ -76,7 +82,7 @@ struct PackedQuant {
 
 // The packed layout of q, or null when the integer-dot kernels do not cover it (bits other than 4 or 8, groups
 // other than 32, 64 or 128, weights not on the CPU).
-std::shared_ptr<const PackedQuant> pack_quantized(const QuantizedMatrix& q);
+std::shared_ptr<const PackedQuant> pack_quantized(const QuantizedMatrix& q, int act_bits = 8);
 
 // y[M, N] for rows [row0, row0 + N) of the packed matrix; x is [M, cols] f32 row-major, y [M, N].
 void linear_packed(const float* x, int64_t M, const PackedQuant& p, int64_t row0, int64_t N, float* y);

@@ -58,6 +58,30 @@ void quantize_row_scalar(const float* x, int64_t K, int gs, int8_t* q, float* d,
   group_sums(q, K, gs, d, sum, qsum);
 }
 
+// 16-bit activations as two int8 rows (packed_quant.h, act_bits): xq = nearest(x · 32512 / max|x|) per group,
+// hi = nearest(xq / 255) and lo = xq − 255 · hi, both within ±127; hi's scale is 255 · d, lo's d. Integer
+// arithmetic after the one rounding, so the split is exact.
+void quantize_row_split(const float* x, int64_t K, int gs, int8_t* hi, float* dhi, float* shi, int32_t* ihi, int8_t* lo,
+                        float* dlo, float* slo, int32_t* ilo) {
+  constexpr float kLevels = 32512.f;  // 255 · 127 + 127: hi stays within ±127
+  for (int64_t g = 0; g < K / gs; ++g) {
+    const float* xg = x + g * gs;
+    float amax = 0.f;
+    for (int i = 0; i < gs; ++i) amax = std::max(amax, std::fabs(xg[i]));
+    const float inv = amax > 0.f ? kLevels / amax : 0.f;
+    dlo[g] = amax / kLevels;
+    dhi[g] = dlo[g] * 255.f;
+    for (int i = 0; i < gs; ++i) {
+      const int32_t v = std::clamp(static_cast<int32_t>(std::nearbyint(xg[i] * inv)), -32512, 32512);
+      const int32_t h = v >= 0 ? (v + 127) / 255 : -((127 - v) / 255);
+      hi[g * gs + i] = static_cast<int8_t>(h);
+      lo[g * gs + i] = static_cast<int8_t>(v - 255 * h);
+    }
+  }
+  group_sums(hi, K, gs, dhi, shi, ihi);
+  group_sums(lo, K, gs, dlo, slo, ilo);
+}
+
 // The scalar kernel: the same exact integer dots and the same float steps as the SIMD kernels.
 float dot_row_scalar(const PackedQuant& p, int64_t n, const XRow& x) {
   const int gs = p.group_size;
@@ -215,7 +239,11 @@ struct Scratch {
   std::vector<float> d, sum;
   std::vector<int32_t> qsum;
   std::vector<XRow> rows;
+  std::vector<float> y2;  // 16-bit activations: the hi and lo rows' outputs before they are added
 };
+
+// y[M, N] for rows [row0, row0 + N) from M quantized activation rows, on the best kernel for isa.
+void run_rows(const PackedQuant& p, const XRow* xr, int64_t M, int64_t row0, int64_t N, float* y, Isa isa);
 
 }  // namespace
 
@@ -223,17 +251,25 @@ void linear_packed(const float* x, int64_t M, const PackedQuant& p, int64_t row0
   const int64_t K = p.cols, G = p.groups;
   [[maybe_unused]] const Isa isa = active_isa();  // the SIMD kernels' (x86, Arm); the scalar rows otherwise
   thread_local Scratch sc;
-  sc.q.resize(static_cast<size_t>(M * K));
-  sc.d.resize(static_cast<size_t>(M * G));
-  sc.sum.resize(static_cast<size_t>(M * G));
-  sc.qsum.resize(static_cast<size_t>(M * G));
-  sc.rows.resize(static_cast<size_t>(M));
+  const bool split = p.act_bits == 16;
+  const int64_t XM = split ? 2 * M : M;  // int8 activation rows: hi and lo of each row when split
+  sc.q.resize(static_cast<size_t>(XM * K));
+  sc.d.resize(static_cast<size_t>(XM * G));
+  sc.sum.resize(static_cast<size_t>(XM * G));
+  sc.qsum.resize(static_cast<size_t>(XM * G));
+  sc.rows.resize(static_cast<size_t>(XM));
   int8_t* qb = sc.q.data();
   float* db = sc.d.data();
   float* sb = sc.sum.data();
   int32_t* ib = sc.qsum.data();
   parallel_for(M, 4, [&](int64_t m0, int64_t m1) {
     for (int64_t m = m0; m < m1; ++m) {
+      if (split) {
+        const int64_t h = 2 * m, l = 2 * m + 1;
+        quantize_row_split(x + m * K, K, p.group_size, qb + h * K, db + h * G, sb + h * G, ib + h * G, qb + l * K,
+                           db + l * G, sb + l * G, ib + l * G);
+        continue;
+      }
 #ifdef LATHE_X86
       if (isa != Isa::Scalar) {
         quantize_row_avx2(x + m * K, K, p.group_size, qb + m * K, db + m * G, sb + m * G, ib + m * G);
@@ -243,9 +279,24 @@ void linear_packed(const float* x, int64_t M, const PackedQuant& p, int64_t row0
       quantize_row_scalar(x + m * K, K, p.group_size, qb + m * K, db + m * G, sb + m * G, ib + m * G);
     }
   });
-  for (int64_t m = 0; m < M; ++m)
+  for (int64_t m = 0; m < XM; ++m)
     sc.rows[static_cast<size_t>(m)] = XRow{qb + m * K, db + m * G, sb + m * G, ib + m * G};
-  const XRow* xr = sc.rows.data();
+  if (split) {
+    // The 2M int8 rows through the int8 kernels (one weight pass), then each row's two halves added.
+    sc.y2.resize(static_cast<size_t>(XM * N));
+    run_rows(p, sc.rows.data(), XM, row0, N, sc.y2.data(), isa);
+    const float* y2 = sc.y2.data();
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t n = 0; n < N; ++n) y[m * N + n] = y2[2 * m * N + n] + y2[(2 * m + 1) * N + n];
+    return;
+  }
+  run_rows(p, sc.rows.data(), M, row0, N, y, isa);
+}
+
+namespace {
+
+void run_rows(const PackedQuant& p, const XRow* xr, int64_t M, int64_t row0, int64_t N, float* y,
+              [[maybe_unused]] Isa isa) {
   constexpr int64_t R = PackedQuant::kBlockRows;
   [[maybe_unused]] const int64_t first = row0 / R, last = (row0 + N + R - 1) / R;  // the blocks holding the call's rows
 #ifdef LATHE_X86
@@ -269,5 +320,7 @@ void linear_packed(const float* x, int64_t M, const PackedQuant& p, int64_t row0
       for (int64_t m = 0; m < M; ++m) y[m * N + (n - row0)] = dot_row_scalar(p, n, xr[m]);
   });
 }
+
+}  // namespace
 
 }  // namespace lathe::cpu
