@@ -10,6 +10,63 @@
 #include "tensor/thread_pool.h"
 
 namespace lathe::cpu {
+namespace {
+
+// row *= decay, then dot(row, k): dot_f32's lanes and order over the scaled values, so bitwise the two separate
+// passes, with one pass over the row.
+float scale_then_dot(float* row, float decay, const float* k, int64_t n) {
+  int64_t i = 0;
+  float s = 0.f;
+#ifdef LATHE_AVX2
+  const __m256 vd = _mm256_set1_ps(decay);
+  __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+  for (; i + 16 <= n; i += 16) {
+    const __m256 r0 = _mm256_mul_ps(_mm256_loadu_ps(row + i), vd), r1 = _mm256_mul_ps(_mm256_loadu_ps(row + i + 8), vd);
+    _mm256_storeu_ps(row + i, r0);
+    _mm256_storeu_ps(row + i + 8, r1);
+    a0 = _mm256_fmadd_ps(r0, _mm256_loadu_ps(k + i), a0);
+    a1 = _mm256_fmadd_ps(r1, _mm256_loadu_ps(k + i + 8), a1);
+  }
+  for (; i + 8 <= n; i += 8) {
+    const __m256 r0 = _mm256_mul_ps(_mm256_loadu_ps(row + i), vd);
+    _mm256_storeu_ps(row + i, r0);
+    a0 = _mm256_fmadd_ps(r0, _mm256_loadu_ps(k + i), a0);
+  }
+  s = hsum(_mm256_add_ps(a0, a1));
+#endif
+  for (int64_t j = i; j < n; ++j) row[j] *= decay;
+  for (; i < n; ++i) s += row[i] * k[i];
+  return s;
+}
+
+// row += delta · k, then dot(row, q): axpy_f32's and dot_f32's arithmetic in one pass over the row.
+float axpy_then_dot(float delta, const float* k, float* row, const float* q, int64_t n) {
+  int64_t i = 0;
+  float s = 0.f;
+#ifdef LATHE_AVX2
+  const __m256 va = _mm256_set1_ps(delta);
+  __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+  for (; i + 16 <= n; i += 16) {
+    const __m256 r0 = _mm256_fmadd_ps(va, _mm256_loadu_ps(k + i), _mm256_loadu_ps(row + i));
+    const __m256 r1 = _mm256_fmadd_ps(va, _mm256_loadu_ps(k + i + 8), _mm256_loadu_ps(row + i + 8));
+    _mm256_storeu_ps(row + i, r0);
+    _mm256_storeu_ps(row + i + 8, r1);
+    a0 = _mm256_fmadd_ps(r0, _mm256_loadu_ps(q + i), a0);
+    a1 = _mm256_fmadd_ps(r1, _mm256_loadu_ps(q + i + 8), a1);
+  }
+  for (; i + 8 <= n; i += 8) {
+    const __m256 r0 = _mm256_fmadd_ps(va, _mm256_loadu_ps(k + i), _mm256_loadu_ps(row + i));
+    _mm256_storeu_ps(row + i, r0);
+    a0 = _mm256_fmadd_ps(r0, _mm256_loadu_ps(q + i), a0);
+  }
+  s = hsum(_mm256_add_ps(a0, a1));
+#endif
+  for (int64_t j = i; j < n; ++j) row[j] += delta * k[j];
+  for (; i < n; ++i) s += row[i] * q[i];
+  return s;
+}
+
+}  // namespace
 
 void causal_conv1d_silu(const Tensor& x, const Tensor& weight, Tensor& state, Tensor& out) {
   const int64_t T = x.dim(0), C = x.dim(1), K = weight.dim(1), P = K - 1;
@@ -21,13 +78,32 @@ void causal_conv1d_silu(const Tensor& x, const Tensor& weight, Tensor& state, Te
   std::vector<float> win(static_cast<size_t>((P + T) * C));
   std::memcpy(win.data(), sp, static_cast<size_t>(P * C) * 4);
   std::memcpy(win.data() + P * C, xp, static_cast<size_t>(T * C) * 4);
+  // Taps by channel ([K, C]), so a token's channels are contiguous in the weights as in the window. Every
+  // output is w0·x0, then one fma per further tap, in lanes or in the tail alike: a value never depends on the
+  // chunking, and a prefill and the same tokens one at a time agree.
+  std::vector<float> wt(static_cast<size_t>(K * C));
+  for (int64_t c = 0; c < C; ++c)
+    for (int64_t j = 0; j < K; ++j) wt[static_cast<size_t>(j * C + c)] = w[c * K + j];
   parallel_for(C, 16, [&](int64_t c0, int64_t c1) {
-    for (int64_t t = 0; t < T; ++t)
-      for (int64_t c = c0; c < c1; ++c) {
-        float acc = 0.f;
-        for (int64_t j = 0; j < K; ++j) acc += w[c * K + j] * win[static_cast<size_t>((t + j) * C + c)];
-        op[t * C + c] = acc / (1.0f + std::exp(-acc));
+    for (int64_t t = 0; t < T; ++t) {
+      const float* xs = win.data() + t * C;
+      float* o = op + t * C;
+      int64_t c = c0;
+#ifdef LATHE_AVX2
+      for (; c + 8 <= c1; c += 8) {
+        __m256 acc = _mm256_mul_ps(_mm256_loadu_ps(wt.data() + c), _mm256_loadu_ps(xs + c));
+        for (int64_t j = 1; j < K; ++j)
+          acc = _mm256_fmadd_ps(_mm256_loadu_ps(wt.data() + j * C + c), _mm256_loadu_ps(xs + j * C + c), acc);
+        _mm256_storeu_ps(o + c, acc);
       }
+#endif
+      for (; c < c1; ++c) {
+        float acc = wt[static_cast<size_t>(c)] * xs[c];
+        for (int64_t j = 1; j < K; ++j) acc = std::fma(wt[static_cast<size_t>(j * C + c)], xs[j * C + c], acc);
+        o[c] = acc;
+      }
+      for (c = c0; c < c1; ++c) o[c] = o[c] / (1.0f + std::exp(-o[c]));
+    }
   });
   std::memcpy(sp, win.data() + T * C, static_cast<size_t>(P * C) * 4);
 }
@@ -57,10 +133,8 @@ void gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const T
         float* yt = op + (t * Hv + h) * Dv;
         for (int64_t i = 0; i < Dv; ++i) {
           float* row = Sh + i * Dk;
-          for (int64_t j = 0; j < Dk; ++j) row[j] *= decay;
-          const float delta = (vt[i] - dot_f32(row, kt, Dk)) * b;
-          axpy_f32(delta, kt, row, Dk);
-          yt[i] = dot_f32(row, qt, Dk);
+          const float delta = (vt[i] - scale_then_dot(row, decay, kt, Dk)) * b;
+          yt[i] = axpy_then_dot(delta, kt, row, qt, Dk);
         }
       }
     }
