@@ -30,6 +30,7 @@ struct SynthOptions {
   uint64_t seed = 1;
   int lora_rank = 0;  // > 0: write a random mlx-lm LoRA adapter for this shape instead of a checkpoint
   double lora_scale = 2.0;
+  int64_t vocab = 0;  // > 0: this vocabulary size instead of the model's (e.g. to match a tokenizer at hand)
 };
 
 json base_config(const std::string& like) {
@@ -181,6 +182,21 @@ int synth(const SynthOptions& o) {
   if (o.group_size != 32 && o.group_size != 64 && o.group_size != 128)
     throw Error(ErrorKind::InvalidArgument, "--group-size must be 32, 64 or 128");
   json cfg = base_config(o.like);
+  if (o.vocab > 0) {
+    cfg["vocab_size"] = o.vocab;
+    // Special ids past the new vocabulary would be rejected (logit_bias, stop ids): the last id stands in.
+    auto clamp_id = [&](json& id) {
+      if (id.is_number_integer() && id.get<int64_t>() >= o.vocab) id = o.vocab - 1;
+    };
+    for (const char* key : {"bos_token_id", "eos_token_id"}) {
+      if (!cfg.contains(key)) continue;
+      json& v = cfg[key];
+      if (v.is_array())
+        for (json& e : v) clamp_id(e);
+      else
+        clamp_id(v);
+    }
+  }
   const bool quant = o.bits != 16;
   if (quant) {
     cfg["quantization"] = {{"group_size", o.group_size}, {"bits", o.bits}};
@@ -299,6 +315,8 @@ Verb add_synth(CLI::App& app) {
   cmd->add_option("--group-size", o->group_size, "32, 64 or 128")->capture_default_str();
   cmd->add_option("--out", o->out, "output directory")->required();
   cmd->add_option("--seed", o->seed, "random seed")->capture_default_str();
+  cmd->add_option("--vocab-size", o->vocab, "a vocabulary of this size instead of the model's (e.g. a tokenizer's)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
   cmd->add_option("--lora-rank", o->lora_rank,
                   "write a random mlx-lm LoRA adapter of this rank (all seven targets) instead of a checkpoint");
   cmd->add_option("--lora-scale", o->lora_scale, "the adapter's scale (with --lora-rank)")->capture_default_str();
