@@ -55,8 +55,9 @@ int cpu_act_bits(const ModelConfig& c) {
   return 8;
 }
 bool valid_bits(int b) { return b == 2 || b == 3 || b == 4 || b == 5 || b == 6 || b == 8; }
-// 3, 5 and 6-bit codes straddle 32-bit words, which the quantized kernels do not read: such a module is
-// dequantized once at load (bf16 on the CPU, the device's dense type on a GPU), so it runs at dense speed and memory.
+// 3, 5 and 6-bit codes straddle 32-bit words, which the exact CPU and the CUDA kernels do not read: on the CPU's
+// default path such a module is packed for the integer-dot kernels (widened to their 4 or 8-bit layout); elsewhere
+// it is dequantized once at load (bf16 on the CPU, the device's dense type on a GPU): dense speed and memory.
 bool kernel_bits(int b) { return b == 2 || b == 4 || b == 8; }
 Tensor dequantize_at_load(const Tensor& q, const Tensor& s, const Tensor& b, int64_t out, int64_t in, int bits,
                           int group_size) {
@@ -125,11 +126,14 @@ Weight WeightBinder::linear_on(const std::string& module, int64_t out, int64_t i
   used_.insert(wname);
   used_.insert(sname);
   used_.insert(bname);
-  if (!kernel_bits(spec->bits)) {
+  // 3, 5 and 6-bit weights stay quantized where the CPU's packed kernels take them; elsewhere they are dense.
+  auto dense_copy = [&] {
     const Tensor dense = dequantize_at_load(q, s, b, out, in, spec->bits, spec->group_size);
-    w.dense = o.device == Device::CPU ? dense.to(DType::BF16) : dense.to(o.dtype).to(o.device);  // bf16 as a bf16 file
-    return w;
-  }
+    Weight d;
+    d.dense = o.device == Device::CPU ? dense.to(DType::BF16) : dense.to(o.dtype).to(o.device);  // bf16 as a bf16 file
+    return d;
+  };
+  if (!kernel_bits(spec->bits) && !pack_on_cpu(o)) return dense_copy();
   w.quantized = true;
   w.q.w = place(q, o, DType::U32);
   w.q.scales = place(s, o, s.dtype() == DType::BF16 ? DType::BF16 : DType::F32);
@@ -138,6 +142,7 @@ Weight WeightBinder::linear_on(const std::string& module, int64_t out, int64_t i
   w.q.bits = spec->bits;
   w.q.group_size = spec->group_size;
   if (pack_on_cpu(o)) pack_for_cpu(w.q, cpu_act_bits(config_));  // once, at load
+  if (!kernel_bits(spec->bits) && !w.q.cpu_packed) return dense_copy();
   return w;
 }
 
@@ -163,7 +168,7 @@ std::optional<Weight> WeightBinder::fused_linear(const std::vector<std::string>&
   // Validated exactly as linear() does, as host views of the file; then stacked and placed once.
   std::vector<Weight> parts;
   for (size_t i = 0; i < modules.size(); ++i)
-    parts.push_back(linear_on(modules[i], outs[i], in, LoadOptions{Device::CPU, DType::F32}));
+    parts.push_back(linear_on(modules[i], outs[i], in, LoadOptions{Device::CPU, DType::F32, /*exact=*/true}));
   const Weight& p0 = parts[0];
   for (const Weight& p : parts) {
     const bool same = p.quantized

@@ -1,8 +1,8 @@
-// The CPU integer-dot matmul (int8 activations over weights packed at load, or 16-bit activations run as two
-// int8 rows): a row of an M-row call is bitwise the same row computed alone (batched greedy equals solo greedy)
-// for every tile shape, it stays close to the exact f32 kernel (16-bit activations ~250× closer), every kernel this CPU
-// can run (scalar, AVX2, AVX-VNNI, AVX-512 VNNI) gives bitwise the same outputs, row slices share their parent's
-// packing, and layouts the kernels do not cover stay on the exact path.
+// The CPU integer-dot matmul (int8 activations over weights packed at load — 2 to 6 and 8-bit checkpoints — or
+// 16-bit activations run as two int8 rows): a row of an M-row call is bitwise the same row computed alone (batched
+// greedy equals solo greedy) for every tile shape, it stays close to the exact f32 kernel (16-bit activations ~250×
+// closer), every kernel this CPU can run (scalar, AVX2, AVX-VNNI, AVX-512 VNNI) gives bitwise the same outputs, row
+// slices share their parent's packing, and layouts the kernels do not cover stay on the exact path.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -40,9 +40,10 @@ class Int8Matmul : public ::testing::TestWithParam<CpuInt8MatmulCase> {
     packed_ = exact_;
     pack_for_cpu(packed_.q, act_bits);
     ASSERT_NE(packed_.q.cpu_packed, nullptr);
+    dense_.dense = dequantize(exact_.q);  // the reference: the dequantized weights (any bit width) in f32
   }
   static constexpr int64_t kN = 37;  // tails of every tile shape
-  Weight exact_, packed_;
+  Weight exact_, packed_, dense_;
 };
 
 constexpr cpu::Isa kAllIsas[] = {cpu::Isa::Scalar, cpu::Isa::Avx2, cpu::Isa::AvxVnni, cpu::Isa::Avx512Vnni,
@@ -79,7 +80,7 @@ TEST_P(Int8Matmul, CloseToTheExactKernel) {
   const int64_t K = GetParam().K, M = 3;
   const auto x = random_floats(static_cast<size_t>(M * K), 7);
   const Tensor xt = Tensor::from_floats(x, {M, K});
-  const std::vector<float> ref = linear(xt, exact_).to_floats();
+  const std::vector<float> ref = linear(xt, dense_).to_floats();
   for (cpu::Isa isa : isas()) {
     IsaScope scope(isa);
     const std::vector<float> y = linear(xt, packed_).to_floats();
@@ -122,7 +123,11 @@ INSTANTIATE_TEST_SUITE_P(
                       CpuInt8MatmulCase{8, 64, 320}, CpuInt8MatmulCase{8, 128, 384},
                       CpuInt8MatmulCase{4, 64, 320, DType::F32}, CpuInt8MatmulCase{8, 32, 448, DType::F32},
                       CpuInt8MatmulCase{4, 64, 320, DType::BF16, 16}, CpuInt8MatmulCase{8, 32, 448, DType::BF16, 16},
-                      CpuInt8MatmulCase{4, 128, 384, DType::F32, 16}),
+                      CpuInt8MatmulCase{4, 128, 384, DType::F32, 16},
+                      // 2 and 3-bit codes in the 4-bit layout, 5 and 6-bit ones in the 8-bit layout.
+                      CpuInt8MatmulCase{2, 64, 320}, CpuInt8MatmulCase{3, 32, 448},
+                      CpuInt8MatmulCase{3, 64, 320, DType::F32}, CpuInt8MatmulCase{5, 32, 256},
+                      CpuInt8MatmulCase{6, 64, 320}, CpuInt8MatmulCase{6, 128, 384, DType::BF16, 16}),
     [](const auto& info) {
       return std::to_string(info.param.bits) + "bit_g" + std::to_string(info.param.group) + "_k" +
              std::to_string(info.param.K) + (info.param.scales == DType::F32 ? "_f32" : "") +
@@ -179,10 +184,12 @@ TEST(Int8MatmulPacking, RowSliceSharesTheParentPacking) {
 }
 
 TEST(Int8MatmulPacking, UncoveredLayoutsStayExact) {
+  // Weights off the CPU have no packing; a group size the kernels do not take (16) neither.
   const auto w = random_floats(static_cast<size_t>(8 * 96), 5);
-  QuantizedMatrix two_bit = quant::quantize(w.data(), 8, 96, 2, 32);
-  pack_for_cpu(two_bit);
-  EXPECT_EQ(two_bit.cpu_packed, nullptr);
+  QuantizedMatrix q = quant::quantize(w.data(), 8, 96, 4, 32);
+  q.group_size = 16;
+  pack_for_cpu(q);
+  EXPECT_EQ(q.cpu_packed, nullptr);
 }
 
 TEST(Int8MatmulPacking, ColumnsNeedOnlyWholeGroups) {

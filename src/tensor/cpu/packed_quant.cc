@@ -8,6 +8,7 @@
 #include <string>
 
 #include "common/error.h"
+#include "quant/affine.h"
 #include "tensor/ops.h"
 #include "tensor/thread_pool.h"
 
@@ -31,10 +32,23 @@ void pack_group(const QuantizedMatrix& q, const PackedQuant& p, int64_t b, int64
   const int64_t gs = p.group_size, n0 = b * R;
   const int live = static_cast<int>(std::min<int64_t>(R, p.rows - n0));
   std::memset(out, 0, static_cast<size_t>(p.group_bytes));
+  if (q.bits != p.bits) {
+    // 2/3-bit codes widened to the 4-bit layout, 5/6-bit ones to the 8-bit layout (packed_quant.h), one by one.
+    for (int r = 0; r < live; ++r) {
+      const uint32_t* row = q.w.data<uint32_t>() + (n0 + r) * q.w.stride(0);
+      for (int64_t e = 0; e < gs; ++e) {
+        const uint32_t code = quant::code_at(row, q.bits, g * gs + e);
+        if (p.bits == 8)
+          out[(e / 4) * 64 + 4 * r + e % 4] = static_cast<uint8_t>(code);
+        else
+          out[(e / 8) * 64 + 4 * r + e % 4] |= static_cast<uint8_t>(e % 8 < 4 ? code : code << 4);
+      }
+    }
+  }
   // Word w of a row's group holds elements 8w..8w+7 (4-bit) or 4w..4w+3 (8-bit), from its low end: exactly
   // chunk w's four bytes of that row.
-  const int64_t words_per_group = gs * p.bits / 32;
-  for (int r = 0; r < live; ++r) {
+  const int64_t words_per_group = q.bits == p.bits ? gs * p.bits / 32 : 0;
+  for (int r = 0; r < live && words_per_group > 0; ++r) {
     const uint32_t* words = q.w.data<uint32_t>() + (n0 + r) * q.w.stride(0) + g * words_per_group;
     for (int64_t w = 0; w < words_per_group; ++w) {
       const uint32_t v = words[w];
@@ -65,14 +79,14 @@ void pack_group(const QuantizedMatrix& q, const PackedQuant& p, int64_t b, int64
 
 std::shared_ptr<const PackedQuant> pack_quantized(const QuantizedMatrix& q, int act_bits) {
   if (!q.w.defined() || q.w.device() != Device::CPU) return nullptr;
-  if (q.bits != 4 && q.bits != 8) return nullptr;
+  if (q.bits < 2 || q.bits > 8 || q.bits == 7) return nullptr;
   if (q.group_size != 32 && q.group_size != 64 && q.group_size != 128) return nullptr;
   const int64_t rows = q.rows(), cols = q.cols();
   if (cols % q.group_size != 0) return nullptr;
   if (q.w.stride(1) != 1 || q.scales.stride(1) != 1 || q.biases.stride(1) != 1) return nullptr;
   constexpr int R = PackedQuant::kBlockRows;
   auto p = std::make_shared<PackedQuant>();
-  p->bits = q.bits;
+  p->bits = q.bits <= 4 ? 4 : 8;  // the layout's code width: 2 and 3-bit codes in nibbles, 5 and 6-bit in bytes
   p->group_size = q.group_size;
   p->act_bits = act_bits == 16 ? 16 : 8;
   p->rows = rows;
@@ -80,7 +94,7 @@ std::shared_ptr<const PackedQuant> pack_quantized(const QuantizedMatrix& q, int 
   p->groups = cols / q.group_size;
   p->blocks = (rows + R - 1) / R;
   p->sb16 = q.scales.dtype() == DType::BF16 && q.biases.dtype() == DType::BF16;
-  p->code_bytes = int64_t{R} * q.group_size * q.bits / 8;
+  p->code_bytes = int64_t{R} * q.group_size * p->bits / 8;
   p->group_bytes = p->code_bytes + 2 * R * (p->sb16 ? 2 : 4);
   p->block_bytes = p->groups * p->group_bytes;
   const size_t total = static_cast<size_t>(p->blocks * p->block_bytes);

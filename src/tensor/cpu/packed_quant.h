@@ -12,6 +12,9 @@
 //   then the 16 rows' scales, then their 16 biases: bf16 as in the checkpoint (sb16, most MLX checkpoints:
 //   no more bytes than the checkpoint holds) or f32 converted once at load (f16 / f32 scales).
 // Group records are multiples of 64 bytes and the array is 64-byte aligned, so every chunk load is aligned.
+// 2 and 3-bit checkpoints are packed in the 4-bit layout (codes 0..3 / 0..7 in nibbles), 5 and 6-bit ones in the
+// 8-bit layout (codes in bytes): `bits` is the layout's width, the formula below is unchanged, and such a weight
+// streams 4 or 8 bits per code instead of the 16 of the bf16 copy it would otherwise need.
 //
 // The kernels (quantized_int8.cc) quantize each activation row once per matmul to int8 per weight group
 // (d = max|x| / 127, round to nearest even) with the group's integer sum Σ xq and xsum = d · Σ xq; then for
@@ -80,7 +83,7 @@ struct PackedQuant {
   }
 };
 
-// The packed layout of q, or null when the integer-dot kernels do not cover it (bits other than 4 or 8, groups
+// The packed layout of q, or null when the integer-dot kernels do not cover it (bits other than 2–6 or 8, groups
 // other than 32, 64 or 128, weights not on the CPU).
 std::shared_ptr<const PackedQuant> pack_quantized(const QuantizedMatrix& q, int act_bits = 8);
 

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "quant/affine.h"
 #include "tensor/cpu/kernels.h"
 #include "tensor/cpu/packed_quant.h"
 #include "tensor/cpu/simd.h"
@@ -199,6 +200,16 @@ void scale_row_to_f32(const Tensor& t, int64_t row, int64_t n, float* out) {
 }
 
 void dequantize_rows(const QuantizedMatrix& q, int64_t row0, int64_t n, float* out) {
+  if (32 % q.bits != 0) {  // 3, 5, 6-bit codes straddle words (kept quantized only for the packed kernels)
+    const int64_t K = q.cols(), G = K / q.group_size;
+    std::vector<float> sc(static_cast<size_t>(G)), bi(static_cast<size_t>(G));
+    for (int64_t r = 0; r < n; ++r) {
+      scale_row_to_f32(q.scales, row0 + r, G, sc.data());
+      scale_row_to_f32(q.biases, row0 + r, G, bi.data());
+      quant::dequantize_row(row_words(q, row0 + r), K, q.bits, q.group_size, sc.data(), bi.data(), out + r * K);
+    }
+    return;
+  }
   const Geometry g = geometry(q);
   std::vector<float> sc(static_cast<size_t>(g.G)), bi(static_cast<size_t>(g.G));
   for (int64_t r = 0; r < n; ++r) {
