@@ -264,12 +264,15 @@ std::vector<Weight> WeightBinder::stacked_linear(const std::string& module, int6
     return stack;
   }
   const QuantSpec spec = quant_spec(module, in);
-  if (!kernel_bits(spec.bits))
-    throw Error(ErrorKind::Unsupported, config_.dir + "/config.json: " + std::to_string(spec.bits) +
-                                            "-bit experts of '" + module + "' are not supported yet (2, 4 or 8)");
+  const LoadOptions& o = config_.load;
+  auto unsupported = [&] {
+    return Error(ErrorKind::Unsupported,
+                 config_.dir + "/config.json: " + std::to_string(spec.bits) + "-bit experts of '" + module +
+                     "' are not supported yet here (2, 4 or 8; 3, 5 and 6 on the CPU's " + "default path)");
+  };
+  if (!kernel_bits(spec.bits) && !pack_on_cpu(o)) throw unsupported();
   check_quantized(module, wname, {experts, out, in * spec.bits / 32}, {experts, out, in / spec.group_size});
   // Uploaded once as whole stacks (scales/biases as linear() places them); experts are views into them.
-  const LoadOptions& o = config_.load;
   const Tensor sh = ckpt_.get(sname), bh = ckpt_.get(bname);
   const bool sb_bf16 = sh.dtype() == DType::BF16 && bh.dtype() == DType::BF16;
   const Tensor q = place(ckpt_.get(wname), o, DType::U32);
@@ -281,6 +284,7 @@ std::vector<Weight> WeightBinder::stacked_linear(const std::string& module, int6
     w.quantized = true;
     w.q = {q.select(0, e), s.select(0, e), b.select(0, e), spec.bits, spec.group_size};
     if (pack_on_cpu(o)) pack_for_cpu(w.q, cpu_act_bits(config_));
+    if (!kernel_bits(spec.bits) && !w.q.cpu_packed) throw unsupported();
   }
   return stack;
 }
