@@ -97,18 +97,29 @@ float dot_row_scalar(const PackedQuant& p, int64_t n, const XRow& x) {
 }
 
 #ifdef LATHE_X86
+// max |x| over one group (a multiple of 8 values).
+LATHE_AVX2_FN float absmax_avx2(const float* xg, int gs) {
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  __m256 vmax = _mm256_setzero_ps();
+  for (int i = 0; i < gs; i += 8) vmax = _mm256_max_ps(vmax, _mm256_andnot_ps(sign, _mm256_loadu_ps(xg + i)));
+  __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(vmax), _mm256_extractf128_ps(vmax, 1));
+  m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+  m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+  return _mm_cvtss_f32(m4);
+}
+
+// 32 int32 values (in [−128, 127]) stored as 32 int8 in order.
+LATHE_AVX2_FN void store_i8x32(int8_t* dst, __m256i a, __m256i b, __m256i c, __m256i e) {
+  const __m256i packed = _mm256_packs_epi16(_mm256_packs_epi32(a, b), _mm256_packs_epi32(c, e));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst),
+                      _mm256_permutevar8x32_epi32(packed, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+}
+
 LATHE_AVX2_FN void quantize_row_avx2(const float* x, int64_t K, int gs, int8_t* q, float* d, float* sum,
                                      int32_t* qsum) {
-  const __m256 sign = _mm256_set1_ps(-0.0f);
-  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
   for (int64_t g = 0; g < K / gs; ++g) {
     const float* xg = x + g * gs;
-    __m256 vmax = _mm256_setzero_ps();
-    for (int i = 0; i < gs; i += 8) vmax = _mm256_max_ps(vmax, _mm256_andnot_ps(sign, _mm256_loadu_ps(xg + i)));
-    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(vmax), _mm256_extractf128_ps(vmax, 1));
-    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
-    const float amax = _mm_cvtss_f32(m4);
+    const float amax = absmax_avx2(xg, gs);
     const float inv = amax > 0.f ? 127.f / amax : 0.f;
     d[g] = amax / 127.f;
     const __m256 vinv = _mm256_set1_ps(inv);
@@ -117,8 +128,7 @@ LATHE_AVX2_FN void quantize_row_avx2(const float* x, int64_t K, int gs, int8_t* 
       const __m256i b = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(xg + i + 8), vinv));
       const __m256i c = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(xg + i + 16), vinv));
       const __m256i e = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(xg + i + 24), vinv));
-      const __m256i packed = _mm256_packs_epi16(_mm256_packs_epi32(a, b), _mm256_packs_epi32(c, e));
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + g * gs + i), _mm256_permutevar8x32_epi32(packed, order));
+      store_i8x32(q + g * gs + i, a, b, c, e);
     }
   }
   group_sums(q, K, gs, d, sum, qsum);
@@ -130,18 +140,11 @@ LATHE_AVX2_FN void quantize_row_avx2(const float* x, int64_t K, int gs, int8_t* 
 LATHE_AVX2_FN void quantize_row_split_avx2(const float* x, int64_t K, int gs, int8_t* hi, float* dhi, float* shi,
                                            int32_t* ihi, int8_t* lo, float* dlo, float* slo, int32_t* ilo) {
   constexpr float kLevels = 32512.f;
-  const __m256 sign = _mm256_set1_ps(-0.0f);
-  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
   const __m256i vmin = _mm256_set1_epi32(-32512), vmaxi = _mm256_set1_epi32(32512), k255 = _mm256_set1_epi32(255);
   const __m256 inv255 = _mm256_set1_ps(1.f / 255.f);
   for (int64_t g = 0; g < K / gs; ++g) {
     const float* xg = x + g * gs;
-    __m256 vmax = _mm256_setzero_ps();
-    for (int i = 0; i < gs; i += 8) vmax = _mm256_max_ps(vmax, _mm256_andnot_ps(sign, _mm256_loadu_ps(xg + i)));
-    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(vmax), _mm256_extractf128_ps(vmax, 1));
-    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
-    const float amax = _mm_cvtss_f32(m4);
+    const float amax = absmax_avx2(xg, gs);
     const float inv = amax > 0.f ? kLevels / amax : 0.f;
     dlo[g] = amax / kLevels;
     dhi[g] = dlo[g] * 255.f;
@@ -154,10 +157,8 @@ LATHE_AVX2_FN void quantize_row_split_avx2(const float* x, int64_t K, int gs, in
         h[j] = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_cvtepi32_ps(v), inv255));
         l[j] = _mm256_sub_epi32(v, _mm256_mullo_epi32(h[j], k255));
       }
-      const __m256i ph = _mm256_packs_epi16(_mm256_packs_epi32(h[0], h[1]), _mm256_packs_epi32(h[2], h[3]));
-      const __m256i pl = _mm256_packs_epi16(_mm256_packs_epi32(l[0], l[1]), _mm256_packs_epi32(l[2], l[3]));
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(hi + g * gs + i), _mm256_permutevar8x32_epi32(ph, order));
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(lo + g * gs + i), _mm256_permutevar8x32_epi32(pl, order));
+      store_i8x32(hi + g * gs + i, h[0], h[1], h[2], h[3]);
+      store_i8x32(lo + g * gs + i, l[0], l[1], l[2], l[3]);
     }
   }
   group_sums(hi, K, gs, dhi, shi, ihi);

@@ -12,58 +12,55 @@
 namespace lathe::cpu {
 namespace {
 
-// row *= decay, then dot(row, k): dot_f32's lanes and order over the scaled values, so bitwise the two separate
-// passes, with one pass over the row.
-float scale_then_dot(float* row, float decay, const float* k, int64_t n) {
+// row[i] = update(row[i]) for every i, then dot(row, w): dot_f32's lanes and order over the updated values, so
+// bitwise an update pass followed by dot_f32, in one pass over the row. vec updates 8 lanes at i, one a value.
+template <typename Vec, typename One>
+float update_then_dot(float* row, const float* w, int64_t n, Vec vec, One one) {
   int64_t i = 0;
   float s = 0.f;
 #ifdef LATHE_AVX2
-  const __m256 vd = _mm256_set1_ps(decay);
   __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
   for (; i + 16 <= n; i += 16) {
-    const __m256 r0 = _mm256_mul_ps(_mm256_loadu_ps(row + i), vd), r1 = _mm256_mul_ps(_mm256_loadu_ps(row + i + 8), vd);
+    const __m256 r0 = vec(_mm256_loadu_ps(row + i), i), r1 = vec(_mm256_loadu_ps(row + i + 8), i + 8);
     _mm256_storeu_ps(row + i, r0);
     _mm256_storeu_ps(row + i + 8, r1);
-    a0 = _mm256_fmadd_ps(r0, _mm256_loadu_ps(k + i), a0);
-    a1 = _mm256_fmadd_ps(r1, _mm256_loadu_ps(k + i + 8), a1);
+    a0 = _mm256_fmadd_ps(r0, _mm256_loadu_ps(w + i), a0);
+    a1 = _mm256_fmadd_ps(r1, _mm256_loadu_ps(w + i + 8), a1);
   }
   for (; i + 8 <= n; i += 8) {
-    const __m256 r0 = _mm256_mul_ps(_mm256_loadu_ps(row + i), vd);
+    const __m256 r0 = vec(_mm256_loadu_ps(row + i), i);
     _mm256_storeu_ps(row + i, r0);
-    a0 = _mm256_fmadd_ps(r0, _mm256_loadu_ps(k + i), a0);
+    a0 = _mm256_fmadd_ps(r0, _mm256_loadu_ps(w + i), a0);
   }
   s = hsum(_mm256_add_ps(a0, a1));
+#else
+  (void)vec;
 #endif
-  for (int64_t j = i; j < n; ++j) row[j] *= decay;
-  for (; i < n; ++i) s += row[i] * k[i];
+  for (int64_t j = i; j < n; ++j) row[j] = one(row[j], j);
+  for (; i < n; ++i) s += row[i] * w[i];
   return s;
 }
 
-// row += delta · k, then dot(row, q): axpy_f32's and dot_f32's arithmetic in one pass over the row.
+// row *= decay, then dot(row, k).
+float scale_then_dot(float* row, float decay, const float* k, int64_t n) {
+#ifdef LATHE_AVX2
+  const __m256 vd = _mm256_set1_ps(decay);
+  auto vec = [&](__m256 r, int64_t) { return _mm256_mul_ps(r, vd); };
+#else
+  auto vec = nullptr;
+#endif
+  return update_then_dot(row, k, n, vec, [&](float r, int64_t) { return r * decay; });
+}
+
+// row += delta · k (axpy_f32's arithmetic), then dot(row, q).
 float axpy_then_dot(float delta, const float* k, float* row, const float* q, int64_t n) {
-  int64_t i = 0;
-  float s = 0.f;
 #ifdef LATHE_AVX2
   const __m256 va = _mm256_set1_ps(delta);
-  __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
-  for (; i + 16 <= n; i += 16) {
-    const __m256 r0 = _mm256_fmadd_ps(va, _mm256_loadu_ps(k + i), _mm256_loadu_ps(row + i));
-    const __m256 r1 = _mm256_fmadd_ps(va, _mm256_loadu_ps(k + i + 8), _mm256_loadu_ps(row + i + 8));
-    _mm256_storeu_ps(row + i, r0);
-    _mm256_storeu_ps(row + i + 8, r1);
-    a0 = _mm256_fmadd_ps(r0, _mm256_loadu_ps(q + i), a0);
-    a1 = _mm256_fmadd_ps(r1, _mm256_loadu_ps(q + i + 8), a1);
-  }
-  for (; i + 8 <= n; i += 8) {
-    const __m256 r0 = _mm256_fmadd_ps(va, _mm256_loadu_ps(k + i), _mm256_loadu_ps(row + i));
-    _mm256_storeu_ps(row + i, r0);
-    a0 = _mm256_fmadd_ps(r0, _mm256_loadu_ps(q + i), a0);
-  }
-  s = hsum(_mm256_add_ps(a0, a1));
+  auto vec = [&](__m256 r, int64_t i) { return _mm256_fmadd_ps(va, _mm256_loadu_ps(k + i), r); };
+#else
+  auto vec = nullptr;
 #endif
-  for (int64_t j = i; j < n; ++j) row[j] += delta * k[j];
-  for (; i < n; ++i) s += row[i] * q[i];
-  return s;
+  return update_then_dot(row, q, n, vec, [&](float r, int64_t i) { return r + delta * k[i]; });
 }
 
 }  // namespace
