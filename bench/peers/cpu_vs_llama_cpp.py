@@ -1,18 +1,24 @@
 #!/usr/bin/env python3
-"""lathe vs llama.cpp on the CPU: same synthetic Qwen3-0.6B weights, same bytes, alternated runs, one machine.
+"""lathe vs llama.cpp on the CPU: same synthetic Qwen3-0.6B (or Qwen3.5-0.8B) weights, same bytes, alternated runs,
+one machine.
 
 Issue #15's comparison. Run it on a quiet machine (nothing else building or benchmarking beside it):
 
   bench/peers/cpu_vs_llama_cpp.py --llama-src LLAMA_CPP_SOURCE \
       [--lathe build/lathe] [--rounds 3] [--threads 1,2] [--bits 4,8] [--prompt 128] [--out bench/results/X.json]
+      [--like qwen3-0.6b | qwen3.5-0.8b]
 
-What it does (each step cached under --work, default $LATHE_PEER_DIR/cpu-vs-llama-cpp, LATHE_PEER_DIR defaulting to ~/.cache/lathe-peers):
+What it does (each step cached under --work, default $LATHE_PEER_DIR/cpu-vs-llama-cpp for qwen3-0.6b and
+$LATHE_PEER_DIR/cpu-vs-llama-cpp-qwen3.5-0.8b for qwen3.5-0.8b, LATHE_PEER_DIR defaulting to ~/.cache/lathe-peers):
  1. builds llama.cpp's llama-bench and llama-quantize from --llama-src (bench/peers/llama_cpp_build.sh: a source
     tree or a git directory; CPU only, -DGGML_NATIVE=ON; outside this repository);
  2. `lathe synth --like qwen3-0.6b --bits 16 --seed 1` (bf16), then from those same weights
     `lathe quantize --bits 4 --group-size 64` and `--bits 8 --group-size 64` (MLX affine, bf16 scales and biases:
     4.5 and 8.5 bits per weight) and bench/peers/qwen3_to_gguf.py -> F16 GGUF -> `llama-quantize --pure` Q4_0 and
     Q8_0 (4.5 and 8.5 bits per weight: the same bytes, every matrix including the tied embedding/logits one);
+    with --like qwen3.5-0.8b (the Gated DeltaNet + gated attention hybrid, llama.cpp arch qwen35):
+    `lathe synth --like qwen3.5-0.8b --vocab-size 151936` (so that the Qwen3 tokenizer covers the vocabulary) and
+    bench/peers/qwen35_to_gguf.py instead;
  3. copy and read bandwidth (bench/peers/membw.cc) at 1 and 2 threads, before and after the runs;
  4. rounds of: for each bits, for each thread count, `lathe --threads T run --json` (128-token prompt or --prompt, 64
     decode steps, --ignore-eos) and `llama-bench -p 128 -n 64 -t T -r 1` back to back, the order flipped every round;
@@ -44,7 +50,14 @@ PEER_DIR = os.environ.get("LATHE_PEER_DIR", os.path.expanduser("~/.cache/lathe-p
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
-LIKE = "qwen3-0.6b"
+# --like: the synthetic shape, its converter to F16 GGUF and where its files are cached.
+SHAPES = {
+    "qwen3-0.6b": {"synth": [], "converter": "qwen3_to_gguf.py", "work": "cpu-vs-llama-cpp", "title": "Qwen3-0.6B"},
+    # The Qwen3 tokenizer (151,669 ids) under the checkpoint: the vocabulary is padded to 151,936 rather than
+    # Qwen3.5's 248,320, so the embedding/logits matrix is the Qwen3-0.6B one.
+    "qwen3.5-0.8b": {"synth": ["--vocab-size", "151936"], "converter": "qwen35_to_gguf.py",
+                     "work": "cpu-vs-llama-cpp-qwen3.5-0.8b", "title": "Qwen3.5-0.8B (vocabulary 151,936)"},
+}
 PROMPT = 128
 GEN = 64
 # The issue's goals (#15).
@@ -57,7 +70,7 @@ def portable_paths(text, a):
     def tail(path):
         return os.path.join(*os.path.normpath(path).split(os.sep)[-2:])
     for path, name in ((os.path.abspath(a.llama_build), "$LATHE_PEER_DIR/llama.cpp"),
-                       (os.path.abspath(a.work), "$LATHE_PEER_DIR/cpu-vs-llama-cpp"),
+                       (os.path.abspath(a.work), "$LATHE_PEER_DIR/" + SHAPES[a.like]["work"]),
                        (PEER_DIR, "$LATHE_PEER_DIR"),
                        (os.path.abspath(a.llama_src), tail(a.llama_src)),
                        (os.path.abspath(a.lathe), tail(a.lathe)),
@@ -265,7 +278,9 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--bits", default="4,8")
-    ap.add_argument("--work", default=os.path.join(PEER_DIR, "cpu-vs-llama-cpp"), help="checkpoints and tools (cached)")
+    ap.add_argument("--like", default="qwen3-0.6b", choices=sorted(SHAPES), help="the synthetic model's shape")
+    ap.add_argument("--work", help="checkpoints and tools (cached); default $LATHE_PEER_DIR/cpu-vs-llama-cpp, "
+                    "or cpu-vs-llama-cpp-qwen3.5-0.8b for --like qwen3.5-0.8b")
     ap.add_argument("--llama-build", default=os.path.join(PEER_DIR, "llama.cpp"), help="llama.cpp build directory")
     ap.add_argument("--python", default="/usr/bin/python3", help="a Python with numpy and PyYAML (converter)")
     ap.add_argument("--out", help="also write the JSON here")
@@ -286,6 +301,9 @@ def main():
     lathe = os.path.abspath(a.lathe)
     threads = [int(t) for t in a.threads.split(",")]
     bits_list = [int(b) for b in a.bits.split(",")]
+    shape = SHAPES[a.like]
+    if not a.work:
+        a.work = os.path.join(PEER_DIR, shape["work"])
     work = a.work
     os.makedirs(work, exist_ok=True)
 
@@ -307,11 +325,11 @@ def main():
             shutil.rmtree(p) if os.path.isdir(p) else os.remove(p)
     if not os.path.exists(os.path.join(bf16, "model.safetensors")):
         shutil.rmtree(bf16, ignore_errors=True)
-        run([lathe, "synth", "--like", LIKE, "--bits", "16", "--seed", "1", "--out", bf16])
-    f16_gguf = os.path.join(work, "qwen3-0.6b-f16.gguf")
+        run([lathe, "synth", "--like", a.like, "--bits", "16", "--seed", "1", *shape["synth"], "--out", bf16])
+    f16_gguf = os.path.join(work, f"{a.like}-f16.gguf")
     if not os.path.exists(f16_gguf):
         env = dict(os.environ, PYTHONPATH=os.path.join(llama_src, "gguf-py"))
-        run([a.python, os.path.join(HERE, "qwen3_to_gguf.py"), bf16,
+        run([a.python, os.path.join(HERE, shape["converter"]), bf16,
              os.path.join(REPO, "tests", "fixtures", "tokenizers", "qwen3-real"), f16_gguf], env=env)
     models = {}
     for bits in bits_list:
@@ -321,7 +339,7 @@ def main():
             run([lathe, "quantize", "--model", bf16, "--out", lq, "--bits", str(bits), "--group-size", "64",
                  "--eval-tokens", "0"], stderr=subprocess.DEVNULL)
         gtype = {4: "Q4_0", 8: "Q8_0"}[bits]
-        gq = os.path.join(work, f"qwen3-0.6b-{gtype.lower()}-pure.gguf")
+        gq = os.path.join(work, f"{a.like}-{gtype.lower()}-pure.gguf")
         if not os.path.exists(gq):
             run([quant_bin, "--pure", f16_gguf, gq + ".tmp", gtype], stderr=subprocess.DEVNULL)
             os.replace(gq + ".tmp", gq)
@@ -374,7 +392,7 @@ def main():
 
     # 3-4. bandwidth, then alternated rounds, then bandwidth again
     result = {
-        "what": "lathe vs llama.cpp, CPU, synthetic Qwen3-0.6B shape, same bf16 source weights, same bytes",
+        "what": f"lathe vs llama.cpp, CPU, synthetic {shape['title']} shape, same bf16 source weights, same bytes",
         "date_utc": datetime.datetime.utcnow().strftime("%Y-%m-%dT%H:%M:%SZ"),
         "machine": {"cpu": cpu_model(), "nproc": os.cpu_count(), "native_isa": native_isa(),
                     "loadavg_before": loadavg()},

@@ -238,10 +238,11 @@ int synth(const SynthOptions& o) {
       for (int64_t i = 0; i < n; ++i) p[i] = f32_to_bf16(-scale * half_levels);
     });
   };
-  auto add_norm = [&](const std::string& name, int64_t n) {
-    w.add(name, DType::BF16, {n}, [n, zero = gemma || hybrid](void* dst) {
+  // Norm weights that scale by 1: 0 where the model scales by (1 + w) (Gemma, qwen3_5's layer norms), else 1.
+  auto add_norm = [&](const std::string& name, int64_t n, bool plain = false) {
+    w.add(name, DType::BF16, {n}, [n, zero = (gemma || hybrid) && !plain](void* dst) {
       auto* p = static_cast<uint16_t*>(dst);
-      for (int64_t i = 0; i < n; ++i) p[i] = f32_to_bf16(zero ? 0.0f : 1.0f);  // these scale by (1 + w)
+      for (int64_t i = 0; i < n; ++i) p[i] = f32_to_bf16(zero ? 0.0f : 1.0f);
     });
   };
   // bf16 values lo + (hi − lo) · u, u uniform in [0, 1).
@@ -264,7 +265,7 @@ int synth(const SynthOptions& o) {
     add_uniform(p + ".conv1d.weight", {conv, 1, ck}, -0.5f, 0.5f);
     add_uniform(p + ".A_log", {vh}, 0.0f, 2.7f);  // decay rates e^A_log in 1..15
     add_uniform(p + ".dt_bias", {vh}, 0.0f, 1.0f);
-    add_norm(p + ".norm.weight", vd);
+    add_norm(p + ".norm.weight", vd, /*plain=*/true);  // the gated output norm scales by w itself
   };
   add_matrix("model.embed_tokens", V, H);
   for (int64_t i = 0; i < L; ++i) {
