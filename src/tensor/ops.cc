@@ -177,7 +177,7 @@ Tensor rms_norm_gated(const Tensor& x_in, const Tensor& z, const Tensor& weight,
   return out;
 }
 
-Tensor causal_conv1d_silu(const Tensor& x_in, const Tensor& weight, Tensor& state) {
+Tensor causal_conv1d_silu(const Tensor& x_in, const Tensor& weight, Tensor& state, bool fast_exp) {
   LATHE_ON_CUDA(x_in, gpu::causal_conv1d_silu(x_in, weight, state));
   require_cpu(x_in, "causal_conv1d");
   require_f32_rows(x_in, "causal_conv1d");
@@ -189,7 +189,7 @@ Tensor causal_conv1d_silu(const Tensor& x_in, const Tensor& weight, Tensor& stat
                   state.dim(0) == weight.dim(1) - 1 && state.dim(1) == x.dim(1),
               "causal_conv1d: state must be F32 [K-1, C]");
   Tensor out = Tensor::empty(x.shape(), DType::F32);
-  cpu::causal_conv1d_silu(x, weight, state, out);
+  cpu::causal_conv1d_silu(x, weight, state, out, fast_exp);
   return out;
 }
 

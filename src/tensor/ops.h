@@ -104,7 +104,8 @@ Tensor rms_norm_gated(const Tensor& x, const Tensor& z, const Tensor& weight, fl
 
 // Depthwise causal conv1d + SiLU over time. x: [T, C]; weight: [C, K] f32; state: [K-1, C] f32, the inputs
 // before x (zeros at the start), replaced by the last K-1 inputs on return. Returns [T, C].
-Tensor causal_conv1d_silu(const Tensor& x, const Tensor& weight, Tensor& state);
+// fast_exp: the CPU's silu takes the polynomial exp (the default path's, as GatedMLP's does); the device ignores it.
+Tensor causal_conv1d_silu(const Tensor& x, const Tensor& weight, Tensor& state, bool fast_exp = false);
 // Gated delta rule, one step per token with an f32 state S [Hv, Dv, Dk] updated in place:
 //   S *= exp(g_t); d = (v_t - S k_t) * beta_t; S += d k_tᵀ; y_t = S q_t.
 // q, k: [T, Hk, Dk] (v head h reads k head h / (Hv/Hk)); v: [T, Hv, Dv]; g, beta: [T, Hv]. Returns [T, Hv, Dv].

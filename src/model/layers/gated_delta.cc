@@ -35,7 +35,7 @@ Tensor GatedDeltaNet::forward(const Tensor& x, SSMCache& cache) const {
   const int64_t T = x.dim(0), Hk = spec_.k_heads, Hv = spec_.v_heads, Dk = spec_.k_dim, Dv = spec_.v_dim;
   const int64_t key_dim = Hk * Dk;
   Tensor& conv_state = cache.conv_state(spec_.conv_kernel - 1, conv_w_.dim(0), x.device());
-  const Tensor mixed = causal_conv1d_silu(proj(in_qkv_), conv_w_, conv_state);
+  const Tensor mixed = causal_conv1d_silu(proj(in_qkv_), conv_w_, conv_state, fast_exp());
   Tensor q = l2_normalize(mixed.slice(1, 0, key_dim).reshape({T, Hk, Dk}), 1e-6f);
   const Tensor k = l2_normalize(mixed.slice(1, key_dim, 2 * key_dim).reshape({T, Hk, Dk}), 1e-6f);
   const Tensor v = mixed.slice(1, 2 * key_dim, mixed.dim(1)).reshape({T, Hv, Dv});
@@ -63,7 +63,7 @@ Tensor GatedDeltaNet::forward_rows(const Tensor& x, const RowSpans& s, const std
   std::vector<Tensor> mixed_rows;
   for (size_t r = 0; r < s.rows(); ++r) {
     Tensor& conv_state = caches[r]->conv_state(spec_.conv_kernel - 1, conv_w_.dim(0), x.device());
-    mixed_rows.push_back(causal_conv1d_silu(row_part(qkv, s, r), conv_w_, conv_state));
+    mixed_rows.push_back(causal_conv1d_silu(row_part(qkv, s, r), conv_w_, conv_state, fast_exp()));
   }
   const Tensor mixed = concat_rows(mixed_rows);
   Tensor q = l2_normalize(mixed.slice(1, 0, key_dim).reshape({N, Hk, Dk}), 1e-6f);

@@ -29,6 +29,9 @@ class GatedDeltaNet {
   // Whether the conv weight was stored in HF layout [C, 1, K] (an unconverted checkpoint) rather than
   // MLX's [C, K, 1]; unconverted Qwen3.5 checkpoints also keep zero-centred (1 + w) RMSNorm weights.
   bool hf_layout() const { return hf_layout_; }
+  // The CPU's default path (weights packed for the integer-dot kernels): the conv's silu takes the polynomial exp
+  // as the MLP's does; --exact keeps libm's.
+  bool fast_exp() const { return in_qkv_.w.quantized && in_qkv_.w.q.cpu_packed; }
 
  private:
   GatedDeltaSpec spec_;

@@ -60,7 +60,7 @@ void attention_quantized(const Tensor& q, const QuantizedMatrix& k, const Quanti
 void rms_norm_gated(const Tensor& x, const Tensor& z, const Tensor& w, float eps, Tensor& out);
 void l2_normalize(const Tensor& x, float eps, Tensor& out);
 void sigmoid_mul(const Tensor& x, const Tensor& gate, Tensor& out);
-void causal_conv1d_silu(const Tensor& x, const Tensor& weight, Tensor& state, Tensor& out);
+void causal_conv1d_silu(const Tensor& x, const Tensor& weight, Tensor& state, Tensor& out, bool fast_exp = false);
 void gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
                       Tensor& state, Tensor& out);
 void silu_mul(const Tensor& gate, const Tensor& up, Tensor& out, bool fast_exp = false);

@@ -283,8 +283,11 @@ struct Scratch {
   std::vector<float> y2;  // 16-bit activations: the hi and lo rows' outputs before they are added
 };
 
-// y[M, N] for rows [row0, row0 + N) from M quantized activation rows, on the best kernel for isa.
-void run_rows(const PackedQuant& p, const XRow* xr, int64_t M, int64_t row0, int64_t N, float* y, Isa isa);
+// y[M, N] for rows [row0, row0 + N) from M quantized activation rows, on the best kernel for isa. With pair_sum
+// (16-bit activations: rows 2m and 2m + 1 are one row's hi and lo) each task also writes
+// pair_sum[m, n] = y[2m, n] + y[2m + 1, n] for its own columns, while they are in cache.
+void run_rows(const PackedQuant& p, const XRow* xr, int64_t M, int64_t row0, int64_t N, float* y, Isa isa,
+              float* pair_sum = nullptr);
 
 }  // namespace
 
@@ -330,15 +333,9 @@ void linear_packed(const float* x, int64_t M, const PackedQuant& p, int64_t row0
   for (int64_t m = 0; m < XM; ++m)
     sc.rows[static_cast<size_t>(m)] = XRow{qb + m * K, db + m * G, sb + m * G, ib + m * G};
   if (split) {
-    // The 2M int8 rows through the int8 kernels (one weight pass), then each row's two halves added.
+    // The 2M int8 rows through the int8 kernels (one weight pass), each row's two halves added by the same tasks.
     sc.y2.resize(static_cast<size_t>(XM * N));
-    run_rows(p, sc.rows.data(), XM, row0, N, sc.y2.data(), isa);
-    for (int64_t m = 0; m < M; ++m) {
-      const float* __restrict a = sc.y2.data() + 2 * m * N;
-      const float* __restrict b = a + N;
-      float* __restrict out = y + m * N;
-      for (int64_t n = 0; n < N; ++n) out[n] = a[n] + b[n];
-    }
+    run_rows(p, sc.rows.data(), XM, row0, N, sc.y2.data(), isa, y);
     return;
   }
   run_rows(p, sc.rows.data(), M, row0, N, y, isa);
@@ -347,28 +344,50 @@ void linear_packed(const float* x, int64_t M, const PackedQuant& p, int64_t row0
 namespace {
 
 void run_rows(const PackedQuant& p, const XRow* xr, int64_t M, int64_t row0, int64_t N, float* y,
-              [[maybe_unused]] Isa isa) {
+              [[maybe_unused]] Isa isa, float* pair_sum) {
   constexpr int64_t R = PackedQuant::kBlockRows;
   [[maybe_unused]] const int64_t first = row0 / R, last = (row0 + N + R - 1) / R;  // the blocks holding the call's rows
+  // Columns [c0, c1) of the call: each row pair's sum.
+  auto add_pairs = [&](int64_t c0, int64_t c1) {
+    if (!pair_sum) return;
+    for (int64_t m = 0; m < M / 2; ++m) {
+      const float* __restrict a = y + 2 * m * N;
+      const float* __restrict b = a + N;
+      float* __restrict out = pair_sum + m * N;
+      for (int64_t c = c0; c < c1; ++c) out[c] = a[c] + b[c];
+    }
+  };
+  // The call's columns held by blocks [b0, b1).
+  [[maybe_unused]] auto block_cols = [&](int64_t b0, int64_t b1) {
+    add_pairs(std::max(row0, b0 * R) - row0, std::min(row0 + N, b1 * R) - row0);
+  };
 #ifdef LATHE_X86
   if (const RowsFn fn = pick_simd(isa, p)) {
     // Prefill calls (more than 4 rows) take two ranges per thread: a thread that starts late then holds up
     // the other less (128-token prefill ~3% faster than one range per thread); decode rows take the default one.
     parallel_for(
-        last - first, 1, [&](int64_t a, int64_t b) { fn(p, first + a, first + b, xr, M, row0, N, y); }, M <= 4 ? 1 : 2);
+        last - first, 1,
+        [&](int64_t a, int64_t b) {
+          fn(p, first + a, first + b, xr, M, row0, N, y);
+          block_cols(first + a, first + b);
+        },
+        M <= 4 ? 1 : 2);
     return;
   }
 #endif
 #if defined(__aarch64__)
   if (isa == Isa::NeonDot) {
-    parallel_for(last - first, 1,
-                 [&](int64_t a, int64_t b) { rows_neon_dot(p, first + a, first + b, xr, M, row0, N, y); });
+    parallel_for(last - first, 1, [&](int64_t a, int64_t b) {
+      rows_neon_dot(p, first + a, first + b, xr, M, row0, N, y);
+      block_cols(first + a, first + b);
+    });
     return;
   }
 #endif
   parallel_for(N, 16, [&](int64_t a, int64_t b) {
     for (int64_t n = row0 + a; n < row0 + b; ++n)
       for (int64_t m = 0; m < M; ++m) y[m * N + (n - row0)] = dot_row_scalar(p, n, xr[m]);
+    add_pairs(a, b);
   });
 }
 

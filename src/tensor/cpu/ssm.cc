@@ -1,6 +1,7 @@
 // State-space / linear-attention kernels (Gated DeltaNet): the depthwise causal conv1d with a carried input
 // window, and the gated delta-rule recurrence over an f32 state. Both run token by token, so a prefill and
 // the same tokens decoded one at a time produce the same state.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -63,9 +64,34 @@ float axpy_then_dot(float delta, const float* k, float* row, const float* q, int
   return update_then_dot(row, q, n, vec, [&](float r, int64_t i) { return r + delta * k[i]; });
 }
 
+// o[i] = o[i] / (1 + e^−o[i]) over [b, e). With fast_exp every element, the tail's too, goes through the same
+// 8-lane polynomial exp (the tail padded), so a value never depends on where a range starts or ends.
+void silu_range(float* o, int64_t b, int64_t e, bool fast_exp) {
+#ifdef LATHE_AVX2
+  if (fast_exp) {
+    const __m256 one = _mm256_set1_ps(1.0f);
+    auto silu8 = [&](__m256 v) {
+      return _mm256_div_ps(v, _mm256_add_ps(one, exp_poly8(_mm256_sub_ps(_mm256_setzero_ps(), v))));
+    };
+    int64_t i = b;
+    for (; i + 8 <= e; i += 8) _mm256_storeu_ps(o + i, silu8(_mm256_loadu_ps(o + i)));
+    if (i < e) {
+      alignas(32) float t[8] = {};
+      std::copy(o + i, o + e, t);
+      _mm256_store_ps(t, silu8(_mm256_load_ps(t)));
+      std::copy(t, t + (e - i), o + i);
+    }
+    return;
+  }
+#else
+  (void)fast_exp;
+#endif
+  for (int64_t i = b; i < e; ++i) o[i] = o[i] / (1.0f + std::exp(-o[i]));
+}
+
 }  // namespace
 
-void causal_conv1d_silu(const Tensor& x, const Tensor& weight, Tensor& state, Tensor& out) {
+void causal_conv1d_silu(const Tensor& x, const Tensor& weight, Tensor& state, Tensor& out, bool fast_exp) {
   const int64_t T = x.dim(0), C = x.dim(1), K = weight.dim(1), P = K - 1;
   const float* xp = x.data<float>();
   const float* w = weight.data<float>();
@@ -99,7 +125,7 @@ void causal_conv1d_silu(const Tensor& x, const Tensor& weight, Tensor& state, Te
         for (int64_t j = 1; j < K; ++j) acc = std::fma(wt[static_cast<size_t>(j * C + c)], xs[j * C + c], acc);
         o[c] = acc;
       }
-      for (c = c0; c < c1; ++c) o[c] = o[c] / (1.0f + std::exp(-o[c]));
+      silu_range(o, c0, c1, fast_exp);
     }
   });
   std::memcpy(sp, win.data() + T * C, static_cast<size_t>(P * C) * 4);
