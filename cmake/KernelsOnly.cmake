@@ -24,7 +24,7 @@ if(LATHE_TESTS)
   set(BUILD_GMOCK OFF CACHE BOOL "" FORCE)
   add_subdirectory(${_gtest_src} ${CMAKE_BINARY_DIR}/googletest EXCLUDE_FROM_ALL)
   set(_tests cpu_attention_pairs_test cpu_attention_prefill_test cpu_attention_quantized_test cpu_int8_matmul_test
-             quantized_ops_test attention_ops_test thread_pool_test)
+             quantized_ops_test attention_ops_test thread_pool_test cpu_ssm_test)
   set(_src)
   foreach(t ${_tests})
     list(APPEND _src ${PROJECT_SOURCE_DIR}/tests/unit/${t}.cc)
