@@ -5,10 +5,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <fstream>
+#include <mutex>
 #include <sstream>
+#include <vector>
 
 #include "common/error.h"
 #include "common/limits.h"
@@ -34,6 +38,13 @@ int open_regular(const std::string& path, struct stat& st) {
   return fd;
 }
 
+// The live mappings, for drop_pages.
+std::mutex g_maps_mu;
+std::vector<const MappedFile*>& live_maps() {
+  static std::vector<const MappedFile*> maps;
+  return maps;
+}
+
 }  // namespace
 
 std::shared_ptr<MappedFile> MappedFile::open(const std::string& path) {
@@ -52,11 +63,34 @@ std::shared_ptr<MappedFile> MappedFile::open(const std::string& path) {
     f->data_ = p;
   }
   ::close(fd);
+  if (f->data_) {
+    std::lock_guard lock(g_maps_mu);
+    live_maps().push_back(f.get());
+  }
   return f;
 }
 
 MappedFile::~MappedFile() {
-  if (data_) ::munmap(data_, size_);
+  if (!data_) return;
+  {
+    std::lock_guard lock(g_maps_mu);
+    auto& maps = live_maps();
+    maps.erase(std::remove(maps.begin(), maps.end(), this), maps.end());
+  }
+  ::munmap(data_, size_);
+}
+
+void MappedFile::drop_pages(const void* p, size_t n) {
+  static const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p), e = a + n;
+  std::lock_guard lock(g_maps_mu);
+  for (const MappedFile* m : live_maps()) {
+    const uintptr_t base = reinterpret_cast<uintptr_t>(m->data_);
+    if (a < base || e > base + m->size_) continue;
+    const uintptr_t from = (a + page - 1) / page * page, to = e / page * page;  // whole pages inside the range
+    if (to > from) ::madvise(reinterpret_cast<void*>(from), to - from, MADV_DONTNEED);
+    return;
+  }
 }
 
 std::string read_text_file(const std::string& path) {

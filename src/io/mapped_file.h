@@ -17,6 +17,12 @@ class MappedFile {
   const unsigned char* data() const { return static_cast<const unsigned char*>(data_); }
   size_t size() const { return size_; }
 
+  // Bytes [p, p + n) will not be read for a while (weights repacked at load): when they lie in a live mapping,
+  // its whole pages inside the range leave this process's resident set (the file's pages, clean and read-only,
+  // come back from the page cache or the disk if read again). Anything else — heap memory, a range a mapping
+  // does not hold — is left alone.
+  static void drop_pages(const void* p, size_t n);
+
  private:
   MappedFile() = default;
   std::string path_;

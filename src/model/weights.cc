@@ -3,6 +3,7 @@
 #include <cstdlib>
 
 #include "common/error.h"
+#include "io/mapped_file.h"
 #include "quant/affine.h"
 
 namespace lathe {
@@ -40,6 +41,17 @@ void check_finite(const Tensor& t, const std::string& where) {
 
 // The CPU's integer-dot matmuls by default; the exact f32 kernels with --exact.
 bool pack_on_cpu(const LoadOptions& o) { return o.device == Device::CPU && !o.exact; }
+
+// Packs q for the CPU's integer-dot kernels. Once packed, the kernels read only the packed copy, so the file pages
+// of its codes, scales and biases leave the resident set (a model no longer counts twice; an embedding lookup
+// of a tied table faults back the rows it reads).
+void pack_and_drop_source(QuantizedMatrix& q, int act_bits) {
+  pack_for_cpu(q, act_bits);
+  if (!q.cpu_packed) return;
+  for (const Tensor* t : {&q.w, &q.scales, &q.biases})
+    if (t->defined() && t->device() == Device::CPU && t->is_contiguous())
+      MappedFile::drop_pages(t->raw(), static_cast<size_t>(t->numel()) * dtype_size(t->dtype()));
+}
 
 // Their activation precision: int8 per group, or 16-bit (two int8 rows, cpu/packed_quant.h) for models with
 // linear-attention (Gated DeltaNet) layers, whose recurrence amplifies int8 rounding: on the qwen3_5 fixture
@@ -141,7 +153,7 @@ Weight WeightBinder::linear_on(const std::string& module, int64_t out, int64_t i
   if (w.q.scales.dtype() != w.q.biases.dtype()) w.q.scales = place(s, o, DType::F32);
   w.q.bits = spec->bits;
   w.q.group_size = spec->group_size;
-  if (pack_on_cpu(o)) pack_for_cpu(w.q, cpu_act_bits(config_));  // once, at load
+  if (pack_on_cpu(o)) pack_and_drop_source(w.q, cpu_act_bits(config_));  // once, at load
   if (!kernel_bits(spec->bits) && !w.q.cpu_packed) return dense_copy();
   return w;
 }
@@ -283,7 +295,7 @@ std::vector<Weight> WeightBinder::stacked_linear(const std::string& module, int6
     Weight& w = stack[static_cast<size_t>(e)];
     w.quantized = true;
     w.q = {q.select(0, e), s.select(0, e), b.select(0, e), spec.bits, spec.group_size};
-    if (pack_on_cpu(o)) pack_for_cpu(w.q, cpu_act_bits(config_));
+    if (pack_on_cpu(o)) pack_and_drop_source(w.q, cpu_act_bits(config_));
     if (!kernel_bits(spec.bits) && !w.q.cpu_packed) throw unsupported();
   }
   return stack;
