@@ -38,11 +38,15 @@ int open_regular(const std::string& path, struct stat& st) {
   return fd;
 }
 
-// The live mappings, for drop_pages.
-std::mutex g_maps_mu;
+// The live mappings, for drop_pages. Never destroyed: a mapping held by a static (a test's model cache) is
+// unmapped during exit, after function-local statics would be gone.
+std::mutex& maps_mu() {
+  static auto* mu = new std::mutex;
+  return *mu;
+}
 std::vector<const MappedFile*>& live_maps() {
-  static std::vector<const MappedFile*> maps;
-  return maps;
+  static auto* maps = new std::vector<const MappedFile*>;
+  return *maps;
 }
 
 }  // namespace
@@ -64,7 +68,7 @@ std::shared_ptr<MappedFile> MappedFile::open(const std::string& path) {
   }
   ::close(fd);
   if (f->data_) {
-    std::lock_guard lock(g_maps_mu);
+    std::lock_guard lock(maps_mu());
     live_maps().push_back(f.get());
   }
   return f;
@@ -73,7 +77,7 @@ std::shared_ptr<MappedFile> MappedFile::open(const std::string& path) {
 MappedFile::~MappedFile() {
   if (!data_) return;
   {
-    std::lock_guard lock(g_maps_mu);
+    std::lock_guard lock(maps_mu());
     auto& maps = live_maps();
     maps.erase(std::remove(maps.begin(), maps.end(), this), maps.end());
   }
@@ -83,7 +87,7 @@ MappedFile::~MappedFile() {
 void MappedFile::drop_pages(const void* p, size_t n) {
   static const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
   const uintptr_t a = reinterpret_cast<uintptr_t>(p), e = a + n;
-  std::lock_guard lock(g_maps_mu);
+  std::lock_guard lock(maps_mu());
   for (const MappedFile* m : live_maps()) {
     const uintptr_t base = reinterpret_cast<uintptr_t>(m->data_);
     if (a < base || e > base + m->size_) continue;

@@ -54,9 +54,13 @@ TEST_P(CpuCausalConv, PromptAtOnceEqualsTokenByTokenAndReference) {
 INSTANTIATE_TEST_SUITE_P(Exp, CpuCausalConv, ::testing::Bool(),
                          [](const auto& info) { return std::string(info.param ? "polynomial" : "libm"); });
 
-TEST(CpuGatedDeltaRule, PromptAtOnceEqualsTokenByTokenAndReference) {
-  // Head sizes with 16-lane steps, an 8-lane step and a scalar tail (28 = 16 + 8 + 4); two value heads per key head.
-  constexpr int64_t T = 9, Hk = 2, Hv = 4, Dk = 28, Dv = 12;
+// Key head sizes: 28 (the 8-lane path's 16-lane step, 8-lane step and scalar tail) and 64 (the 16-lane path
+// where the CPU has AVX-512); two value heads per key head.
+class CpuGatedDeltaRule : public ::testing::TestWithParam<int64_t> {};
+
+TEST_P(CpuGatedDeltaRule, PromptAtOnceEqualsTokenByTokenAndReference) {
+  const int64_t Dk = GetParam();
+  constexpr int64_t T = 9, Hk = 2, Hv = 4, Dv = 12;
   auto normed = [](std::vector<float> v, int64_t rows, int64_t d) {  // l2-normalised rows, as the model feeds them
     for (int64_t r = 0; r < rows; ++r) {
       double n = 0;
@@ -102,6 +106,8 @@ TEST(CpuGatedDeltaRule, PromptAtOnceEqualsTokenByTokenAndReference) {
     }
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(KeyHeadSizes, CpuGatedDeltaRule, ::testing::Values(int64_t{28}, int64_t{64}));
 
 }  // namespace
 }  // namespace lathe

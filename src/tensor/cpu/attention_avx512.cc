@@ -16,10 +16,7 @@
 #include "tensor/cpu/simd.h"
 #include "tensor/thread_pool.h"
 
-#if defined(__x86_64__)
-#include <immintrin.h>
-#define LATHE_A512 __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq")))
-#endif
+#include "tensor/cpu/simd512.h"
 
 namespace lathe::cpu {
 namespace {
@@ -45,19 +42,6 @@ LATHE_A512 inline __m512 load16(const uint16_t* p) {
   // Full-mask zeroing forms: GCC 12's plain ones pass a self-initialized "undefined" vector that
   // -Wmaybe-uninitialized reports once inlined; the all-ones mask makes them the same instructions.
   return _mm512_castsi512_ps(_mm512_maskz_slli_epi32(0xFFFF, _mm512_maskz_cvtepu16_epi32(0xFFFF, h), 16));
-}
-
-// The sum of 16 lanes in one fixed order (halves, then quarters, then pairs). Written out because GCC 12's
-// _mm512_reduce_add_ps trips -Wmaybe-uninitialized (see load16).
-LATHE_A512 inline float reduce16(__m512 v) {
-  const __m256 hi = _mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xF, _mm512_castps_pd(v), 1));
-  __m256 lo;
-  std::memcpy(&lo, &v, sizeof lo);  // the lower half; no instruction (the cast intrinsic warns like the rest)
-  const __m256 s8 = _mm256_add_ps(lo, hi);
-  __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
-  s4 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
-  s4 = _mm_add_ss(s4, _mm_movehdup_ps(s4));
-  return _mm_cvtss_f32(s4);
 }
 
 // reduce16 of eight vectors at once (full-mask shuffles: see load16), each sum in exactly reduce16's order (lane i +
