@@ -28,7 +28,6 @@ head_dim x partial_rotary_factor, and rope dimension sections [11, 11, 10, 0] (Q
 for text all three position components are equal, so it is ordinary partial rope). Tied embeddings: no
 `output.weight`.
 """
-import json
 import os
 import sys
 
@@ -42,12 +41,7 @@ np, gguf = q3.np, q3.gguf
 LAYER_NAMES = {
     "input_layernorm.weight": "attn_norm.weight",
     "post_attention_layernorm.weight": "post_attention_norm.weight",
-    "self_attn.q_proj.weight": "attn_q.weight",
-    "self_attn.k_proj.weight": "attn_k.weight",
-    "self_attn.v_proj.weight": "attn_v.weight",
-    "self_attn.o_proj.weight": "attn_output.weight",
-    "self_attn.q_norm.weight": "attn_q_norm.weight",
-    "self_attn.k_norm.weight": "attn_k_norm.weight",
+    **q3.ATTENTION_NAMES,
     "linear_attn.in_proj_qkv.weight": "attn_qkv.weight",
     "linear_attn.in_proj_z.weight": "attn_gate.weight",
     "linear_attn.in_proj_a.weight": "ssm_alpha.weight",
@@ -57,9 +51,7 @@ LAYER_NAMES = {
     "linear_attn.A_log": "ssm_a",
     "linear_attn.dt_bias": "ssm_dt.bias",
     "linear_attn.norm.weight": "ssm_norm.weight",
-    "mlp.gate_proj.weight": "ffn_gate.weight",
-    "mlp.up_proj.weight": "ffn_up.weight",
-    "mlp.down_proj.weight": "ffn_down.weight",
+    **q3.MLP_NAMES,
 }
 # Zero-centred RMSNorm weights (scale 1 + w in HF Qwen3.5); llama.cpp stores 1 + w.
 PLUS_ONE = {"input_layernorm.weight", "post_attention_layernorm.weight", "self_attn.q_norm.weight",
@@ -119,20 +111,7 @@ def transform(rest, x, cfg):
 
 
 def main():
-    if len(sys.argv) != 4:
-        sys.exit(__doc__)
-    ckpt, tok_dir, out = sys.argv[1:]
-    with open(os.path.join(ckpt, "config.json")) as f:
-        cfg = json.load(f)
-    cfg = {**cfg, **cfg.get("text_config", {})}
-    if cfg.get("model_type") not in ("qwen3_5_text", "qwen3_5"):
-        sys.exit(f"qwen35_to_gguf: model_type {cfg.get('model_type')!r}, expected 'qwen3_5_text'")
-    if "quantization" in cfg:
-        sys.exit("qwen35_to_gguf: the checkpoint is quantized; give a bf16/f16/f32 one (lathe synth --bits 16)")
-    files = sorted(f for f in os.listdir(ckpt) if f.endswith(".safetensors"))
-    tensors = {}
-    for f in files:
-        tensors.update(q3.read_safetensors(os.path.join(ckpt, f)))
+    ckpt, tok_dir, out, cfg, tensors = q3.read_checkpoint(__doc__, "qwen35_to_gguf", ("qwen3_5_text", "qwen3_5"))
 
     L = cfg["num_hidden_layers"]
     interval = cfg.get("full_attention_interval", 4)
@@ -151,20 +130,9 @@ def main():
 
     arch = gguf.MODEL_ARCH_NAMES[gguf.MODEL_ARCH.QWEN35]
     tmp = out + ".tmp"
-    w = gguf.GGUFWriter(tmp, arch)
-    w.add_name("synthetic " + os.path.basename(os.path.normpath(ckpt)))
-    w.add_block_count(L)
-    w.add_context_length(cfg["max_position_embeddings"])
-    w.add_embedding_length(cfg["hidden_size"])
-    w.add_feed_forward_length(cfg["intermediate_size"])
-    w.add_head_count(cfg["num_attention_heads"])
-    w.add_head_count_kv(cfg["num_key_value_heads"])
+    w = q3.open_gguf(arch, tmp, ckpt, cfg, head_dim)
     w.add_rope_dimension_sections(sections)
     w.add_rope_freq_base(rope_theta)
-    w.add_layer_norm_rms_eps(float(cfg["rms_norm_eps"]))
-    w.add_key_length(head_dim)
-    w.add_value_length(head_dim)
-    w.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
     w.add_ssm_conv_kernel(cfg["linear_conv_kernel_dim"])
     w.add_ssm_state_size(cfg["linear_key_head_dim"])
     w.add_ssm_group_count(cfg["linear_num_key_heads"])
@@ -174,24 +142,13 @@ def main():
     w.add_rope_dimension_count(int(head_dim * partial))
     n_tok = q3.add_vocab(w, tok_dir, cfg)
 
-    n_params = 0
-    for hf in sorted(tensors, key=lambda n: (n.count("."), n)):
-        dtype, shape, raw = tensors[hf]
+    def tensor_of(hf):
         name = gguf_name(hf)
-        layer, rest = split_name(hf)
-        x = transform(rest, q3.to_f32(dtype, shape, raw), cfg)
-        n_params += x.size
+        x = transform(split_name(hf)[1], q3.to_f32(*tensors[hf]), cfg)
         # Matrices in f16; vectors, norms and the conv kernel in f32, as convert_hf_to_gguf.py --outtype f16 does.
-        keep_f32 = x.ndim <= 1 or name.endswith("_norm.weight") or ".ssm_conv1d." in name
-        w.add_tensor(name, x.astype(np.float32) if keep_f32 else x.astype(np.float16))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    os.replace(tmp, out)
-    print(json.dumps({"out": out, "tensors": len(tensors), "parameters": int(n_params),
-                      "tokenizer_tokens": n_tok, "vocab_size": cfg["vocab_size"],
-                      "bytes": os.path.getsize(out)}))
+        return name, x, x.ndim <= 1 or name.endswith("_norm.weight") or ".ssm_conv1d." in name
+
+    q3.write_gguf(w, tensors, tmp, out, cfg, n_tok, tensor_of)
 
 
 if __name__ == "__main__":

@@ -59,19 +59,26 @@ def to_f32(dtype, shape, raw):
     sys.exit(f"qwen3_to_gguf: tensor dtype {dtype} is not bf16/f16/f32 (quantized checkpoints are not supported)")
 
 
-# Hugging Face Qwen3 names -> GGUF names (llama.cpp's src/models/qwen3.cpp loads these).
-LAYER_NAMES = {
-    "input_layernorm.weight": "attn_norm.weight",
+# Hugging Face Qwen3 names -> GGUF names (llama.cpp's src/models/qwen3.cpp loads these); the attention and MLP
+# parts are shared with qwen35_to_gguf.py.
+ATTENTION_NAMES = {
     "self_attn.q_proj.weight": "attn_q.weight",
     "self_attn.k_proj.weight": "attn_k.weight",
     "self_attn.v_proj.weight": "attn_v.weight",
     "self_attn.o_proj.weight": "attn_output.weight",
     "self_attn.q_norm.weight": "attn_q_norm.weight",
     "self_attn.k_norm.weight": "attn_k_norm.weight",
-    "post_attention_layernorm.weight": "ffn_norm.weight",
+}
+MLP_NAMES = {
     "mlp.gate_proj.weight": "ffn_gate.weight",
     "mlp.up_proj.weight": "ffn_up.weight",
     "mlp.down_proj.weight": "ffn_down.weight",
+}
+LAYER_NAMES = {
+    "input_layernorm.weight": "attn_norm.weight",
+    **ATTENTION_NAMES,
+    "post_attention_layernorm.weight": "ffn_norm.weight",
+    **MLP_NAMES,
 }
 TOP_NAMES = {
     "model.embed_tokens.weight": "token_embd.weight",
@@ -141,28 +148,11 @@ def add_vocab(writer, tok_dir, cfg):
     return len(reverse)
 
 
-def main():
-    if len(sys.argv) != 4:
-        sys.exit(__doc__)
-    ckpt, tok_dir, out = sys.argv[1:]
-    with open(os.path.join(ckpt, "config.json")) as f:
-        cfg = json.load(f)
-    if cfg.get("model_type") != "qwen3":
-        sys.exit(f"qwen3_to_gguf: model_type {cfg.get('model_type')!r}, expected 'qwen3'")
-    if "quantization" in cfg:
-        sys.exit("qwen3_to_gguf: the checkpoint is quantized; give a bf16/f16/f32 one (lathe synth --bits 16)")
-    files = sorted(f for f in os.listdir(ckpt) if f.endswith(".safetensors"))
-    tensors = {}
-    for f in files:
-        tensors.update(read_safetensors(os.path.join(ckpt, f)))
-
-    arch = gguf.MODEL_ARCH_NAMES[gguf.MODEL_ARCH.QWEN3]
-    tmp = out + ".tmp"
+def open_gguf(arch, tmp, ckpt, cfg, head_dim):
+    """A GGUF writer for arch at tmp with the metadata every Qwen shape shares (blocks, sizes, heads, eps, f16)."""
     w = gguf.GGUFWriter(tmp, arch)
-    L = cfg["num_hidden_layers"]
-    head_dim = cfg.get("head_dim", cfg["hidden_size"] // cfg["num_attention_heads"])
     w.add_name("synthetic " + os.path.basename(os.path.normpath(ckpt)))
-    w.add_block_count(L)
+    w.add_block_count(cfg["num_hidden_layers"])
     w.add_context_length(cfg["max_position_embeddings"])
     w.add_embedding_length(cfg["hidden_size"])
     w.add_feed_forward_length(cfg["intermediate_size"])
@@ -170,19 +160,19 @@ def main():
     w.add_head_count_kv(cfg["num_key_value_heads"])
     w.add_key_length(head_dim)
     w.add_value_length(head_dim)
-    w.add_rope_freq_base(float(cfg["rope_theta"]))
     w.add_layer_norm_rms_eps(float(cfg["rms_norm_eps"]))
     w.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
-    n_tok = add_vocab(w, tok_dir, cfg)
+    return w
 
+
+def write_gguf(w, tensors, tmp, out, cfg, n_tok, tensor_of):
+    """Adds every tensor (tensor_of(hf name) -> (GGUF name, f32 array, whether it stays f32; f16 otherwise)) in a
+    fixed order, writes the file under tmp, moves it to out and prints a one-line JSON summary."""
     n_params = 0
     for hf in sorted(tensors, key=lambda n: (n.count("."), n)):
-        dtype, shape, raw = tensors[hf]
-        name = gguf_name(hf)
-        x = to_f32(dtype, shape, raw)
+        name, x, keep_f32 = tensor_of(hf)
         n_params += x.size
-        # Matrices in f16, vectors (norms) in f32, as convert_hf_to_gguf.py --outtype f16 does.
-        w.add_tensor(name, x.astype(np.float16) if x.ndim == 2 else x.astype(np.float32))
+        w.add_tensor(name, x.astype(np.float32) if keep_f32 else x.astype(np.float16))
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -191,6 +181,44 @@ def main():
     print(json.dumps({"out": out, "tensors": len(tensors), "parameters": int(n_params),
                       "tokenizer_tokens": n_tok, "vocab_size": cfg["vocab_size"],
                       "bytes": os.path.getsize(out)}))
+
+
+def read_checkpoint(usage, prog, model_types):
+    """(checkpoint dir, tokenizer dir, output path, config, {name: tensor}) from the command line; exits with the
+    usage, or saying why the checkpoint does not fit (another model type, quantized weights)."""
+    if len(sys.argv) != 4:
+        sys.exit(usage)
+    ckpt, tok_dir, out = sys.argv[1:]
+    with open(os.path.join(ckpt, "config.json")) as f:
+        cfg = json.load(f)
+    cfg = {**cfg, **cfg.get("text_config", {})}
+    if cfg.get("model_type") not in model_types:
+        sys.exit(f"{prog}: model_type {cfg.get('model_type')!r}, expected {model_types[0]!r}")
+    if "quantization" in cfg:
+        sys.exit(f"{prog}: the checkpoint is quantized; give a bf16/f16/f32 one (lathe synth --bits 16)")
+    tensors = {}
+    for f in sorted(f for f in os.listdir(ckpt) if f.endswith(".safetensors")):
+        tensors.update(read_safetensors(os.path.join(ckpt, f)))
+    return ckpt, tok_dir, out, cfg, tensors
+
+
+def main():
+    ckpt, tok_dir, out, cfg, tensors = read_checkpoint(__doc__, "qwen3_to_gguf", ("qwen3",))
+
+    arch = gguf.MODEL_ARCH_NAMES[gguf.MODEL_ARCH.QWEN3]
+    tmp = out + ".tmp"
+    L = cfg["num_hidden_layers"]
+    head_dim = cfg.get("head_dim", cfg["hidden_size"] // cfg["num_attention_heads"])
+    w = open_gguf(arch, tmp, ckpt, cfg, head_dim)
+    w.add_rope_freq_base(float(cfg["rope_theta"]))
+    n_tok = add_vocab(w, tok_dir, cfg)
+
+    def tensor_of(hf):
+        x = to_f32(*tensors[hf])
+        # Matrices in f16, vectors (norms) in f32, as convert_hf_to_gguf.py --outtype f16 does.
+        return gguf_name(hf), x, x.ndim != 2
+
+    write_gguf(w, tensors, tmp, out, cfg, n_tok, tensor_of)
 
 
 if __name__ == "__main__":
