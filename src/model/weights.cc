@@ -280,7 +280,7 @@ std::vector<Weight> WeightBinder::stacked_linear(const std::string& module, int6
   auto unsupported = [&] {
     return Error(ErrorKind::Unsupported,
                  config_.dir + "/config.json: " + std::to_string(spec.bits) + "-bit experts of '" + module +
-                     "' are not supported yet here (2, 4 or 8; 3, 5 and 6 on the CPU's " + "default path)");
+                     "' are not supported yet here (2, 4 or 8; 3, 5 and 6 on the CPU's default path)");
   };
   if (!kernel_bits(spec.bits) && !pack_on_cpu(o)) throw unsupported();
   check_quantized(module, wname, {experts, out, in * spec.bits / 32}, {experts, out, in / spec.group_size});

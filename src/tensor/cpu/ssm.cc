@@ -141,9 +141,9 @@ void causal_conv1d_silu(const Tensor& x, const Tensor& weight, Tensor& state, Te
   // output is w0·x0, then one fma per further tap, in lanes or in the tail alike: a value never depends on the
   // chunking, and a prefill and the same tokens one at a time agree.
   std::vector<float> wt(static_cast<size_t>(K * C));
-  for (int64_t c = 0; c < C; ++c)
-    for (int64_t j = 0; j < K; ++j) wt[static_cast<size_t>(j * C + c)] = w[c * K + j];
   parallel_for(C, 16, [&](int64_t c0, int64_t c1) {
+    for (int64_t c = c0; c < c1; ++c)  // each task transposes the channels it convolves
+      for (int64_t j = 0; j < K; ++j) wt[static_cast<size_t>(j * C + c)] = w[c * K + j];
     for (int64_t t = 0; t < T; ++t) {
       const float* xs = win.data() + t * C;
       float* o = op + t * C;
