@@ -97,7 +97,10 @@ Sample server_stream(int port, const std::string& prompt, int max_tokens) {
       pending.erase(0, end + 2);
       if (frame.rfind("data: ", 0) != 0 || frame == "data: [DONE]") continue;
       const json j = json::parse(frame.substr(6));
-      const auto& choice = j.at("choices").at(0);
+      // The usage chunk (stream_options.include_usage) has an empty choices array, as OpenAI sends it.
+      const json& choices = j.at("choices");
+      const json no_choice = json::object();
+      const json& choice = choices.empty() ? no_choice : choices.at(0);
       if (const auto d = choice.find("delta");
           d != choice.end() && d->contains("content") && (*d)["content"].is_string()) {
         const std::string text = (*d)["content"];
