@@ -6,12 +6,13 @@ import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { describe, test } from 'node:test';
+import { after, describe, test } from 'node:test';
 
 import { BINARY, DEMO_MODEL, SOURCE_DIR, parseSSE, rawExchange, request, sleep, startServer, useServer } from './harness.js';
 
 const hello = [{ role: 'user', content: 'hello world' }];
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'lathe-harden-'));
+after(() => fs.rmSync(tmp, { recursive: true, force: true }));
 
 // One request over a fresh socket, answered with Connection: close; resolves to {status, body}.
 async function raw(port, bytes, timeoutMs = 15000) {
