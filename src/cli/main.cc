@@ -4,10 +4,12 @@
 
 #include "cli/verbs.h"
 #include "common/error.h"
+#include "common/heap.h"
 #include "common/log.h"
 #include "tensor/thread_pool.h"
 
 int main(int argc, char** argv) {
+  lathe::tune_heap_for_tensors();
   CLI::App app{"lathe: serve, run, fine-tune and quantize LLMs in the MLX checkpoint format"};
   app.require_subcommand(1);
   std::string log_level = "info";
