@@ -15,7 +15,8 @@ namespace lathe::server {
 namespace {
 
 // Fits the token budget into the model's context; a prompt that already fills it is the client's error.
-void fit_context(ServerContext& ctx, PreparedGeneration& p) {
+// param: the request field that holds the prompt (messages for chat, prompt for completions).
+void fit_context(ServerContext& ctx, PreparedGeneration& p, const char* param) {
   const int64_t limit = ctx.context_length();
   if (p.prompt.empty()) throw ApiError(400, "the prompt is empty");
   if (limit <= 0) return;
@@ -23,7 +24,7 @@ void fit_context(ServerContext& ctx, PreparedGeneration& p) {
   if (n >= limit)
     throw ApiError(400,
                    "the prompt is " + std::to_string(n) + " tokens; the model's context is " + std::to_string(limit),
-                   "messages", "context_length_exceeded");
+                   param, "context_length_exceeded");
   p.settings.max_tokens = static_cast<int>(std::min<int64_t>(p.settings.max_tokens, limit - n));
 }
 
@@ -70,7 +71,7 @@ PreparedGeneration prepare_chat(ServerContext& ctx, const ChatRequest& request) 
   p.think_tags = ctx.think_tags();
   p.start_in_reasoning = p.think_tags && prompt_ends_inside_think(text);
   p.tools = request.tools;
-  fit_context(ctx, p);
+  fit_context(ctx, p, "messages");
   return p;
 }
 
@@ -93,7 +94,7 @@ PreparedGeneration prepare_completion(ServerContext& ctx, const nlohmann::ordere
     throw invalid_field("prompt", "prompt must be a non-empty string or a non-empty array of token ids");
   }
   p.settings = std::move(settings);
-  fit_context(ctx, p);
+  fit_context(ctx, p, "prompt");
   return p;
 }
 

@@ -97,6 +97,18 @@ describe('server with --max-body-bytes and --max-queue', () => {
       assertOpenAIError(await post('/v1/completions', { prompt: 'hi', max_tokens: 'ten' }), 400, 'max_tokens');
     });
 
+    test('a prompt over the context: context_length_exceeded naming the field that holds it', async () => {
+      const ids = Array(1100).fill(5);  // the demo's context is 1024 (and this suite's body limit 4096 bytes)
+      const c = await post('/v1/completions', { prompt: ids, max_tokens: 4 });
+      assertOpenAIError(c, 400);
+      assert.equal(c.json.error.code, 'context_length_exceeded', c.text);
+      assert.equal(c.json.error.param, 'prompt', c.text);
+      const m = await post('/v1/chat/completions', { messages: [{ role: 'user', content: 'a '.repeat(1100) }] });
+      assertOpenAIError(m, 400);
+      assert.equal(m.json.error.code, 'context_length_exceeded', m.text);
+      assert.equal(m.json.error.param, 'messages', m.text);
+    });
+
     test('the openai SDK surfaces a BadRequestError with the field', async () => {
       const err = await openaiClient(server)
         .chat.completions.create({ model: 'demo', messages: hello, temperature: 'hot' })
