@@ -1,5 +1,7 @@
 #include "server/anthropic_request.h"
 
+#include <algorithm>
+
 #include "server/api_error.h"
 #include "server/generation_flow.h"
 #include "server/json_fields.h"
@@ -68,6 +70,12 @@ void translate_message(const nlohmann::ordered_json& m, const std::string& at, o
            {"content", block_text(b.contains("content") ? b["content"] : nlohmann::ordered_json(), bat + ".content")}});
     } else if (type == "image" || type == "document") {
       throw invalid_field(bat, "the served model does not accept " + type + " blocks");
+    } else if (type != "thinking" && type != "redacted_thinking") {
+      // (Dropping it would lose what the client sent: a message of such blocks alone vanished, and the template
+      // then failed on the conversation with an error that named no field.)
+      throw invalid_field(bat + ".type", bat + ".type '" + type +
+                                             "' is not a content block this server takes (text, tool_use, "
+                                             "tool_result, thinking, redacted_thinking)");
     }
     // thinking / redacted_thinking: dropped; the template decides what past reasoning looks like.
   }
@@ -92,6 +100,9 @@ ChatRequest parse_anthropic_messages(const nlohmann::ordered_json& body, const S
   if (!messages || messages->empty()) throw invalid_field("messages", "messages must be a non-empty array");
   for (size_t i = 0; i < messages->size(); ++i)
     translate_message((*messages)[i], "messages[" + std::to_string(i) + "]", r.messages);
+  if (std::none_of(r.messages.begin(), r.messages.end(),
+                   [](const nlohmann::ordered_json& m) { return m.value("role", "") != "system"; }))
+    throw invalid_field("messages", "messages hold no text, tool use or tool result to answer");
 
   // A last assistant message is a prefill: the reply continues it (and holds only the continuation).
   r.continue_final =

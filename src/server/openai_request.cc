@@ -20,9 +20,16 @@ std::string flatten_parts(const nlohmann::ordered_json& parts, const std::string
     const std::string type = string_member(part, "type", "text", at + ".type");
     if (type == "image_url" || type == "image" || type == "input_image")
       throw invalid_field(at, "the served model does not accept images");
-    auto t = part.find("text");
+    if (type == "input_audio") throw invalid_field(at, "the served model does not accept audio");
+    if (type == "file" || type == "input_file") throw invalid_field(at, "the served model does not accept files");
+    // A past assistant turn may hold a refusal part: its text is what was said.
+    const char* key = type == "refusal" ? "refusal" : "text";
+    if (type != "text" && type != "input_text" && type != "output_text" && type != "refusal")
+      throw invalid_field(at + ".type",
+                          at + ".type '" + type + "' is not a content part this server takes (text, refusal)");
+    auto t = part.find(key);
     if (t == part.end()) continue;
-    if (!t->is_string()) throw invalid_field(at + ".text", at + ".text must be a string");
+    if (!t->is_string()) throw invalid_field(at + "." + key, at + "." + key + " must be a string");
     text += t->get<std::string>();
   }
   return text;

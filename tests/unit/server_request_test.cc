@@ -212,6 +212,37 @@ TEST(ServerRequest, AnthropicRequiresMaxTokensAndMessages) {
             400);
 }
 
+TEST(ServerRequest, OpenAIUnknownPartsAreNamedNotDropped) {
+  const auto chat_with = [](const json& part) {
+    return json{{"messages", {{{"role", "user"}, {"content", json::array({part})}}}}};
+  };
+  EXPECT_EQ(error_of([&] {
+              parse_openai_chat(chat_with({{"type", "video"}}), {});
+            }),
+            std::make_pair(400, std::string("messages[0].content[0].type")));
+  EXPECT_EQ(error_of([&] {
+              parse_openai_chat(chat_with({{"type", "input_audio"}}), {});
+            }),
+            std::make_pair(400, std::string("messages[0].content[0]")));
+  const json refusal = {{"messages",
+                         {{{"role", "user"}, {"content", "x"}},
+                          {{"role", "assistant"}, {"content", {{{"type", "refusal"}, {"refusal", "no."}}}}}}}};
+  EXPECT_EQ(parse_openai_chat(refusal, {}).messages[1]["content"], "no.");
+}
+
+TEST(ServerRequest, AnthropicUnknownBlocksAreNamedNotDropped) {
+  const json video = {{"max_tokens", 5}, {"messages", {{{"role", "user"}, {"content", {{{"type", "video"}}}}}}}};
+  EXPECT_EQ(error_of([&] { parse_anthropic_messages(video, {}); }),
+            std::make_pair(400, std::string("messages[0].content[0].type")));
+  // Only reasoning blocks: nothing left to answer is the client's error, not a template failure.
+  const json thinking_only = {
+      {"max_tokens", 5},
+      {"system", "sys"},
+      {"messages", {{{"role", "user"}, {"content", {{{"type", "thinking"}, {"thinking", "hmm"}}}}}}}};
+  EXPECT_EQ(error_of([&] { parse_anthropic_messages(thinking_only, {}); }),
+            std::make_pair(400, std::string("messages")));
+}
+
 TEST(ServerRequest, ErrorBodiesPerSurface) {
   const ApiError e(400, "temperature must be a number", "temperature");
   const json o = openai_error_body(e);

@@ -75,6 +75,21 @@ describe('/v1/responses', () => {
     assert.equal(missing.status, 404);
   });
 
+  test('content parts: input_text is read; an unknown part type is a 400 naming it', async () => {
+    const parts = await oai().responses.create({
+      model: 'demo',
+      input: [{ type: 'message', role: 'user', content: [{ type: 'input_text', text: 'hello world' }] }],
+      max_output_tokens: 32,
+    });
+    assert.equal(parts.output_text, 'HELLO WORLD');
+    const bad = await request(ctx.server, 'POST', '/v1/responses', {
+      body: { model: 'demo', input: [{ type: 'message', role: 'user', content: [{ type: 'input_video' }] }] },
+    });
+    assert.equal(bad.status, 400, bad.text);
+    assert.match(bad.json.error.message, /input_video/);
+    assert.match(bad.json.error.param, /content\[0\]\.type/);
+  });
+
   test("@ai-sdk/openai's default model (Responses) generates and streams", async () => {
     const provider = createOpenAI({ baseURL: `${ctx.server.base}/v1`, apiKey: 'sk-lathe-test' });
     const { text } = await generateText({ model: provider('demo'), prompt: 'hello world', maxOutputTokens: 32 });
