@@ -18,9 +18,12 @@ struct JobKind {
   // A job of this kind left running by a server that stopped is queued again (same config) at the next start,
   // after its row is marked zombie: the producer picks up its own checkpoints (finetune).
   bool resumable = false;
+  // Kinds that exist for the test suites (noop, crash): known only where LATHE_TEST_JOB_KINDS=1 is set, so a
+  // served API offers no job that sleeps for minutes or kills its process on request.
+  bool test_only = false;
 };
 
-// The kind named `name`; throws Error(InvalidArgument) listing the known kinds.
+// The kind named `name`; throws Error(InvalidArgument) listing the known kinds (test kinds only where enabled).
 const JobKind& find_kind(const std::string& name);
 std::vector<std::string> kind_names();
 

@@ -11,6 +11,7 @@ namespace lathe::jobs {
 JobKind noop_kind() {
   JobKind k;
   k.name = "noop";
+  k.test_only = true;
   k.description = "reports `steps` stages `step_ms` apart and succeeds (for tests)";
   k.validate = [](const json& c) {
     check_fields(c, "noop", {"steps", "step_ms"});
@@ -36,6 +37,7 @@ JobKind noop_kind() {
 JobKind crash_kind() {
   JobKind k;
   k.name = "crash";
+  k.test_only = true;
   k.description = "reports one stage, then its process dies (for tests)";
   k.validate = [](const json& c) {
     check_fields(c, "crash", {"signal"});

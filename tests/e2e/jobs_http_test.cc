@@ -15,6 +15,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "support/job_test_util.h"
+
 namespace lathe {
 namespace {
 
@@ -141,6 +143,7 @@ std::vector<Frame> read_events(const Server& s, const std::string& id, const std
 }
 
 TEST(JobsHttp, AuthValidationReplayCrashAndCli) {
+  jobs::offer_test_job_kinds();
   TempDir d("api");
   Server s(d.path.string());
   ASSERT_GT(s.port, 0);
@@ -229,6 +232,7 @@ TEST(JobsHttp, AuthValidationReplayCrashAndCli) {
 }
 
 TEST(JobsHttp, KillNineMidJobLeavesAZombieWithItsLogAndASecondServerIsRefused) {
+  jobs::offer_test_job_kinds();
   TempDir d("zombie");
   std::string id;
   {
@@ -266,6 +270,7 @@ TEST(JobsHttp, KillNineMidJobLeavesAZombieWithItsLogAndASecondServerIsRefused) {
 }
 
 TEST(JobsHttp, CancelOverHttpStopsARunningJob) {
+  jobs::offer_test_job_kinds();
   TempDir d("cancel");
   Server s(d.path.string());
   ASSERT_GT(s.port, 0);

@@ -35,6 +35,7 @@ std::vector<std::string> types(const std::vector<json>& events) {
 }
 
 TEST(JobRunner, NoopRunsToDoneWithItsEventsInOrder) {
+  offer_test_job_kinds();
   TempDir d("noop");
   JobRunner r(options(d));
   const JobRow row = r.submit("noop", {{"steps", 2}});
@@ -47,6 +48,7 @@ TEST(JobRunner, NoopRunsToDoneWithItsEventsInOrder) {
 }
 
 TEST(JobRunner, CrashFailsTheJobAndTheRunnerGoesOn) {
+  offer_test_job_kinds();
   TempDir d("crash");
   JobRunner r(options(d));
   const JobRow exit_crash = r.submit("crash", json::object());
@@ -65,6 +67,7 @@ TEST(JobRunner, CrashFailsTheJobAndTheRunnerGoesOn) {
 }
 
 TEST(JobRunner, CancelStopsARunningJobAndAQueuedOne) {
+  offer_test_job_kinds();
   TempDir d("cancel");
   JobRunner r(options(d));
   const JobRow slow = r.submit("noop", {{"steps", 1000}, {"step_ms", 50}});
@@ -84,6 +87,7 @@ TEST(JobRunner, CancelStopsARunningJobAndAQueuedOne) {
 }
 
 TEST(JobRunner, FiftyQueuedJobsCompleteFirstInFirstOut) {
+  offer_test_job_kinds();
   TempDir d("fifo");
   JobRunner r(options(d));
   std::vector<std::string> ids;
@@ -101,6 +105,7 @@ TEST(JobRunner, FiftyQueuedJobsCompleteFirstInFirstOut) {
 }
 
 TEST(JobRunner, QuantizeJobWritesItsOutputAndReportsStagesAndSummary) {
+  offer_test_job_kinds();
   TempDir d("quantize");
   JobRunner r(options(d));
   const std::string out = (d.path / "qwen3-q4").string();
@@ -126,6 +131,7 @@ TEST(JobRunner, QuantizeJobWritesItsOutputAndReportsStagesAndSummary) {
 }
 
 TEST(JobRunner, RejectsBadSubmissionsBeforeQueuingAndASecondRunner) {
+  offer_test_job_kinds();
   TempDir d("bad");
   JobRunner r(options(d));
   EXPECT_THROW(r.submit("paint", json::object()), Error);

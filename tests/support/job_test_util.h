@@ -1,6 +1,7 @@
 // Waiting on a job's row in the store, for the job runner's end-to-end tests.
 #pragma once
 #include <chrono>
+#include <cstdlib>
 #include <string>
 #include <thread>
 
@@ -8,6 +9,10 @@
 #include "jobs/job_types.h"
 
 namespace lathe::jobs {
+
+// Offers the test job kinds (noop, crash) to this process and to the `lathe` processes it starts, which inherit
+// the environment (servers, job children). Call before the first submission.
+inline void offer_test_job_kinds() { ::setenv("LATHE_TEST_JOB_KINDS", "1", 1); }
 
 // The job's row once it is terminal, or as it stands after timeout_ms (the caller's expectation then fails).
 inline JobRow wait_terminal(JobStore& s, const std::string& id, int timeout_ms = 60000) {

@@ -5,10 +5,13 @@
 
 #include <filesystem>
 #include <fstream>
+#include <optional>
+#include <string>
 
 #include "common/error.h"
 #include "jobs/event_log.h"
 #include "jobs/job_store.h"
+#include "jobs/kinds.h"
 
 namespace lathe::jobs {
 namespace {
@@ -157,6 +160,33 @@ TEST(EventLog, AppendsLinesAndReadsCompleteOnesFromAnOffset) {
   EXPECT_TRUE(is_terminal_event(failed_event("x", JobStatus::Zombie)));
   EXPECT_EQ(failed_event("x", JobStatus::Zombie)["status"], "zombie");
   EXPECT_FALSE(is_terminal_event(last.events[0]));
+}
+
+TEST(JobKinds, TestKindsAreOfferedOnlyWhereEnabled) {
+  const char* was = std::getenv("LATHE_TEST_JOB_KINDS");
+  const std::optional<std::string> saved = was ? std::optional<std::string>(was) : std::nullopt;
+  ::unsetenv("LATHE_TEST_JOB_KINDS");
+  for (const char* name : {"noop", "crash"}) {
+    try {
+      find_kind(name);
+      ADD_FAILURE() << name << " is offered without LATHE_TEST_JOB_KINDS";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::InvalidArgument);
+      const std::string msg = e.what();
+      const std::string known = msg.substr(msg.find("(known:"));
+      EXPECT_EQ(known.find("noop"), std::string::npos) << msg;
+      EXPECT_EQ(known.find("crash"), std::string::npos) << msg;
+      EXPECT_NE(known.find("quantize"), std::string::npos) << msg;
+    }
+  }
+  EXPECT_EQ(find_kind("quantize").name, "quantize");
+  ::setenv("LATHE_TEST_JOB_KINDS", "1", 1);
+  EXPECT_EQ(find_kind("noop").name, "noop");
+  EXPECT_EQ(find_kind("crash").name, "crash");
+  if (saved)
+    ::setenv("LATHE_TEST_JOB_KINDS", saved->c_str(), 1);
+  else
+    ::unsetenv("LATHE_TEST_JOB_KINDS");
 }
 
 }  // namespace
