@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <random>
 #include <sstream>
 #include <string>
@@ -56,7 +57,9 @@ std::vector<int64_t> parse_list(const std::string& s) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+namespace {
+
+int run(int argc, char** argv) {
   std::vector<int64_t> contexts = {512, 2048, 8192};
   std::string kv = "bf16";
   int64_t heads = 16, kv_heads = 8, head_dim = 128;
@@ -123,4 +126,17 @@ int main(int argc, char** argv) {
                                      {"decode", results}}
                           .dump()
                           .c_str());
+  return 0;
+}
+
+}  // namespace
+
+// A bad argument or an unreadable input ends the run with its message, not std::terminate.
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "cpu_attention: %s\n", e.what());
+    return 1;
+  }
 }

@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <exception>
 #include <random>
 #include <string>
 #include <vector>
@@ -79,7 +80,9 @@ std::vector<int64_t> parse_rows(const char* s) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+namespace {
+
+int run(int argc, char** argv) {
   bool int8_only = false, all_isas = false;
   std::vector<int64_t> row_counts{1, 2, 4, 8, 64, 128};
   for (int i = 1; i < argc; ++i) {
@@ -160,4 +163,16 @@ int main(int argc, char** argv) {
   std::printf("%s\n",
               nlohmann::json{{"copy_gb_s", copy_gbs}, {"threads", num_threads()}, {"gemv", results}}.dump().c_str());
   return 0;
+}
+
+}  // namespace
+
+// A bad argument or an unreadable input ends the run with its message, not std::terminate.
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "cpu_qgemv: %s\n", e.what());
+    return 1;
+  }
 }

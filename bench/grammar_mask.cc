@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
+#include <exception>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -57,7 +58,9 @@ double cpu_ms() { return 1e3 * static_cast<double>(std::clock()) / CLOCKS_PER_SE
 
 }  // namespace
 
-int main(int argc, char** argv) {
+namespace {
+
+int run(int argc, char** argv) {
   using namespace lathe;
   const std::string dir = argc > 1 ? argv[1] : std::string(LATHE_SOURCE_DIR) + "/tests/fixtures/tokenizers/qwen3-real";
   auto tok =
@@ -200,4 +203,16 @@ int main(int argc, char** argv) {
                                 {"cpu_us_repeat_request_no_logprob", fast_repeat.cpu_us}};
   std::printf("%s\n", out.dump(2).c_str());
   return 0;
+}
+
+}  // namespace
+
+// A bad argument or an unreadable input ends the run with its message, not std::terminate.
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "grammar_mask: %s\n", e.what());
+    return 1;
+  }
 }

@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <random>
 #include <string>
 #include <vector>
@@ -74,7 +75,9 @@ static double read_ms(const std::string& path, uint64_t* bytes) {
   return ms;
 }
 
-int main(int argc, char** argv) {
+namespace {
+
+int run(int argc, char** argv) {
   if (argc < 3) {
     std::fprintf(stderr, "usage: kv_restore MODEL_DIR TMP_DIR [tokens...] [--kv-bits N]\n");
     return 2;
@@ -172,4 +175,16 @@ int main(int argc, char** argv) {
     ::unlink(path.c_str());
   }
   return 0;
+}
+
+}  // namespace
+
+// A bad argument or an unreadable input ends the run with its message, not std::terminate.
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "kv_restore: %s\n", e.what());
+    return 1;
+  }
 }

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
+#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -135,7 +136,9 @@ double thread_cpu_seconds() {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+namespace {
+
+int run(int argc, char** argv) {
   const std::filesystem::path dir =
       argc > 1 ? std::filesystem::path(argv[1])
                : std::filesystem::path(__FILE__).parent_path().parent_path() / "tests/fixtures/tokenizers/qwen3-real";
@@ -167,4 +170,16 @@ int main(int argc, char** argv) {
       "\"encode_mb_s_cpu\": %.2f, \"encode_mb_s_wall\": %.2f, \"load_s\": %.3f}\n",
       dir.filename().c_str(), text.size(), n_ids, best_cpu, mb / best_cpu, mb / best_wall, load_s);
   return 0;
+}
+
+}  // namespace
+
+// A bad argument or an unreadable input ends the run with its message, not std::terminate.
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "tokenizer_encode: %s\n", e.what());
+    return 1;
+  }
 }
