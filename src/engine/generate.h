@@ -26,6 +26,7 @@ struct GenerateOptions {
   int max_tokens = 256;
   SamplingParams sampling;
   std::vector<int32_t> eos_ids;
+  bool ignore_eos = false;  // eos_ids neither stop the sequence nor add text (benchmarks: fixed output lengths)
   std::vector<std::string> stop;
   int top_logprobs = 0;
   bool logprob = true;  // the chosen token's logprob is wanted (false lets a greedy constrained step skip its mask)

@@ -74,7 +74,7 @@ GeneratedToken SequenceState::accept(const SampleResult& s) {
   const bool is_eos = std::find(eos.begin(), eos.end(), tok.id) != eos.end();
   if (!is_eos) tok.text = stops_.push(decoder_->push(tok.id));
   result_.text += tok.text;
-  if (is_eos || stops_.stopped()) {
+  if ((is_eos && !options_.ignore_eos) || stops_.stopped()) {
     result_.finish_reason = "stop";
     result_.stop_sequence = stops_.matched();
   } else if (static_cast<int>(result_.tokens.size()) >= options_.max_tokens) {

@@ -107,6 +107,7 @@ std::shared_ptr<GenerationJob> submit(ServerContext& ctx, const PreparedGenerati
   o.logprob = p.settings.logprobs || p.settings.top_logprobs > 0;
   o.adapters = select_adapters(ctx, p.settings.adapter, p.settings.model);
   o.cache_salt = p.settings.cache_salt;
+  o.ignore_eos = p.settings.ignore_eos;
   return ctx.engine().submit(p.prompt, std::move(o), request_id);
 }
 

@@ -136,6 +136,7 @@ GenerationSettings parse_generation_settings(const nlohmann::ordered_json& body,
   if (surface == ApiSurface::OpenAI) parse_logprobs(body, s);
   const JsonFields f(body);
   s.stream = f.boolean("stream").value_or(false);
+  s.ignore_eos = f.boolean("ignore_eos").value_or(false);
   s.max_tokens = defaults.max_tokens;
   if (surface == ApiSurface::Anthropic) {
     if (!f.has("max_tokens")) throw invalid_field("max_tokens", "max_tokens: field required");

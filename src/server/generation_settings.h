@@ -43,7 +43,8 @@ struct GenerationSettings {
   int n = 1;                   // OpenAI: choices per request (each its own row of the engine's batch)
   std::string adapter, model;  // [lora] the request's `adapter` spec and `model` (an adapter id selects it)
   StructuredOutput structured;
-  std::string cache_salt;  // [cache] prompt-cache entries are shared only among requests with the same salt
+  std::string cache_salt;   // [cache] prompt-cache entries are shared only among requests with the same salt
+  bool ignore_eos = false;  // as vLLM and llama-server: end-of-sequence tokens neither stop nor add text
 };
 
 enum class ApiSurface { OpenAI, Anthropic };

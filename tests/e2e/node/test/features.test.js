@@ -102,6 +102,26 @@ function assertTopLogprobs(entry, k) {
   assert.ok(Math.abs(entry.logprob - entry.top_logprobs[0].logprob) < 1e-5);
 }
 
+describe('ignore_eos (vLLM, llama-server)', () => {
+  test('the end-of-sequence token neither stops nor adds text: exactly max_tokens, finish_reason length', async () => {
+    const plain = await oai().chat.completions.create({ model: 'demo', messages: hello, max_tokens: 40 });
+    assert.equal(plain.choices[0].finish_reason, 'stop');
+    assert.ok(plain.usage.completion_tokens < 40);
+    const body = { model: 'demo', messages: hello, max_tokens: 40, ignore_eos: true };
+    const r = await oai().chat.completions.create(body);
+    assert.equal(r.usage.completion_tokens, 40);
+    assert.equal(r.choices[0].finish_reason, 'length');
+    const text = r.choices[0].message.content;
+    assert.ok(text.startsWith(plain.choices[0].message.content), text);
+    assert.ok(!text.includes('<|im_end|>'), text);
+    const chunks = await streamChat({ messages: hello, max_tokens: 40, ignore_eos: true });
+    assert.equal(chunks.map((c) => c.choices[0]?.delta?.content ?? '').join(''), text, 'streamed the same');
+    const bad = await request(ctx.server, 'POST', '/v1/chat/completions', { body: { ...body, ignore_eos: 'yes' } });
+    assert.equal(bad.status, 400);
+    assert.equal(bad.json.error.param, 'ignore_eos');
+  });
+});
+
 describe('logprobs', () => {
   for (const k of [1, 3, 20]) {
     test(`chat top_logprobs=${k}: k candidates per token, sorted, descending`, async () => {
