@@ -14,6 +14,13 @@ rounds=${3:-5}
 threads=${4:-2}
 steps=${5:-64}
 py=$(command -v /usr/bin/python3 || command -v python3)
+# Both sides decode the same steps: the server stops a request at the model's context (the demo's is 1024
+# positions), where `lathe run` would go on, deeper and slower, so the steps are capped to what fits.
+ctx=$("$py" -c "import json, sys; c = json.load(open(sys.argv[1] + '/config.json')); print(c.get('max_position_embeddings') or c.get('text_config', {}).get('max_position_embeddings') or 0)" "$model")
+if ((ctx > 0 && steps > ctx - 129)); then
+  echo "decode steps capped at $((ctx - 129)) (the model's context is $ctx, the prompt 128 tokens)" >&2
+  steps=$((ctx - 129))
+fi
 ids=$("$py" -c "print(','.join(str(5 + (k * 7) % 500) for k in range(128)))")
 engine() {
   "$build/lathe" --threads "$threads" run --model "$model" --ids "$ids" --max-tokens $((steps + 1)) --ignore-eos --json |
