@@ -8,7 +8,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <exception>
 #include <random>
 #include <sstream>
 #include <string>
@@ -16,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bench_main.h"
 #include "tensor/ops.h"
 #include "tensor/thread_pool.h"
 
@@ -131,12 +131,6 @@ int run(int argc, char** argv) {
 
 }  // namespace
 
-// A bad argument or an unreadable input ends the run with its message, not std::terminate.
 int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "cpu_attention: %s\n", e.what());
-    return 1;
-  }
+  return bench::run_reporting_errors("cpu_attention", [&] { return run(argc, argv); });
 }

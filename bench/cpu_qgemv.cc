@@ -11,13 +11,13 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
-#include <exception>
 #include <random>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "bench_main.h"
 #include "quant/affine.h"
 #include "tensor/cpu/cpu_features.h"
 #include "tensor/ops.h"
@@ -167,12 +167,6 @@ int run(int argc, char** argv) {
 
 }  // namespace
 
-// A bad argument or an unreadable input ends the run with its message, not std::terminate.
 int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "cpu_qgemv: %s\n", e.what());
-    return 1;
-  }
+  return bench::run_reporting_errors("cpu_qgemv", [&] { return run(argc, argv); });
 }

@@ -17,13 +17,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
-#include <exception>
 #include <fstream>
 #include <sstream>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
+#include "bench_main.h"
 #include "chat/grammar/gbnf.h"
 #include "chat/grammar/grammar_constraint.h"
 #include "chat/grammar/grammar_matcher.h"
@@ -207,12 +207,6 @@ int run(int argc, char** argv) {
 
 }  // namespace
 
-// A bad argument or an unreadable input ends the run with its message, not std::terminate.
 int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "grammar_mask: %s\n", e.what());
-    return 1;
-  }
+  return bench::run_reporting_errors("grammar_mask", [&] { return run(argc, argv); });
 }

@@ -13,13 +13,13 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <exception>
 #include <random>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "bench_main.h"
 #include "cache/cache_identity.h"
 #include "cache/kv_file.h"
 #include "model/model.h"
@@ -179,12 +179,6 @@ int run(int argc, char** argv) {
 
 }  // namespace
 
-// A bad argument or an unreadable input ends the run with its message, not std::terminate.
 int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "kv_restore: %s\n", e.what());
-    return 1;
-  }
+  return bench::run_reporting_errors("kv_restore", [&] { return run(argc, argv); });
 }

@@ -8,13 +8,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
-#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "bench_main.h"
 #include "tokenizer/tokenizer.h"
 
 namespace {
@@ -174,12 +174,6 @@ int run(int argc, char** argv) {
 
 }  // namespace
 
-// A bad argument or an unreadable input ends the run with its message, not std::terminate.
 int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "tokenizer_encode: %s\n", e.what());
-    return 1;
-  }
+  return bench::run_reporting_errors("tokenizer_encode", [&] { return run(argc, argv); });
 }
