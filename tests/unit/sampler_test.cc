@@ -3,7 +3,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
+#include <random>
 #include <set>
 
 #include "common/error.h"
@@ -34,6 +36,39 @@ std::vector<int32_t> draw(SamplingParams p, int n, const std::vector<float>& log
 
 TEST(Sampler, TemperatureZeroIsArgmax) {
   for (int32_t t : draw({}, 5)) EXPECT_EQ(t, 1);
+}
+
+// Greedy without logprobs takes the argmax without a log-softmax when that is exact; it must pick what the full
+// path (log-softmax, then the first maximum) picks: near-ties within the margin before or after the maximum,
+// exact duplicates, NaN, infinities, and lengths around the 16-lane blocks.
+TEST(Sampler, GreedyFastPathPicksTheFullPathsToken) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> nd(0.f, 3.f);
+  int cases = 0;
+  for (size_t n : {1u, 2u, 15u, 16u, 17u, 31u, 33u, 1000u, 151936u})
+    for (int variant = 0; variant < 9; ++variant) {
+      std::vector<float> x(n);
+      for (float& v : x) v = nd(rng);
+      const size_t top = static_cast<size_t>(std::max_element(x.begin(), x.end()) - x.begin());
+      const size_t other = rng() % n;
+      const float m = x[top];
+      switch (variant) {
+        case 1: x[other] = m - 5e-5f; break;  // within the tie margin
+        case 2: x[other] = m; break;          // an exact duplicate
+        case 3: x[other] = m - 2e-4f; break;  // just outside the margin
+        case 4: x[other] = std::nanf(""); break;
+        case 5: x[other] = std::numeric_limits<float>::infinity(); break;
+        case 6: std::fill(x.begin(), x.end(), -std::numeric_limits<float>::infinity()), x[other] = 1.f; break;
+        case 7: x[n - 1] = m + 1e-5f; break;  // the last entry edges past an earlier maximum
+        case 8: x[0] = m - 1e-5f, x[n - 1] = m; break;
+        default: break;
+      }
+      Sampler fast(SamplingParams{}), full(SamplingParams{});
+      EXPECT_EQ(fast.sample(x, {}, 0, false).token, full.sample(x, {}, 0, true).token)
+          << "n " << n << " variant " << variant;
+      ++cases;
+    }
+  EXPECT_EQ(cases, 81);
 }
 
 TEST(Sampler, TopKOneIsGreedyAtAnyTemperature) {
