@@ -8,12 +8,9 @@
 #include <numeric>
 #include <random>
 
-#if defined(__AVX2__)
-#include <immintrin.h>
-#endif
-
 #include "common/error.h"
 #include "engine/logits_processors.h"
+#include "tensor/cpu/row_scan.h"
 
 namespace lathe {
 namespace {
@@ -104,49 +101,14 @@ void keep_only(std::vector<float>& x, const std::vector<Ranked>& kept, size_t n)
 // Masking only removes competitors; log-softmax subtracts one constant, whose rounding could merge values closer
 // than a few ulps of its result (|result| ≤ log(vocab) near the top, so below 1e-5): an earlier entry that close
 // could then win the tie, and the caller builds the mask instead.
-// Two passes, 16 floats at a time where the CPU has AVX2 (a 152k vocabulary in one scalar pass was ~0.1 ms of a
-// CPU decode step, on the thread the pool's others wait for): the maximum and whether any entry is NaN; then the
-// first entry within the tie margin of it, which is the first maximum itself exactly when no earlier entry comes
-// that close.
+// Two vectorized passes (tensor/cpu/row_scan.h): the maximum and whether any entry is NaN, then the first entry
+// within the tie margin of it, which is the first maximum itself exactly when no earlier entry comes that close.
 int64_t unmasked_argmax_if_exact(std::span<const float> lp) {
-  const float* p = lp.data();
-  const size_t n = lp.size();
-  size_t i = 0;
-  float m = kNegInf;
-  bool nan = false;
-#if defined(__AVX2__)
-  __m256 m0 = _mm256_set1_ps(kNegInf), m1 = m0, unordered = _mm256_setzero_ps();
-  for (; i + 16 <= n; i += 16) {
-    const __m256 a = _mm256_loadu_ps(p + i), b = _mm256_loadu_ps(p + i + 8);
-    unordered =
-        _mm256_or_ps(unordered, _mm256_or_ps(_mm256_cmp_ps(a, a, _CMP_UNORD_Q), _mm256_cmp_ps(b, b, _CMP_UNORD_Q)));
-    m0 = _mm256_max_ps(m0, a);
-    m1 = _mm256_max_ps(m1, b);
-  }
-  alignas(32) float lanes[8];
-  _mm256_store_ps(lanes, _mm256_max_ps(m0, m1));
-  for (const float v : lanes) m = std::max(m, v);
-  nan = _mm256_movemask_ps(unordered) != 0;
-#endif
-  for (; i < n; ++i) {
-    nan = nan || std::isnan(p[i]);
-    m = std::max(m, p[i]);
-  }
-  if (nan || !std::isfinite(m)) return -1;
+  const cpu::RowMax r = cpu::row_max(lp.data(), lp.size());
+  if (r.nan || !std::isfinite(r.max)) return -1;
   constexpr float kTieMargin = 1e-4f;
-  const float near = m - kTieMargin;
-  i = 0;
-#if defined(__AVX2__)
-  const __m256 nv = _mm256_set1_ps(near);
-  for (; i + 16 <= n; i += 16) {  // skip whole blocks with nothing that close
-    const __m256 a = _mm256_cmp_ps(_mm256_loadu_ps(p + i), nv, _CMP_GE_OQ);
-    const __m256 b = _mm256_cmp_ps(_mm256_loadu_ps(p + i + 8), nv, _CMP_GE_OQ);
-    if (_mm256_movemask_ps(_mm256_or_ps(a, b)) != 0) break;
-  }
-#endif
-  for (; i < n; ++i)
-    if (p[i] >= near) return p[i] == m ? static_cast<int64_t>(i) : -1;
-  return -1;  // (not reached: the maximum itself is that close)
+  const size_t i = cpu::first_at_least(lp.data(), lp.size(), r.max - kTieMargin);
+  return i < lp.size() && lp[i] == r.max ? static_cast<int64_t>(i) : -1;
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 
 #include "common/error.h"
 #include "tensor/cpu/kernels.h"
+#include "tensor/cpu/row_scan.h"
 #include "tensor/device_memory.h"
 #include "tensor/thread_pool.h"
 #ifdef LATHE_HAVE_CUDA
@@ -303,7 +304,11 @@ std::vector<int32_t> argmax_rows(const Tensor& x_in) {
   const int64_t C = x.dim(1);
   for (int64_t r = 0; r < x.dim(0); ++r) {
     const float* row = x.data<float>() + r * C;
-    out[static_cast<size_t>(r)] = static_cast<int32_t>(std::max_element(row, row + C) - row);
+    // The first maximum, as max_element gives it; NaN rows keep max_element's own answer.
+    const cpu::RowMax m = cpu::row_max(row, static_cast<size_t>(C));
+    out[static_cast<size_t>(r)] = static_cast<int32_t>(
+        m.nan ? std::max_element(row, row + C) - row
+              : static_cast<std::ptrdiff_t>(cpu::first_at_least(row, static_cast<size_t>(C), m.max)));
   }
   return out;
 }

@@ -71,6 +71,30 @@ TEST(Sampler, GreedyFastPathPicksTheFullPathsToken) {
   EXPECT_EQ(cases, 81);
 }
 
+// argmax_rows (greedy decode in `lathe run`, the device sampler's CPU fallback) scans 16 floats at a time; it must
+// give max_element's answer: the first maximum, and max_element's own one for a row with NaN.
+TEST(ArgmaxRows, EqualsMaxElement) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd(0.f, 2.f);
+  for (int64_t n : {1, 15, 16, 17, 40, 151936})
+    for (int variant = 0; variant < 6; ++variant) {
+      std::vector<float> x(static_cast<size_t>(2 * n));
+      for (float& v : x) v = nd(rng);
+      const size_t at = rng() % static_cast<size_t>(n);
+      if (variant == 1) x[at] = x[n - 1 - static_cast<int64_t>(at) + n] = 50.f;  // a duplicated maximum
+      if (variant == 2) x[at] = std::nanf("");
+      if (variant == 3) x[at] = std::numeric_limits<float>::infinity();
+      if (variant == 4) std::fill(x.begin(), x.begin() + n, -std::numeric_limits<float>::infinity());
+      if (variant == 5) x[static_cast<size_t>(n) + at] = -0.f, x[at] = 0.f;
+      const std::vector<int32_t> got = argmax_rows(Tensor::from_floats(x, {2, n}));
+      for (int64_t r = 0; r < 2; ++r) {
+        const float* row = x.data() + r * n;
+        EXPECT_EQ(got[static_cast<size_t>(r)], std::max_element(row, row + n) - row)
+            << "n " << n << " variant " << variant << " row " << r;
+      }
+    }
+}
+
 TEST(Sampler, TopKOneIsGreedyAtAnyTemperature) {
   SamplingParams p;
   p.temperature = 5.0f;
