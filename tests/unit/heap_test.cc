@@ -12,6 +12,19 @@
 namespace lathe {
 namespace {
 
+// A sanitizer replaces glibc's allocator (GCC says so with __SANITIZE_*__, clang with __has_feature).
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__) || !defined(__GLIBC__)
+#define LATHE_HEAP_IS_GLIBC 0
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) || __has_feature(memory_sanitizer)
+#define LATHE_HEAP_IS_GLIBC 0
+#endif
+#endif
+#ifndef LATHE_HEAP_IS_GLIBC
+#define LATHE_HEAP_IS_GLIBC 1
+#endif
+
+#if LATHE_HEAP_IS_GLIBC
 long minor_faults() {
   rusage u{};
   getrusage(RUSAGE_THREAD, &u);
@@ -31,17 +44,6 @@ long faults_of_one_pass(size_t buffers, size_t bytes) {
   for (void* p : live) std::free(p);
   return minor_faults() - before;
 }
-
-// A sanitizer replaces glibc's allocator (GCC says so with __SANITIZE_*__, clang with __has_feature).
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__) || !defined(__GLIBC__)
-#define LATHE_HEAP_IS_GLIBC 0
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) || __has_feature(memory_sanitizer)
-#define LATHE_HEAP_IS_GLIBC 0
-#endif
-#endif
-#ifndef LATHE_HEAP_IS_GLIBC
-#define LATHE_HEAP_IS_GLIBC 1
 #endif
 
 TEST(HeapTuning, FreedTensorBuffersAreReusedWithoutPageFaults) {
