@@ -1,11 +1,11 @@
 #include "common/heap.h"
 
+#include <cstdlib>  // (first: it defines __GLIBC__ where glibc is the C library)
+#include <string_view>
+
 #if defined(__GLIBC__)
 #include <malloc.h>
 #endif
-
-#include <cstdlib>
-#include <string_view>
 
 namespace lathe {
 
