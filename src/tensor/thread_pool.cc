@@ -41,14 +41,13 @@ int64_t spin_us() {
   return us;
 }
 
-// Pins worker i to the i-th CPU of the process's affinity mask when LATHE_PIN=1. Off by default: on a shared
-// or virtual machine pinning two busy processes to the same CPU is worse than letting the scheduler move them.
-void maybe_pin(int index) {
+// Pins worker i to the i-th CPU of `mask` (the process's affinity mask, read once before anything is pinned) when
+// LATHE_PIN=1. Off by default: on a shared or virtual machine pinning two busy processes to the same CPU is worse
+// than letting the scheduler move them. (Each thread used to read its own mask: a worker, started by the already
+// pinned caller, inherited its one CPU, found no i-th and stayed there; 2-thread decode ran 3x slower.)
+void maybe_pin(int index, const cpu_set_t& mask) {
   const char* env = std::getenv("LATHE_PIN");
   if (!env || std::string_view(env) != "1") return;
-  cpu_set_t mask;
-  CPU_ZERO(&mask);
-  if (sched_getaffinity(0, sizeof(mask), &mask) != 0) return;
   int seen = 0;
   for (int c = 0; c < CPU_SETSIZE; ++c) {
     if (!CPU_ISSET(c, &mask)) continue;
@@ -80,7 +79,9 @@ void maybe_pin(int index) {
 class ThreadPool::Impl {
  public:
   explicit Impl(int n) : n_(std::max(1, n)) {
-    maybe_pin(0);
+    CPU_ZERO(&cpus_);
+    if (sched_getaffinity(0, sizeof(cpus_), &cpus_) != 0) CPU_ZERO(&cpus_);
+    maybe_pin(0, cpus_);
     for (int i = 1; i < n_; ++i)
       workers_.emplace_back([this, i] {
         // Workers never take the stop signals: a process-directed SIGTERM or SIGINT must reach the thread that
@@ -165,7 +166,7 @@ class ThreadPool::Impl {
 
   void loop(int index) {
     t_in_parallel = true;
-    maybe_pin(index);
+    maybe_pin(index, cpus_);
     uint32_t seen = 0;
     auto current = [&] { return static_cast<uint32_t>(state_.load() >> 32); };
     for (;;) {
@@ -194,6 +195,7 @@ class ThreadPool::Impl {
   static constexpr uint64_t kClosedIndex = 0xFFFFFFFFu;  // above any chunk count: nothing to claim
 
   int n_;
+  cpu_set_t cpus_;  // the affinity mask the pool started with (LATHE_PIN spreads its threads over it)
   std::vector<std::thread> workers_;
   std::mutex mu_, run_mu_, error_mu_;
   std::condition_variable cv_;

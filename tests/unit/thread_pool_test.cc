@@ -3,11 +3,16 @@
 // in any chunk reaches the caller after every claimed chunk finished.
 #include <gtest/gtest.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
+#include <map>
+#include <mutex>
 #include <stdexcept>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -48,6 +53,46 @@ TEST(ThreadPool, WorkersNeverTakeTheStopSignals) {
   pthread_sigmask(SIG_SETMASK, &old, nullptr);
   EXPECT_GT(worker_chunks.load(), 0);
   EXPECT_EQ(unblocked.load(), 0);
+}
+
+// LATHE_PIN=1 puts the pool's threads on distinct CPUs of the process's mask. (A worker started by the already
+// pinned caller used to inherit its one CPU and stay there: both threads on one CPU, decode 3x slower.)
+TEST(ThreadPool, PinPutsEachThreadOnItsOwnCpu) {
+  cpu_set_t all;
+  CPU_ZERO(&all);
+  ASSERT_EQ(sched_getaffinity(0, sizeof(all), &all), 0);
+  if (CPU_COUNT(&all) < 2) GTEST_SKIP() << "one CPU in this process's mask";
+  const char* was = std::getenv("LATHE_PIN");
+  const std::string saved = was ? was : "";
+  ::setenv("LATHE_PIN", "1", 1);
+  std::mutex mu;
+  std::map<std::thread::id, std::vector<int>> cpus_of;  // each thread that ran a chunk: the CPUs it may run on
+  std::thread([&] {                                     // the pool pins the thread that builds it: not the test's own
+    ThreadPool pool(2);
+    for (int rep = 0; rep < 50 && cpus_of.size() < 2; ++rep)
+      pool.run(64, 1, [&](int64_t, int64_t) {
+        std::this_thread::sleep_for(std::chrono::microseconds(200));  // the worker gets chunks too
+        cpu_set_t mine;
+        CPU_ZERO(&mine);
+        sched_getaffinity(0, sizeof(mine), &mine);
+        std::vector<int> cpus;
+        for (int c = 0; c < CPU_SETSIZE; ++c)
+          if (CPU_ISSET(c, &mine)) cpus.push_back(c);
+        std::lock_guard<std::mutex> lock(mu);
+        cpus_of[std::this_thread::get_id()] = cpus;
+      });
+  })
+      .join();
+  if (was)
+    ::setenv("LATHE_PIN", saved.c_str(), 1);
+  else
+    ::unsetenv("LATHE_PIN");
+  ASSERT_EQ(cpus_of.size(), 2u) << "both threads ran chunks";
+  const std::vector<int>& a = cpus_of.begin()->second;
+  const std::vector<int>& b = std::next(cpus_of.begin())->second;
+  ASSERT_EQ(a.size(), 1u);
+  ASSERT_EQ(b.size(), 1u);
+  EXPECT_NE(a[0], b[0]) << "both threads pinned to CPU " << a[0];
 }
 
 TEST(ThreadPool, EveryIndexOnce) {
