@@ -50,11 +50,15 @@ std::vector<LogitEdit> logit_edits(const SamplingParams& p, std::span<const int3
   return out;
 }
 
-void apply_logits_processors(std::vector<float>& logits, const SamplingParams& p, std::span<const int32_t> history) {
-  for (const LogitEdit& e : logit_edits(p, history, logits.size())) {
+void apply_row_edits(std::vector<float>& logits, const std::vector<LogitEdit>& edits) {
+  for (const LogitEdit& e : edits) {
     float& l = logits[static_cast<size_t>(e.index)];
     l = apply_logit_edit(l, e);
   }
+}
+
+void apply_logits_processors(std::vector<float>& logits, const SamplingParams& p, std::span<const int32_t> history) {
+  apply_row_edits(logits, logit_edits(p, history, logits.size()));
 }
 
 }  // namespace lathe

@@ -15,6 +15,8 @@ namespace lathe {
 std::vector<LogitEdit> logit_edits(const SamplingParams& p, std::span<const int32_t> history, size_t vocab,
                                    int64_t offset = 0);
 
+// Applies edits made for this row (offset 0) to it.
+void apply_row_edits(std::vector<float>& logits, const std::vector<LogitEdit>& edits);
 void apply_logits_processors(std::vector<float>& logits, const SamplingParams& p, std::span<const int32_t> history);
 
 }  // namespace lathe

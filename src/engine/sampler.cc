@@ -222,8 +222,7 @@ SampleResult Sampler::sample(std::span<const float> logits, std::span<const int3
   std::vector<float> lp;
   if (!edits.empty()) {
     lp.assign(logits.begin(), logits.end());
-    for (const LogitEdit& e : edits)
-      lp[static_cast<size_t>(e.index)] = apply_logit_edit(lp[static_cast<size_t>(e.index)], e);
+    apply_row_edits(lp, edits);
   }
   SampleResult r;
   // Greedy with nothing but the id wanted: the argmax, without the log-softmax pass, and under a constraint
