@@ -7,31 +7,33 @@
 #include "server/json_fields.h"
 
 namespace lathe::server {
+
+std::string content_part_text(const nlohmann::ordered_json& part, const std::string& at) {
+  if (!part.is_object()) throw invalid_field(at, at + " must be an object");
+  const std::string type = string_member(part, "type", "text", at + ".type");
+  if (type == "image_url" || type == "image" || type == "input_image")
+    throw invalid_field(at, "the served model does not accept images");
+  if (type == "input_audio") throw invalid_field(at, "the served model does not accept audio");
+  if (type == "file" || type == "input_file") throw invalid_field(at, "the served model does not accept files");
+  // A past assistant turn may hold a refusal part: its text is what was said.
+  const char* key = type == "refusal" ? "refusal" : "text";
+  if (type != "text" && type != "input_text" && type != "output_text" && type != "refusal")
+    throw invalid_field(at + ".type", at + ".type '" + type +
+                                          "' is not a content part this server takes (text, input_text, "
+                                          "output_text, refusal)");
+  auto t = part.find(key);
+  if (t == part.end()) return {};
+  if (!t->is_string()) throw invalid_field(at + "." + key, at + "." + key + " must be a string");
+  return t->get<std::string>();
+}
+
 namespace {
 
 using ojson = nlohmann::ordered_json;
 
 std::string flatten_parts(const nlohmann::ordered_json& parts, const std::string& field) {
   std::string text;
-  for (size_t i = 0; i < parts.size(); ++i) {
-    const auto& part = parts[i];
-    const std::string at = field + "[" + std::to_string(i) + "]";
-    if (!part.is_object()) throw invalid_field(at, at + " must be an object");
-    const std::string type = string_member(part, "type", "text", at + ".type");
-    if (type == "image_url" || type == "image" || type == "input_image")
-      throw invalid_field(at, "the served model does not accept images");
-    if (type == "input_audio") throw invalid_field(at, "the served model does not accept audio");
-    if (type == "file" || type == "input_file") throw invalid_field(at, "the served model does not accept files");
-    // A past assistant turn may hold a refusal part: its text is what was said.
-    const char* key = type == "refusal" ? "refusal" : "text";
-    if (type != "text" && type != "input_text" && type != "output_text" && type != "refusal")
-      throw invalid_field(at + ".type",
-                          at + ".type '" + type + "' is not a content part this server takes (text, refusal)");
-    auto t = part.find(key);
-    if (t == part.end()) continue;
-    if (!t->is_string()) throw invalid_field(at + "." + key, at + "." + key + " must be a string");
-    text += t->get<std::string>();
-  }
+  for (size_t i = 0; i < parts.size(); ++i) text += content_part_text(parts[i], field + "[" + std::to_string(i) + "]");
   return text;
 }
 

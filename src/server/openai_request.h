@@ -13,4 +13,8 @@ ChatRequest parse_openai_chat(const nlohmann::ordered_json& body, const ServerDe
 // Shared with the Anthropic translation: checks an OpenAI-shaped tools array (400 naming the entry).
 nlohmann::ordered_json validate_tools(const nlohmann::ordered_json& tools, const char* field);
 
+// The text of one content part of a chat or Responses message (text, input_text, output_text, refusal); a 400
+// naming `at` for media the model does not take and for a type it does not know.
+std::string content_part_text(const nlohmann::ordered_json& part, const std::string& at);
+
 }  // namespace lathe::server

@@ -23,20 +23,7 @@ std::string text_of(const json& content, const std::string& at) {
   if (content.is_string()) return content.get<std::string>();
   if (!content.is_array()) throw invalid_field(at, at + " must be a string or an array of content parts");
   std::string text;
-  for (size_t i = 0; i < content.size(); ++i) {
-    const json& part = content[i];
-    const std::string pat = at + "[" + std::to_string(i) + "]";
-    if (!part.is_object()) throw invalid_field(at, at + " must hold content parts");
-    const std::string type = part.value("type", "");
-    if (type == "input_image" || type == "input_file" || type == "input_audio")
-      throw invalid_field(pat, "the served model does not accept " + type + " parts");
-    const char* key = type == "refusal" ? "refusal" : "text";
-    if (type != "input_text" && type != "output_text" && type != "text" && type != "refusal")
-      throw invalid_field(pat + ".type", pat + ".type '" + type +
-                                             "' is not a content part this server takes (input_text, output_text, "
-                                             "refusal)");
-    if (part.contains(key) && part[key].is_string()) text += part[key].get<std::string>();
-  }
+  for (size_t i = 0; i < content.size(); ++i) text += content_part_text(content[i], at + "[" + std::to_string(i) + "]");
   return text;
 }
 
