@@ -10,7 +10,6 @@ import {
   openaiClient,
   request,
   scrape,
-  sleep,
   useServer,
   waitFor,
 } from './harness.js';
@@ -155,9 +154,14 @@ describe('abort mid-stream', () => {
     const a = await start(first);  // response headers: it is running
     assert.equal(a?.status, 200);
     const b = start(second);  // queued behind the first, or batched with it
-    // Both abort well before either could finish: at 50 ms the two rows had made 358 tokens between them,
-    // more than one whole answer, on a quick day of this machine.
-    await sleep(10);
+    // Both abort as soon as the server holds the second, well before either could finish. A fixed wait was wrong
+    // both ways: 50 ms let two rows make more tokens than one whole answer on a quick run (358 of 324); 10 ms
+    // sometimes aborted the second before the server had it (under ASan), so it was never counted as cancelled.
+    const both = await waitFor(
+      async () => counter(await scrape(ctx.server), 'lathe_requests_in_flight') >= 2,
+      { timeoutMs: 10000, intervalMs: 2 },
+    );
+    assert.ok(both, 'the server took the second request');
     second.abort();
     first.abort();
     await b;
