@@ -78,6 +78,9 @@ class PagedKVCache : public LayerCache {
   void replay_append() override;
   std::optional<DirectRow> direct_row(const Tensor& like) override;
   KVView commit_direct() override;
+  bool graph_appendable() const override { return !keys_ && dense_ && dense_->graph_appendable(); }
+  bool graph_prepare() override { return !keys_ && dense_ && dense_->graph_prepare(); }
+  std::optional<DirectRow> graph_append(const Tensor& like) override;
 
   bool paged() const { return keys_ != nullptr; }
   // A cache of this one's first `tokens` tokens sharing their blocks; null unless paged().

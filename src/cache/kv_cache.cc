@@ -108,6 +108,18 @@ KVView KVCache::commit_direct() {
   return view();
 }
 
+bool KVCache::graph_prepare() {
+  if (!graph_appendable()) return false;
+  reserve(offset_ + 1, keys_, values_);
+  return true;
+}
+
+std::optional<DirectRow> KVCache::graph_append(const Tensor& like) {
+  if (like.device() == Device::CPU) return std::nullopt;
+  reserve(offset_ + 1, like, like);
+  return DirectRow{&keys_, &values_, offset_++};
+}
+
 CacheState KVCache::state() const { return kv_rows_state(kind(), keys_, values_, offset_); }
 
 void KVCache::restore(const CacheState& s) {
@@ -536,6 +548,12 @@ std::optional<DirectRow> PagedKVCache::direct_row(const Tensor& like) {
   if (keys_ || (!dense_ && like.device() == Device::CPU)) return std::nullopt;
   if (!dense_) dense_ = std::make_unique<KVCache>();
   return dense_->direct_row(like);
+}
+
+std::optional<DirectRow> PagedKVCache::graph_append(const Tensor& like) {
+  if (keys_ || like.device() == Device::CPU) return std::nullopt;
+  if (!dense_) dense_ = std::make_unique<KVCache>();
+  return dense_->graph_append(like);
 }
 
 KVView PagedKVCache::commit_direct() {

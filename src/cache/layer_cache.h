@@ -67,6 +67,17 @@ class LayerCache {
     return std::nullopt;
   }
   virtual KVView commit_direct();
+  // Batched decode graphs (model/batch_graph.h): room for one more token, counted at once, and where its row
+  // goes (what direct_row then commit_direct do, without building the view: attention reads rows [0, row]
+  // of the same buffers); nullopt when this kind cannot. graph_appendable(): whether it can now.
+  virtual bool graph_appendable() const { return false; }
+  // Room for one more token made now, before a capture records graph_append (whose growth would otherwise
+  // be captured, not run); false when there are no buffers to grow yet.
+  virtual bool graph_prepare() { return false; }
+  virtual std::optional<DirectRow> graph_append(const Tensor& like) {
+    (void)like;
+    return std::nullopt;
+  }
 };
 
 using CacheList = std::vector<std::unique_ptr<LayerCache>>;
@@ -101,6 +112,9 @@ class KVCache : public LayerCache {
   void replay_append() override { ++offset_; }
   std::optional<DirectRow> direct_row(const Tensor& like) override;
   KVView commit_direct() override;
+  bool graph_appendable() const override { return keys_.defined() && keys_.device() != Device::CPU; }
+  bool graph_prepare() override;
+  std::optional<DirectRow> graph_append(const Tensor& like) override;
 
  private:
   void reserve(int64_t tokens, const Tensor& like_k, const Tensor& like_v);

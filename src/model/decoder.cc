@@ -1,5 +1,6 @@
 #include "model/decoder.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "common/error.h"
@@ -93,6 +94,12 @@ Tensor DecoderModel::forward(const Batch& batch) {
   RowSpans s = layout_rows(batch, layers_.size());
   // One sequence takes its own path (decode graphs on CUDA); its logits are those forward_rows would return.
   if (s.rows() == 1 && batch.rows[0].want_logits) return forward(batch.rows[0].ids, *batch.rows[0].caches, false);
+  // Steps of decode rows on the base model replay from graphs per batch size (model/batch_graph.h).
+  const bool base =
+      std::all_of(batch.rows.begin(), batch.rows.end(), [](const BatchRow& r) { return r.adapter_slot < 0; });
+  if (base && batched_decode_enabled() && lora::graph_use().ok && !lora::graph_use().key && BatchGraphs::eligible(s))
+    return batch_graphs_.run(
+        s, [this](const RowSpans& rows) { return forward_rows(rows); }, [this] { return make_cache(CacheOptions{}); });
   return forward_rows(s);
 }
 

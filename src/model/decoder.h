@@ -4,6 +4,7 @@
 #include <memory>
 #include <vector>
 
+#include "model/batch_graph.h"
 #include "model/batch_rows.h"
 #include "model/layers/attention.h"
 #include "model/layers/modules.h"
@@ -42,7 +43,8 @@ class DecoderModel : public Model {
   Weight embed_, lm_head_;
   std::vector<Layer> layers_;
   RMSNorm final_norm_;
-  StepGraph step_graph_;  // decode steps on CUDA
+  StepGraph step_graph_;      // decode steps on CUDA
+  BatchGraphs batch_graphs_;  // batched decode steps on CUDA
   Tensor forward_tokens(const std::vector<int32_t>& ids, CacheList& caches, bool all_logits);
   Tensor forward_rows(const RowSpans& s);
 };

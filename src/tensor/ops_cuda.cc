@@ -26,6 +26,7 @@ const int32_t* upload_ids(const std::vector<int32_t>& ids, int64_t vocab, Tensor
       throw Error(ErrorKind::InvalidArgument,
                   "token id " + std::to_string(id) + " is out of range for a vocabulary of " + std::to_string(vocab));
   if (cuda::capturing()) {
+    if (const int32_t* batch = cuda::capture_batch_ids(static_cast<int64_t>(ids.size()))) return batch;
     LATHE_CHECK(ids.size() == 1, "graph capture: one token per step");
     return cuda::step_ids();
   }

@@ -10,6 +10,7 @@ namespace lathe {
 struct QkvStep;     // ops_extra.h
 struct AppendSlot;  // ops_extra.h
 struct DecodeKV;    // ops_extra.h
+struct GraphTable;  // ops_extra.h
 }  // namespace lathe
 
 namespace lathe::gpu {
@@ -51,8 +52,8 @@ Tensor add_rms_norm(Tensor& h, const Tensor& b, const Tensor& weight, float eps,
 Tensor qkv_rope_append(const Tensor& y, const QkvStep& s, const RopeTable& rope, int64_t pos0, Tensor& keys,
                        Tensor& values, int64_t row);
 Tensor qkv_rope_append_rows(const Tensor& y, const QkvStep& s, const RopeTable& rope,
-                            const std::vector<AppendSlot>& slots);
-Tensor attention_decode_rows(const std::vector<DecodeKV>& rows, const AttentionParams& p);
+                            const std::vector<AppendSlot>& slots, const GraphTable* table);
+Tensor attention_decode_rows(const std::vector<DecodeKV>& rows, const AttentionParams& p, const GraphTable* table);
 // Rows up to which a batched decode step keeps every row bitwise its solo run: the linears' GEMV boundary where
 // dense copies serve the wider steps (8), or LATHE_CUDA_GEMV_ROWS. Wider steps' attention takes the
 // one-block-per-row kernel (tensor/cuda/decode_attention_wide.h).

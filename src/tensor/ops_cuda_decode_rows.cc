@@ -15,9 +15,10 @@
 
 namespace lathe::gpu {
 
-Tensor attention_decode_rows(const std::vector<DecodeKV>& rows, const AttentionParams& p) {
-  // Not inside a graph capture: the row table is uploaded from reused host staging.
-  if (rows.empty() || cuda::decode_attention_off() || cuda::capturing()) return Tensor();
+Tensor attention_decode_rows(const std::vector<DecodeKV>& rows, const AttentionParams& p, const GraphTable* table) {
+  // Inside a graph capture only with a table the replays rewrite (else the row table is uploaded from reused
+  // host staging).
+  if (rows.empty() || cuda::decode_attention_off() || (cuda::capturing() && !table)) return Tensor();
   const size_t B = rows.size();
   std::vector<Tensor> keep;  // dequantized K/V of quantized rows, alive until the launch is queued
   std::vector<cuda::DecodeRow> host(B);
@@ -32,7 +33,7 @@ Tensor attention_decode_rows(const std::vector<DecodeKV>& rows, const AttentionP
     const Tensor* kp = row.k;
     const Tensor* vp = row.v;
     if (row.quantized) {  // as attention_quantized: the whole cache dequantized to q's type
-      if (row.kv_heads <= 0 || !row.qk || !row.qv) return Tensor();
+      if (table || row.kv_heads <= 0 || !row.qk || !row.qv) return Tensor();
       const int64_t S = row.qk->rows() / row.kv_heads;
       keep.push_back(Tensor::empty({S, row.kv_heads, row.qk->cols()}, q.dtype(), Device::CUDA));
       keep.push_back(Tensor::empty({S, row.kv_heads, row.qv->cols()}, q.dtype(), Device::CUDA));
@@ -48,7 +49,7 @@ Tensor attention_decode_rows(const std::vector<DecodeKV>& rows, const AttentionP
         k.ndim() != 3 || v.ndim() != 3 || k.stride(2) != 1 || v.stride(2) != 1 || k.dim(0) != v.dim(0) ||
         k.dim(1) != v.dim(1) || k.dim(2) != q.dim(2) || k.dim(0) == 0)
       return Tensor();
-    if (row.k_pos && static_cast<int64_t>(row.k_pos->size()) != k.dim(0)) return Tensor();
+    if (row.k_pos && (table || static_cast<int64_t>(row.k_pos->size()) != k.dim(0))) return Tensor();
     cuda::AttentionArgs ai;
     ai.q = q.raw();
     ai.k = k.raw();
@@ -85,15 +86,23 @@ Tensor attention_decode_rows(const std::vector<DecodeKV>& rows, const AttentionP
   }
   if (static_cast<int64_t>(B) > cuda::decode_attention_max_rows(a)) return Tensor();
   // One upload: the row table, then the ring rows' key positions.
-  const size_t table = B * sizeof(cuda::DecodeRow), bytes = table + positions.size() * sizeof(int64_t);
-  Tensor dev = Tensor::empty({static_cast<int64_t>(bytes)}, DType::U8, Device::CUDA);
-  char* base = static_cast<char*>(dev.raw());
-  for (size_t r = 0; r < B; ++r)
-    if (pos_at[r] >= 0) host[r].k_pos = reinterpret_cast<const int64_t*>(base + table) + pos_at[r];
-  std::vector<char> blob(bytes);
-  std::memcpy(blob.data(), host.data(), table);
-  if (!positions.empty()) std::memcpy(blob.data() + table, positions.data(), positions.size() * sizeof(int64_t));
-  cuda::upload_async(base, blob.data(), bytes);
+  const size_t table_bytes = B * sizeof(cuda::DecodeRow), bytes = table_bytes + positions.size() * sizeof(int64_t);
+  Tensor dev;
+  char* base = nullptr;
+  if (table) {  // a captured step (no ring rows): its replays rewrite the row table
+    base = static_cast<char*>(const_cast<void*>(table->dev));
+    std::memcpy(table->host, host.data(), table_bytes);
+  } else {
+    dev = Tensor::empty({static_cast<int64_t>(bytes)}, DType::U8, Device::CUDA);
+    base = static_cast<char*>(dev.raw());
+    for (size_t r = 0; r < B; ++r)
+      if (pos_at[r] >= 0) host[r].k_pos = reinterpret_cast<const int64_t*>(base + table_bytes) + pos_at[r];
+    std::vector<char> blob(bytes);
+    std::memcpy(blob.data(), host.data(), table_bytes);
+    if (!positions.empty())
+      std::memcpy(blob.data() + table_bytes, positions.data(), positions.size() * sizeof(int64_t));
+    cuda::upload_async(base, blob.data(), bytes);
+  }
   const int64_t n = static_cast<int64_t>(B);
   Tensor out = Tensor::empty({n, a.Hq, a.Dv}, a.t, Device::CUDA);
   a.out = out.raw();
@@ -104,7 +113,7 @@ Tensor attention_decode_rows(const std::vector<DecodeKV>& rows, const AttentionP
     return out;
   }
   const int splits = cuda::decode_attention_splits(a);
-  int max_active = 1;
+  int max_active = table ? splits : 1;  // a replay may run at a longer context than its capture
   for (const cuda::DecodeRow& h : host)
     max_active = std::max(max_active, cuda::decode_attention_active_splits(h.S, splits));
   Tensor part;

@@ -1,6 +1,7 @@
 // Device dispatch for the fused ops of ops_extra.h (q/k RMSNorm + RoPE, residual add + RMSNorm): checks,
 // output allocation, one kernel launch each (tensor/cuda/fused.cu).
 #ifdef LATHE_HAVE_CUDA
+#include <cstring>
 #include "common/error.h"
 #include "tensor/cuda/kernels_models.h"
 #include "tensor/ops_cuda.h"
@@ -46,9 +47,9 @@ Tensor qkv_rope_append(const Tensor& y, const QkvStep& s, const RopeTable& rope,
 }
 
 Tensor qkv_rope_append_rows(const Tensor& y, const QkvStep& s, const RopeTable& rope,
-                            const std::vector<AppendSlot>& slots) {
+                            const std::vector<AppendSlot>& slots, const GraphTable* table) {
   const int64_t B = static_cast<int64_t>(slots.size()), qn = s.q_heads * s.head_dim, kn = s.kv_heads * s.head_dim;
-  if (B == 0 || cuda::capturing() || y.device() != Device::CUDA ||
+  if (B == 0 || (cuda::capturing() && !table) || y.device() != Device::CUDA ||
       (y.dtype() != DType::BF16 && y.dtype() != DType::F32))
     return Tensor();
   LATHE_CHECK(y.ndim() == 2 && y.dim(0) == B && y.dim(1) == qn + 2 * kn && y.is_contiguous(),
@@ -64,12 +65,21 @@ Tensor qkv_rope_append_rows(const Tensor& y, const QkvStep& s, const RopeTable& 
                 "qkv_rope_append_rows: cache buffers do not match the heads");
     host[r] = {sl.keys->raw(), sl.values->raw(), sl.row, sl.pos};
   }
-  Tensor dev = Tensor::empty({static_cast<int64_t>(host.size() * sizeof(cuda::AppendRow))}, DType::U8, Device::CUDA);
-  cuda::upload_async(dev.raw(), host.data(), host.size() * sizeof(cuda::AppendRow));
+  const size_t bytes = host.size() * sizeof(cuda::AppendRow);
+  Tensor dev;
+  const void* rows_dev = nullptr;
+  if (table) {  // a captured step: the replays rewrite this table
+    std::memcpy(table->host, host.data(), bytes);
+    rows_dev = table->dev;
+  } else {
+    dev = Tensor::empty({static_cast<int64_t>(bytes)}, DType::U8, Device::CUDA);
+    cuda::upload_async(dev.raw(), host.data(), bytes);
+    rows_dev = dev.raw();
+  }
   Tensor q = Tensor::empty({B, s.q_heads, s.head_dim}, y.dtype(), Device::CUDA);
   const float* qw = s.norm ? f32_ptr(&s.q_w, "qkv_rope_append") : nullptr;
   const float* kw = s.norm ? f32_ptr(&s.k_w, "qkv_rope_append") : nullptr;
-  cuda::qkv_rope_append_rows(y.raw(), q.raw(), static_cast<const cuda::AppendRow*>(dev.raw()), B, y.dtype(), s.q_heads,
+  cuda::qkv_rope_append_rows(y.raw(), q.raw(), static_cast<const cuda::AppendRow*>(rows_dev), B, y.dtype(), s.q_heads,
                              s.kv_heads, s.head_dim, s.norm, qw, kw, s.eps, s.plus_one, rope.inv_freq.data(), rope.dims,
                              rope.attention_scaling);
   return q;

@@ -115,20 +115,22 @@ bool batched_decode_enabled() {
 void set_batched_decode_enabled(bool on) { g_batched_decode.store(on ? 1 : 0, std::memory_order_relaxed); }
 
 Tensor qkv_rope_append_rows(const Tensor& y, const QkvStep& s, const RopeTable& rope,
-                            const std::vector<AppendSlot>& slots) {
+                            const std::vector<AppendSlot>& slots, const GraphTable* table) {
   LATHE_CHECK(rope.dims <= s.head_dim && static_cast<int64_t>(rope.inv_freq.size()) == rope.dims / 2,
               "qkv_rope_append: rope table does not fit the head");
 #ifdef LATHE_HAVE_CUDA
-  if (y.device() == Device::CUDA) return gpu::qkv_rope_append_rows(y, s, rope, slots);
+  if (y.device() == Device::CUDA) return gpu::qkv_rope_append_rows(y, s, rope, slots, table);
 #endif
+  (void)table;
   return Tensor();
 }
 
-Tensor attention_decode_rows(const std::vector<DecodeKV>& rows, const AttentionParams& p) {
+Tensor attention_decode_rows(const std::vector<DecodeKV>& rows, const AttentionParams& p, const GraphTable* table) {
 #ifdef LATHE_HAVE_CUDA
-  if (!rows.empty() && rows[0].q.device() == Device::CUDA) return gpu::attention_decode_rows(rows, p);
+  if (!rows.empty() && rows[0].q.device() == Device::CUDA) return gpu::attention_decode_rows(rows, p, table);
 #endif
   (void)p;
+  (void)table;
   return Tensor();
 }
 

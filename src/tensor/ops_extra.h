@@ -62,9 +62,17 @@ struct AppendSlot {
   Tensor* values = nullptr;
   int64_t row = 0, pos = 0;
 };
+// Where a batched op's row table goes while a batched decode step is captured into a graph
+// (model/batch_graph.h): the op writes it at `host` (pinned staging that each replay rewrites and uploads) and
+// its kernel reads it at `dev`. The attention then launches blocks for every key split, so a replay at a
+// longer context stays covered.
+struct GraphTable {
+  void* host = nullptr;
+  const void* dev = nullptr;
+};
 // qkv_rope_append over y [B, (Hq + 2·Hkv)·D], one slot per row: returns q [B, Hq, D].
 Tensor qkv_rope_append_rows(const Tensor& y, const QkvStep& s, const RopeTable& rope,
-                            const std::vector<AppendSlot>& slots);
+                            const std::vector<AppendSlot>& slots, const GraphTable* table = nullptr);
 // One row of a batched decode attention: its query [1, Hq, D] and keys/values as attention() (dense k, v
 // [S, Hkv, D]) or attention_quantized() (qk, qv, kv_heads) takes them, with its own positions.
 struct DecodeKV {
@@ -82,6 +90,7 @@ struct DecodeKV {
 };
 // attention() of every row: [B, Hq, Dv]. p gives scale, softcap, window and causality; positions come from
 // the rows.
-Tensor attention_decode_rows(const std::vector<DecodeKV>& rows, const AttentionParams& p);
+Tensor attention_decode_rows(const std::vector<DecodeKV>& rows, const AttentionParams& p,
+                             const GraphTable* table = nullptr);
 
 }  // namespace lathe

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "common/error.h"
+#include "model/batch_graph.h"
 #include "tensor/ops_extra.h"
 
 namespace lathe {
@@ -120,6 +121,7 @@ Tensor Attention::decode_rows(const Tensor& y, const std::vector<LayerCache*>& c
                               std::vector<KVView>* kv_out) const {
   const size_t B = caches.size();
   const int64_t qo = q_.w.out_features(), ko = k_.w.out_features();
+  if (batch_graph_capturing()) return decode_rows_captured(y, caches, kv_out);
   std::vector<int64_t> pos(B);
   for (size_t r = 0; r < B; ++r) pos[r] = caches[r]->offset();
   auto row_of = [&](size_t r) { return y.slice(0, static_cast<int64_t>(r), static_cast<int64_t>(r) + 1); };
@@ -181,6 +183,47 @@ Tensor Attention::decode_rows(const Tensor& y, const std::vector<LayerCache*>& c
   return heads;
 }
 
+// A batched decode step being captured into a graph (model/batch_graph.h): the same kernels as decode_rows,
+// reading their row tables from the graph's arena, which each replay rewrites with the rows of that step.
+Tensor Attention::decode_rows_captured(const Tensor& y, const std::vector<LayerCache*>& caches,
+                                       std::vector<KVView>* kv_out) const {
+  if (!direct_ || kv_out)
+    throw Error(ErrorKind::Unsupported, "batch graph: this attention layer's decode step cannot be captured");
+  const int64_t B = static_cast<int64_t>(caches.size());
+  const int64_t qo = q_.w.out_features(), ko = k_.w.out_features();
+  const Tensor like = y.slice(0, 0, 1).slice(1, qo, qo + ko).reshape({1, spec_.kv_heads, spec_.head_dim});
+  BatchGraphLayer t = batch_graph_layer(caches, like);
+  std::vector<AppendSlot> slots;
+  slots.reserve(t.rows.size());
+  for (const DirectRow& d : t.rows) slots.push_back({d.keys, d.values, d.row, d.row});
+  const Tensor q_all = qkv_rope_append_rows(y, direct_step_, spec_.rope, slots, &t.append);
+  if (!q_all.defined()) throw Error(ErrorKind::Unsupported, "batch graph: the fused append does not cover this layer");
+  std::vector<Tensor> ks, vs;
+  ks.reserve(t.rows.size());
+  vs.reserve(t.rows.size());
+  std::vector<DecodeKV> rows(t.rows.size());
+  for (size_t r = 0; r < t.rows.size(); ++r) {
+    const DirectRow& d = t.rows[r];
+    ks.push_back(d.keys->slice(0, 0, d.row + 1));
+    vs.push_back(d.values->slice(0, 0, d.row + 1));
+    DecodeKV& row = rows[r];
+    row.q = q_all.slice(0, static_cast<int64_t>(r), static_cast<int64_t>(r) + 1);
+    row.k = &ks.back();
+    row.v = &vs.back();
+    row.kv_heads = spec_.kv_heads;
+    row.q_pos0 = d.row;
+    row.k_pos0 = 0;
+  }
+  AttentionParams ap;
+  ap.scale = spec_.scale;
+  ap.softcap = spec_.softcap;
+  ap.window = spec_.window;
+  const Tensor heads = attention_decode_rows(rows, ap, &t.attention);
+  if (!heads.defined())
+    throw Error(ErrorKind::Unsupported, "batch graph: the batched attention does not cover this layer");
+  return heads.reshape({B, spec_.heads * spec_.head_dim});
+}
+
 LoraGroup Attention::qkv_group() const { return stacked_lora_group({&q_, &k_, &v_}); }
 
 Tensor Attention::qkv_fused(const Tensor& x) const {
@@ -218,7 +261,9 @@ Tensor Attention::forward_rows(const Tensor& x, const RowSpans& s, const std::ve
   LATHE_CHECK(!spec_.kv_shared, "a KV-shared attention layer has no cache of its own");
   LATHE_CHECK(caches.size() == s.rows(), "forward_rows: one cache per row");
   if (kv_out) kv_out->assign(s.rows(), KVView());
-  if (s.rows() == 1) return forward(x, *caches[0], kv_out ? &(*kv_out)[0] : nullptr);
+  // A captured batched step takes decode_rows or nothing: the per-row paths would bake this step's rows in.
+  const bool capture = batch_graph_capturing();
+  if (s.rows() == 1 && !capture) return forward(x, *caches[0], kv_out ? &(*kv_out)[0] : nullptr);
   std::vector<Tensor> heads;
   heads.reserve(s.rows());
   // A step of decode rows only: the stacked q|k|v projection over all rows at once, then each row exactly as
@@ -228,11 +273,13 @@ Tensor Attention::forward_rows(const Tensor& x, const RowSpans& s, const std::ve
     const Tensor y = qkv_fused(x);
     if (y.device() != Device::CPU && !spec_.q_gate && batched_decode_enabled())
       return out_proj(decode_rows(y, caches, kv_out));
+    if (capture) throw Error(ErrorKind::Unsupported, "batch graph: this layer decodes row by row");
     for (size_t r = 0; r < s.rows(); ++r)
       heads.push_back(decode_heads(y.slice(0, static_cast<int64_t>(r), static_cast<int64_t>(r) + 1), *caches[r],
                                    kv_out ? &(*kv_out)[r] : nullptr));
     return out_proj(concat_rows(heads));
   }
+  if (capture) throw Error(ErrorKind::Unsupported, "batch graph: this layer's step is not a fused decode step");
   const Tensor q_lin = q_(x), k_lin = k_(x), v_lin = spec_.k_eq_v ? Tensor() : v_(x);
   for (size_t r = 0; r < s.rows(); ++r) {
     const int64_t pos0 = caches[r]->offset();

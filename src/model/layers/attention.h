@@ -71,6 +71,8 @@ class Attention {
   // attention; per-row launches only where the batched kernels do not apply. Each row's heads are bitwise
   // its decode_heads() result. Returns [B, heads · head_dim].
   Tensor decode_rows(const Tensor& y, const std::vector<LayerCache*>& caches, std::vector<KVView>* kv_out) const;
+  Tensor decode_rows_captured(const Tensor& y, const std::vector<LayerCache*>& caches,
+                              std::vector<KVView>* kv_out) const;
   AttentionSpec spec_;
   Linear q_, k_, v_, o_;
   Weight qkv_;  // on a device: q, k (and v) stacked (one GEMV); q_/k_/v_ are then row views of it

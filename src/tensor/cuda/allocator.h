@@ -10,7 +10,9 @@ struct Block {
   void* ptr = nullptr;
   size_t size = 0;
 };
-void allocator_capture_begin();
+// reuse: blocks freed during the capture may serve its later allocations (only for a capture that is one
+// chain of kernels: with forked branches a reused block could be written by two at once).
+void allocator_capture_begin(bool reuse = false);
 std::vector<Block> allocator_capture_end();
 void allocator_release(const std::vector<Block>& blocks);  // back to the free bins
 

@@ -45,6 +45,8 @@ StepState* host_state() {
   return h;
 }
 bool g_capturing = false;
+const int32_t* g_batch_ids = nullptr;  // graph_capture_batch: the ids the capture reads
+int64_t g_batch_n = 0;
 
 void write_state(int64_t delta, int32_t token) {
   // The previous step ended with a synchronising read-back, so the pinned staging is free to overwrite.
@@ -68,8 +70,78 @@ Graph* graph_capture(int32_t token) {
   return g;
 }
 
+Graph* graph_capture_batch(const int32_t* ids, int64_t n) {
+  auto* g = new Graph();
+  LATHE_CUDA_CHECK(cudaStreamBeginCapture(stream(), cudaStreamCaptureModeRelaxed));
+  allocator_capture_begin(/*reuse=*/true);
+  g_capturing = true;
+  g_batch_ids = ids;
+  g_batch_n = n;
+  return g;
+}
+
+const int32_t* capture_batch_ids(int64_t n) { return g_capturing && n == g_batch_n ? g_batch_ids : nullptr; }
+
+void graph_replay(Graph* g) { LATHE_CUDA_CHECK(cudaGraphLaunch(g->exec, stream())); }
+
+size_t graph_pool_bytes(const Graph* g) {
+  size_t n = 0;
+  for (const Block& b : g->pool) n += b.size;
+  return n;
+}
+
+struct GraphArena {
+  char* host = nullptr;
+  char* dev = nullptr;
+  size_t bytes = 0;
+  cudaEvent_t read = nullptr;  // recorded after each upload
+  bool pending = false;
+};
+
+GraphArena* arena_create(size_t bytes) {
+  auto* a = new GraphArena();
+  a->bytes = bytes;
+  try {
+    LATHE_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&a->host), bytes));
+    std::memset(a->host, 0, bytes);
+    LATHE_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&a->dev), bytes));
+    LATHE_CUDA_CHECK(cudaEventCreateWithFlags(&a->read, cudaEventDisableTiming));
+  } catch (...) {
+    arena_destroy(a);
+    throw;
+  }
+  return a;
+}
+
+void arena_destroy(GraphArena* a) {
+  if (!a) return;
+  cudaStreamSynchronize(stream());  // a replay in flight may still read the tables
+  if (a->read) cudaEventDestroy(a->read);
+  if (a->dev) cudaFree(a->dev);
+  if (a->host) cudaFreeHost(a->host);
+  delete a;
+}
+
+char* arena_host(GraphArena* a) {
+  if (a->pending) {
+    LATHE_CUDA_CHECK(cudaEventSynchronize(a->read));
+    a->pending = false;
+  }
+  return a->host;
+}
+
+char* arena_dev(GraphArena* a) { return a->dev; }
+
+void arena_upload(GraphArena* a) {
+  LATHE_CUDA_CHECK(cudaMemcpyAsync(a->dev, a->host, a->bytes, cudaMemcpyHostToDevice, stream()));
+  LATHE_CUDA_CHECK(cudaEventRecord(a->read, stream()));
+  a->pending = true;
+}
+
 void graph_capture_end(Graph* g, bool ok) {
   g_capturing = false;
+  g_batch_ids = nullptr;
+  g_batch_n = 0;
   g->pool = allocator_capture_end();
   const cudaError_t e = cudaStreamEndCapture(stream(), &g->graph);
   if (!ok) return;

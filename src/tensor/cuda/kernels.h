@@ -79,6 +79,20 @@ Graph* graph_capture(int32_t token);        // begins capturing the stream
 void graph_capture_end(Graph* g, bool ok);  // ends it; instantiates when ok
 void graph_launch(Graph* g, int64_t delta, int32_t token);
 void graph_destroy(Graph* g);
+// Batched decode graphs (model/batch_graph.h): the capture reads its n token ids at `ids` (device memory the
+// caller rewrites before each replay) and, being one chain of kernels on the one stream, reuses the blocks it
+// frees; graph_replay launches it as captured. graph_pool_bytes: device memory the graph holds.
+Graph* graph_capture_batch(const int32_t* ids, int64_t n);
+const int32_t* capture_batch_ids(int64_t n);  // the capture's ids, or null outside one (or for another n)
+void graph_replay(Graph* g);
+size_t graph_pool_bytes(const Graph* g);
+// The tables a batched graph reads: pinned host staging and the device copy its kernels were captured with.
+struct GraphArena;
+GraphArena* arena_create(size_t bytes);
+void arena_destroy(GraphArena* a);
+char* arena_host(GraphArena* a);  // free to write: waits until the last upload has read it
+char* arena_dev(GraphArena* a);
+void arena_upload(GraphArena* a);  // the whole staging to the device, ordered on the stream
 
 // dst rows [dst_row + *step_delta(), + n) = src rows [0, n); rows of row_bytes (a multiple of 4).
 void copy_rows(void* dst, int64_t dst_row, const void* src, int64_t n, size_t row_bytes);

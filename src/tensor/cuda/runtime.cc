@@ -7,6 +7,7 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "common/error.h"
@@ -70,7 +71,11 @@ class CachingAllocator {
     std::lock_guard<std::mutex> lock(mu_);
     auto& bin = free_[size];
     void* p = nullptr;
-    if (!bin.empty()) {
+    if (auto reused = reuse_capture_ ? captured_free_.find(size) : captured_free_.end();
+        reused != captured_free_.end() && !reused->second.empty()) {
+      p = reused->second.back();  // still listed in captured_: the graph keeps it
+      reused->second.pop_back();
+    } else if (!bin.empty()) {
       p = bin.back();
       bin.pop_back();
       cached_ -= size;
@@ -106,7 +111,11 @@ class CachingAllocator {
     live_.erase(it);
     stats_.in_use_bytes -= size;
     if (capturing_) {  // a graph being captured may write this block on every replay
-      captured_.push_back({p, size});
+      if (!reused_.count(p)) captured_.push_back({p, size});
+      if (reuse_capture_) {
+        captured_free_[size].push_back(p);
+        reused_.insert(p);
+      }
       return;
     }
     // Stream order makes reuse safe: later kernels on the one stream run after earlier users of the block.
@@ -114,14 +123,23 @@ class CachingAllocator {
     cached_ += size;
   }
 
-  void capture_begin() {
+  void capture_begin(bool reuse) {
     std::lock_guard<std::mutex> lock(mu_);
     capturing_ = true;
+    reuse_capture_ = reuse;
   }
   std::vector<Block> capture_end() {
     std::lock_guard<std::mutex> lock(mu_);
     capturing_ = false;
-    return std::move(captured_);
+    reuse_capture_ = false;
+    // A block freed, taken again and still live at the end belongs to its holder, not to the graph's pool.
+    std::vector<Block> pool;
+    for (const Block& b : captured_)
+      if (!live_.count(b.ptr)) pool.push_back(b);
+    captured_.clear();
+    captured_free_.clear();
+    reused_.clear();
+    return pool;
   }
   void release(const std::vector<Block>& blocks) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -170,7 +188,10 @@ class CachingAllocator {
   std::unordered_map<void*, size_t> live_;
   size_t cached_ = 0;
   bool capturing_ = false;
+  bool reuse_capture_ = false;
   std::vector<Block> captured_;
+  std::unordered_map<size_t, std::vector<void*>> captured_free_;  // reuse_capture_: freed, free to take again
+  std::unordered_set<void*> reused_;                              // blocks already listed in captured_
   DeviceMemoryStats stats_;
 };
 
@@ -182,7 +203,7 @@ void* allocator_alloc(size_t bytes) { return allocator().alloc(bytes); }
 
 }  // namespace
 
-void allocator_capture_begin() { allocator().capture_begin(); }
+void allocator_capture_begin(bool reuse) { allocator().capture_begin(reuse); }
 std::vector<Block> allocator_capture_end() { return allocator().capture_end(); }
 void allocator_release(const std::vector<Block>& blocks) { allocator().release(blocks); }
 

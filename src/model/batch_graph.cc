@@ -1,0 +1,302 @@
+#include "model/batch_graph.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <unordered_map>
+#include <utility>
+
+#include "common/error.h"
+#include "common/log.h"
+
+#ifdef LATHE_HAVE_CUDA
+#include "tensor/cuda/decode_attention.h"
+#include "tensor/cuda/kernels.h"
+#include "tensor/cuda/kernels_models.h"
+#endif
+
+namespace lathe {
+
+namespace {
+std::atomic<int> g_enabled{-1};  // -1: not yet read from the environment
+std::atomic<int64_t> g_replays{0};
+}  // namespace
+
+bool batch_graphs_enabled() {
+  int v = g_enabled.load(std::memory_order_relaxed);
+  if (v < 0) {
+    v = 1;
+    for (const char* name : {"LATHE_CUDA_GRAPHS", "LATHE_CUDA_BATCH_GRAPHS"}) {
+      const char* e = std::getenv(name);
+      if (e && std::strcmp(e, "0") == 0) v = 0;
+    }
+    g_enabled.store(v, std::memory_order_relaxed);
+  }
+  return v == 1;
+}
+
+void set_batch_graphs_enabled(bool on) { g_enabled.store(on ? 1 : 0, std::memory_order_relaxed); }
+
+int64_t batch_graph_replays() { return g_replays.load(std::memory_order_relaxed); }
+
+#ifdef LATHE_HAVE_CUDA
+namespace {
+
+// The bucket a step of n rows runs in (0: none, run eagerly). Powers of two up to 8 keep batches of ≤ 8 rows
+// on the kernels that give each row its solo result (exact_decode_rows); wider steps pad by at most a third.
+int64_t bucket_for(int64_t n) {
+  static constexpr int64_t kBuckets[] = {2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256};
+  for (int64_t b : kBuckets)
+    if (n <= b) return b;
+  return 0;
+}
+
+// Device memory one bucket's graph may hold beyond its logits (a capture that needs more runs eagerly).
+constexpr size_t kMaxPoolBytes = size_t{1} << 30;
+
+size_t align_up(size_t n) { return (n + 255) / 256 * 256; }
+
+}  // namespace
+#endif
+
+// One bucket: its state, graph, logits, and the tables each replay rewrites.
+struct BatchGraphs::Entry {
+  enum class State { Cold, Warm, Captured, Refused };
+  State state = State::Cold;
+  int64_t rows = 0;
+#ifdef LATHE_HAVE_CUDA
+  cuda::Graph* graph = nullptr;
+  cuda::GraphArena* arena = nullptr;
+#endif
+  Tensor out;  // [rows, vocab], written by every replay
+  size_t arena_bytes = 0, used = 0;
+  struct Layer {
+    size_t layer = 0;
+    size_t append = 0, attention = 0;  // table offsets in the arena
+    Tensor like;                       // [1, Hkv, D] in the K/V type
+  };
+  std::vector<Layer> layers;
+  std::unordered_map<const LayerCache*, std::pair<size_t, size_t>> where;  // capture only: cache -> (row, layer)
+
+  void release() {
+#ifdef LATHE_HAVE_CUDA
+    cuda::graph_destroy(graph);
+    cuda::arena_destroy(arena);
+    graph = nullptr;
+    arena = nullptr;
+#endif
+    out = Tensor();
+    layers.clear();
+    where.clear();
+  }
+  ~Entry() { release(); }
+};
+
+namespace {
+thread_local BatchGraphs::Entry* g_capture = nullptr;  // only while BatchGraphs captures
+}  // namespace
+
+bool batch_graph_capturing() { return g_capture != nullptr; }
+
+BatchGraphs::BatchGraphs() = default;
+BatchGraphs::~BatchGraphs() = default;
+
+size_t BatchGraphs::captured() const {
+  size_t n = 0;
+  for (const auto& [rows, e] : buckets_) n += e->state == Entry::State::Captured ? 1 : 0;
+  return n;
+}
+
+bool BatchGraphs::eligible(const RowSpans& s) {
+#ifdef LATHE_HAVE_CUDA
+  if (!batch_graphs_enabled() || s.rows() < 2 || s.logit_rows.size() != s.rows() ||
+      s.tokens() != static_cast<int64_t>(s.rows()))
+    return false;
+  for (size_t r = 0; r < s.rows(); ++r)
+    for (const auto& c : *s.caches[r])
+      if (!c->graph_appendable()) return false;
+  return true;
+#else
+  (void)s;
+  return false;
+#endif
+}
+
+#ifdef LATHE_HAVE_CUDA
+BatchGraphLayer batch_graph_layer(const std::vector<LayerCache*>& caches, const Tensor& like) {
+  BatchGraphs::Entry* e = g_capture;
+  LATHE_CHECK(e, "batch_graph_layer outside a capture");
+  if (caches.size() != static_cast<size_t>(e->rows) || caches.empty())
+    throw Error(ErrorKind::Unsupported, "batch graph: a layer's rows are not the step's");
+  const auto at = e->where.find(caches[0]);
+  if (at == e->where.end()) throw Error(ErrorKind::Unsupported, "batch graph: a layer cache not in the step");
+  const size_t layer = at->second.second;
+  for (size_t r = 0; r < caches.size(); ++r) {
+    const auto w = e->where.find(caches[r]);
+    if (w == e->where.end() || w->second != std::make_pair(r, layer))
+      throw Error(ErrorKind::Unsupported, "batch graph: a layer's caches out of row order");
+  }
+  const size_t n = caches.size();
+  BatchGraphs::Entry::Layer L;
+  L.layer = layer;
+  L.append = e->used;
+  L.attention = align_up(L.append + n * sizeof(cuda::AppendRow));
+  e->used = align_up(L.attention + n * sizeof(cuda::DecodeRow));
+  if (e->used > e->arena_bytes) throw Error(ErrorKind::Unsupported, "batch graph: more attention layers than planned");
+  L.like = Tensor::empty(like.shape(), like.dtype(), like.device());
+  BatchGraphLayer out;
+  for (LayerCache* c : caches) {
+    auto slot = c->graph_append(L.like);
+    if (!slot) throw Error(ErrorKind::Unsupported, "batch graph: a cache cannot take graph rows");
+    out.rows.push_back(*slot);
+  }
+  char* host = cuda::arena_host(e->arena);
+  char* dev = cuda::arena_dev(e->arena);
+  out.append.host = host + L.append;
+  out.append.dev = dev + L.append;
+  out.attention.host = host + L.attention;
+  out.attention.dev = dev + L.attention;
+  e->layers.push_back(std::move(L));
+  return out;
+}
+
+Tensor BatchGraphs::run(const RowSpans& s, const Step& step, const MakeCache& make_cache) {
+  const int64_t B = static_cast<int64_t>(s.rows());
+  const int64_t bucket = bucket_for(B);
+  if (!bucket) return step(s);
+  auto& slot = buckets_[bucket];
+  if (!slot) {
+    slot = std::make_unique<Entry>();
+    slot->rows = bucket;
+  }
+  Entry& e = *slot;
+  if (e.state == Entry::State::Refused) return step(s);
+  // The padding rows: caches of their own, emptied before every step.
+  while (static_cast<int64_t>(pads_.size()) < bucket - B) pads_.push_back(make_cache());
+  RowSpans p = s;
+  for (int64_t i = 0; i < bucket - B; ++i) {
+    CacheList& pad = pads_[static_cast<size_t>(i)];
+    for (auto& c : pad) c->trim(c->offset());
+    p.start.push_back(p.tokens());
+    p.len.push_back(1);
+    p.pos0.push_back(0);
+    p.caches.push_back(&pad);
+    p.logit_rows.push_back(static_cast<int32_t>(p.tokens()));
+    p.ids.push_back(0);
+  }
+  const Tensor out = run_bucket(e, p, step, make_cache);
+  return out.dim(0) == B ? out : out.slice(0, 0, B);
+}
+
+Tensor BatchGraphs::run_bucket(Entry& e, const RowSpans& p, const Step& step, const MakeCache& make_cache) {
+  (void)make_cache;
+  const size_t n = p.rows(), layers = p.caches[0]->size();
+  if (e.state == Entry::State::Cold) {  // eagerly first: dense weight copies, cuBLAS plans, caches' buffers
+    Tensor out = step(p);
+    e.state = Entry::State::Warm;
+    return out;
+  }
+  if (e.state == Entry::State::Captured) {
+    char* host = cuda::arena_host(e.arena);
+    std::memcpy(host, p.ids.data(), n * sizeof(int32_t));
+    for (const Entry::Layer& L : e.layers) {
+      auto* app = reinterpret_cast<cuda::AppendRow*>(host + L.append);
+      auto* att = reinterpret_cast<cuda::DecodeRow*>(host + L.attention);
+      for (size_t r = 0; r < n; ++r) {
+        const auto slot = (*p.caches[r])[L.layer]->graph_append(L.like);
+        LATHE_CHECK(slot, "batch graph: a cache stopped taking graph rows");
+        void* k = slot->keys->raw();
+        void* v = slot->values->raw();
+        app[r].keys = k;
+        app[r].values = v;
+        app[r].row = slot->row;
+        app[r].pos0 = slot->row;
+        att[r].k = k;
+        att[r].v = v;
+        att[r].S = slot->row + 1;
+        att[r].q_pos0 = slot->row;
+      }
+    }
+    cuda::arena_upload(e.arena);
+    cuda::graph_replay(e.graph);
+    g_replays.fetch_add(1, std::memory_order_relaxed);
+    return e.out;
+  }
+  // Warm: capture this step. Every cache first makes room for its token (a capture must not grow one); one
+  // that has no buffers yet (a new padding row) gets them from an eager step, and the capture waits a step.
+  for (size_t r = 0; r < n; ++r)
+    for (auto& c : *p.caches[r])
+      if (!c->graph_prepare()) return step(p);
+  // The caches' host bookkeeping advances as the capture records (nothing runs until the launch below); if the
+  // capture fails it is rolled back and the step runs eagerly.
+  std::vector<std::vector<int64_t>> offsets(n);
+  e.where.clear();
+  for (size_t r = 0; r < n; ++r)
+    for (size_t l = 0; l < layers; ++l) {
+      const LayerCache* c = (*p.caches[r])[l].get();
+      offsets[r].push_back(c->offset());
+      e.where[c] = {r, l};
+    }
+  e.arena_bytes = align_up(n * sizeof(int32_t)) +
+                  layers * (align_up(n * sizeof(cuda::AppendRow)) + align_up(n * sizeof(cuda::DecodeRow)));
+  e.used = align_up(n * sizeof(int32_t));
+  e.layers.clear();
+  e.arena = cuda::arena_create(e.arena_bytes);
+  std::memcpy(cuda::arena_host(e.arena), p.ids.data(), n * sizeof(int32_t));
+  cuda::Graph* g =
+      cuda::graph_capture_batch(reinterpret_cast<const int32_t*>(cuda::arena_dev(e.arena)), static_cast<int64_t>(n));
+  g_capture = &e;
+  Tensor out;
+  std::string why;
+  try {
+    out = step(p);
+  } catch (const std::exception& ex) {
+    why = ex.what();
+  }
+  g_capture = nullptr;
+  e.where.clear();
+  if (why.empty() && e.layers.size() != layers)  // a layer's per-row state would be baked into the graph
+    why = "only " + std::to_string(e.layers.size()) + " of " + std::to_string(layers) + " layers take graph tables";
+  cuda::graph_capture_end(g, why.empty());
+  if (why.empty() && cuda::graph_pool_bytes(g) > kMaxPoolBytes)
+    why = "it would hold " + std::to_string(cuda::graph_pool_bytes(g) >> 20) + " MiB of device memory";
+  if (!why.empty()) {
+    cuda::graph_destroy(g);
+    e.release();
+    e.state = Entry::State::Refused;
+    for (size_t r = 0; r < n; ++r)
+      for (size_t l = 0; l < layers; ++l) {
+        LayerCache& c = *(*p.caches[r])[l];
+        c.trim(c.offset() - offsets[r][l]);
+      }
+    log::info("decode steps of " + std::to_string(e.rows) + " rows run without a CUDA graph: " + why);
+    return step(p);
+  }
+  e.graph = g;
+  e.out = out;
+  e.state = Entry::State::Captured;
+  cuda::arena_upload(e.arena);
+  cuda::graph_replay(g);
+  return e.out;
+}
+#else
+BatchGraphLayer batch_graph_layer(const std::vector<LayerCache*>& caches, const Tensor& like) {
+  (void)caches;
+  (void)like;
+  throw Error(ErrorKind::Internal, "batch_graph_layer outside a capture");
+}
+
+Tensor BatchGraphs::run(const RowSpans& s, const Step& step, const MakeCache& make_cache) {
+  (void)make_cache;
+  return step(s);
+}
+
+Tensor BatchGraphs::run_bucket(Entry& e, const RowSpans& p, const Step& step, const MakeCache& make_cache) {
+  (void)e;
+  (void)make_cache;
+  return step(p);
+}
+#endif
+
+}  // namespace lathe

@@ -1,0 +1,62 @@
+// Replays batched decode steps (every row one token and its logits) from CUDA graphs captured per batch-size
+// bucket, so a 64-row step costs one graph launch and a table upload instead of ~15 launches per layer and
+// their host-side work (which took longer than the GPU's step). A step of B rows runs in the smallest bucket
+// ≥ B; the extra rows decode token 0 into caches of their own, reset every step, and their logits are dropped.
+// Per-row state the kernels read — token ids, each row's cache buffers and position — lives in tables at
+// fixed device addresses that each replay rewrites (one upload), so a graph stays valid as rows come and go
+// and contexts grow. A bucket's first step runs eagerly (creating what its kernels need), the second is
+// captured; a step the graphs cannot hold (prefill rows, adapters, ring or quantized caches) runs eagerly.
+// LATHE_CUDA_BATCH_GRAPHS=0 (or LATHE_CUDA_GRAPHS=0) turns them off.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "cache/layer_cache.h"
+#include "model/batch_rows.h"
+#include "tensor/ops_extra.h"
+
+namespace lathe {
+
+class BatchGraphs {
+ public:
+  using Step = std::function<Tensor(const RowSpans&)>;
+  using MakeCache = std::function<CacheList()>;
+  BatchGraphs();
+  BatchGraphs(const BatchGraphs&) = delete;
+  BatchGraphs& operator=(const BatchGraphs&) = delete;
+  ~BatchGraphs();
+  // Whether a step over these rows may come from a graph: on a CUDA build with graphs on, ≥ 2 rows of one
+  // token each, every row's logits, every cache able to take a graph row.
+  static bool eligible(const RowSpans& s);
+  // The step's logits [rows, vocab] (valid until the next step): replayed, captured, or step(s) itself.
+  // make_cache: an empty cache list of the model, for the padding rows.
+  Tensor run(const RowSpans& s, const Step& step, const MakeCache& make_cache);
+  // Buckets captured so far (tests, logs).
+  size_t captured() const;
+  struct Entry;  // one bucket (batch_graph.cc)
+
+ private:
+  Tensor run_bucket(Entry& e, const RowSpans& s, const Step& step, const MakeCache& make_cache);
+  std::map<int64_t, std::unique_ptr<Entry>> buckets_;
+  std::vector<CacheList> pads_;
+};
+
+// While BatchGraphs captures a step on this thread: the tables of the attention layer whose row caches are
+// `caches` (in row order). Takes room for each row's token (LayerCache::graph_append) and returns the rows'
+// slots; `like` is a [1, Hkv, D] row in the K/V type. Null when no capture runs.
+struct BatchGraphLayer {
+  GraphTable append, attention;
+  std::vector<DirectRow> rows;
+};
+bool batch_graph_capturing();
+// On unless LATHE_CUDA_BATCH_GRAPHS=0 or LATHE_CUDA_GRAPHS=0; tests switch them for comparisons.
+bool batch_graphs_enabled();
+void set_batch_graphs_enabled(bool on);
+// Steps replayed from batch graphs in this process (tests, benchmarks).
+int64_t batch_graph_replays();
+BatchGraphLayer batch_graph_layer(const std::vector<LayerCache*>& caches, const Tensor& like);
+
+}  // namespace lathe
