@@ -77,7 +77,8 @@ struct BatchGraphs::Entry {
     Tensor like;                       // [1, Hkv, D] in the K/V type
   };
   std::vector<Layer> layers;
-  std::unordered_map<const LayerCache*, std::pair<size_t, size_t>> where;  // capture only: cache -> (row, layer)
+  std::unordered_map<const LayerCache*, size_t> where;  // capture only: a real row's cache -> its layer
+  const RowSpans* capturing = nullptr;                  // capture only: the step's rows
 
   void release() {
 #ifdef LATHE_HAVE_CUDA
@@ -129,14 +130,13 @@ BatchGraphLayer batch_graph_layer(const std::vector<LayerCache*>& caches, const 
   LATHE_CHECK(e, "batch_graph_layer outside a capture");
   if (caches.size() != static_cast<size_t>(e->rows) || caches.empty())
     throw Error(ErrorKind::Unsupported, "batch graph: a layer's rows are not the step's");
-  const auto at = e->where.find(caches[0]);
-  if (at == e->where.end()) throw Error(ErrorKind::Unsupported, "batch graph: a layer cache not in the step");
-  const size_t layer = at->second.second;
-  for (size_t r = 0; r < caches.size(); ++r) {
-    const auto w = e->where.find(caches[r]);
-    if (w == e->where.end() || w->second != std::make_pair(r, layer))
+  const auto at = e->where.find(caches[0]);  // row 0 is a real row (≥ 2 rows, padding last)
+  if (at == e->where.end() || !e->capturing)
+    throw Error(ErrorKind::Unsupported, "batch graph: a layer cache not in the step");
+  const size_t layer = at->second;
+  for (size_t r = 0; r < caches.size(); ++r)
+    if (caches[r] != (*e->capturing->caches[r])[layer].get())
       throw Error(ErrorKind::Unsupported, "batch graph: a layer's caches out of row order");
-  }
   const size_t n = caches.size();
   BatchGraphs::Entry::Layer L;
   L.layer = layer;
@@ -172,16 +172,16 @@ Tensor BatchGraphs::run(const RowSpans& s, const Step& step, const MakeCache& ma
   }
   Entry& e = *slot;
   if (e.state == Entry::State::Refused) return step(s);
-  // The padding rows: caches of their own, emptied before every step.
-  while (static_cast<int64_t>(pads_.size()) < bucket - B) pads_.push_back(make_cache());
+  // The padding rows share one cache list of their own, emptied before every step: the k-th takes its row k
+  // (a bucket pads fewer rows than one buffer of kKvGrowStep holds, so it never grows in a replay).
+  if (bucket > B && pad_.empty()) pad_ = make_cache();
+  for (auto& c : pad_) c->trim(c->offset());
   RowSpans p = s;
   for (int64_t i = 0; i < bucket - B; ++i) {
-    CacheList& pad = pads_[static_cast<size_t>(i)];
-    for (auto& c : pad) c->trim(c->offset());
     p.start.push_back(p.tokens());
     p.len.push_back(1);
-    p.pos0.push_back(0);
-    p.caches.push_back(&pad);
+    p.pos0.push_back(i);
+    p.caches.push_back(&pad_);
     p.logit_rows.push_back(static_cast<int32_t>(p.tokens()));
     p.ids.push_back(0);
   }
@@ -236,8 +236,9 @@ Tensor BatchGraphs::run_bucket(Entry& e, const RowSpans& p, const Step& step, co
     for (size_t l = 0; l < layers; ++l) {
       const LayerCache* c = (*p.caches[r])[l].get();
       offsets[r].push_back(c->offset());
-      e.where[c] = {r, l};
+      if (p.caches[r] != &pad_) e.where[c] = l;
     }
+  e.capturing = &p;
   e.arena_bytes = align_up(n * sizeof(int32_t)) +
                   layers * (align_up(n * sizeof(cuda::AppendRow)) + align_up(n * sizeof(cuda::DecodeRow)));
   e.used = align_up(n * sizeof(int32_t));
@@ -256,6 +257,7 @@ Tensor BatchGraphs::run_bucket(Entry& e, const RowSpans& p, const Step& step, co
   }
   g_capture = nullptr;
   e.where.clear();
+  e.capturing = nullptr;
   if (why.empty() && e.layers.size() != layers)  // a layer's per-row state would be baked into the graph
     why = "only " + std::to_string(e.layers.size()) + " of " + std::to_string(layers) + " layers take graph tables";
   cuda::graph_capture_end(g, why.empty());
@@ -266,9 +268,9 @@ Tensor BatchGraphs::run_bucket(Entry& e, const RowSpans& p, const Step& step, co
     e.release();
     e.state = Entry::State::Refused;
     for (size_t r = 0; r < n; ++r)
-      for (size_t l = 0; l < layers; ++l) {
+      for (size_t l = 0; l < layers; ++l) {  // a padding cache, listed once per padding row, is trimmed once
         LayerCache& c = *(*p.caches[r])[l];
-        c.trim(c.offset() - offsets[r][l]);
+        if (c.offset() > offsets[r][l]) c.trim(c.offset() - offsets[r][l]);
       }
     log::info("decode steps of " + std::to_string(e.rows) + " rows run without a CUDA graph: " + why);
     return step(p);

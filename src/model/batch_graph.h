@@ -1,7 +1,8 @@
 // Replays batched decode steps (every row one token and its logits) from CUDA graphs captured per batch-size
 // bucket, so a 64-row step costs one graph launch and a table upload instead of ~15 launches per layer and
 // their host-side work (which took longer than the GPU's step). A step of B rows runs in the smallest bucket
-// ≥ B; the extra rows decode token 0 into caches of their own, reset every step, and their logits are dropped.
+// ≥ B; the extra rows decode token 0 into one cache list of their own, emptied every step, and their logits are
+// dropped.
 // Per-row state the kernels read — token ids, each row's cache buffers and position — lives in tables at
 // fixed device addresses that each replay rewrites (one upload), so a graph stays valid as rows come and go
 // and contexts grow. A bucket's first step runs eagerly (creating what its kernels need), the second is
@@ -41,7 +42,7 @@ class BatchGraphs {
  private:
   Tensor run_bucket(Entry& e, const RowSpans& s, const Step& step, const MakeCache& make_cache);
   std::map<int64_t, std::unique_ptr<Entry>> buckets_;
-  std::vector<CacheList> pads_;
+  CacheList pad_;  // the padding rows' caches
 };
 
 // While BatchGraphs captures a step on this thread: the tables of the attention layer whose row caches are
