@@ -9,6 +9,7 @@
 
 #include "common/error.h"
 #include "common/log.h"
+#include "tensor/dense_weights.h"
 
 #ifdef LATHE_HAVE_CUDA
 #include "tensor/cuda/decode_attention.h"
@@ -71,6 +72,7 @@ struct BatchGraphs::Entry {
 #endif
   Tensor out;  // [rows, vocab], written by every replay
   size_t arena_bytes = 0, used = 0;
+  int64_t dense_generation = 0;  // dense_weights_generation() at the capture
   struct Layer {
     size_t layer = 0;
     size_t append = 0, attention = 0;  // table offsets in the arena
@@ -172,6 +174,11 @@ Tensor BatchGraphs::run(const RowSpans& s, const Step& step, const MakeCache& ma
   }
   Entry& e = *slot;
   if (e.state == Entry::State::Refused) return step(s);
+  // Dense weight copies dropped since the capture: its GEMMs would read freed memory.
+  if (e.state == Entry::State::Captured && e.dense_generation != dense_weights_generation()) {
+    e.release();
+    e.state = Entry::State::Cold;
+  }
   // The padding rows share one cache list of their own, emptied before every step: the k-th takes its row k
   // (a bucket pads fewer rows than one buffer of kKvGrowStep holds, so it never grows in a replay).
   if (bucket > B && pad_.empty()) pad_ = make_cache();
@@ -277,6 +284,7 @@ Tensor BatchGraphs::run_bucket(Entry& e, const RowSpans& p, const Step& step, co
   }
   e.graph = g;
   e.out = out;
+  e.dense_generation = dense_weights_generation();
   e.state = Entry::State::Captured;
   cuda::arena_upload(e.arena);
   cuda::graph_replay(g);

@@ -28,6 +28,9 @@ struct DenseWeightStats {
 };
 DenseWeightStats dense_weight_stats();
 void release_dense_weights();  // drops every copy (their memory returns to the caching allocator)
+// Counts the times copies still in use were dropped (release, a lowered budget): a CUDA graph that read the
+// old copies (model/batch_graph.h) must be captured again.
+int64_t dense_weights_generation();
 
 // Device memory free for new allocations: what the driver reports free plus the caching allocator's idle
 // blocks. 0 without a device.

@@ -32,6 +32,7 @@ using Key = std::pair<const Storage*, DType>;
 struct Registry {
   std::mutex mu;
   std::atomic<int64_t> budget{0};  // read unlocked on every multi-row linear()
+  std::atomic<int64_t> generation{0};
   int64_t held = 0;
   std::map<Key, Copy> copies;
   std::set<Key> refused;
@@ -48,6 +49,7 @@ struct Registry {
     }
   }
   void clear() {
+    if (!copies.empty()) generation.fetch_add(1, std::memory_order_relaxed);
     copies.clear();
     refused.clear();
     held = 0;
@@ -101,6 +103,8 @@ void release_dense_weights() {
   std::lock_guard<std::mutex> lock(r.mu);
   r.clear();
 }
+
+int64_t dense_weights_generation() { return registry().generation.load(std::memory_order_relaxed); }
 
 int64_t device_free_bytes() {
   if (!cuda_available()) return 0;
