@@ -61,20 +61,29 @@ const int64_t* step_delta() { return &device_state()->delta; }
 const int32_t* step_ids() { return device_state()->ids; }
 bool capturing() { return g_capturing; }
 
+namespace {
+// Starts capturing the stream, holding capture_mutex() until graph_capture_end.
+Graph* begin_capture(bool reuse) {
+  capture_mutex().lock();
+  try {
+    LATHE_CUDA_CHECK(cudaStreamBeginCapture(stream(), cudaStreamCaptureModeRelaxed));
+  } catch (...) {
+    capture_mutex().unlock();
+    throw;
+  }
+  allocator_capture_begin(reuse);
+  g_capturing = true;
+  return new Graph();
+}
+}  // namespace
+
 Graph* graph_capture(int32_t token) {
   write_state(0, token);
-  auto* g = new Graph();
-  LATHE_CUDA_CHECK(cudaStreamBeginCapture(stream(), cudaStreamCaptureModeRelaxed));
-  allocator_capture_begin();
-  g_capturing = true;
-  return g;
+  return begin_capture(/*reuse=*/false);
 }
 
 Graph* graph_capture_batch(const int32_t* ids, int64_t n) {
-  auto* g = new Graph();
-  LATHE_CUDA_CHECK(cudaStreamBeginCapture(stream(), cudaStreamCaptureModeRelaxed));
-  allocator_capture_begin(/*reuse=*/true);
-  g_capturing = true;
+  Graph* g = begin_capture(/*reuse=*/true);
   g_batch_ids = ids;
   g_batch_n = n;
   return g;
@@ -139,6 +148,9 @@ void arena_upload(GraphArena* a) {
 }
 
 void graph_capture_end(Graph* g, bool ok) {
+  struct Release {
+    ~Release() { capture_mutex().unlock(); }
+  } release;
   g_capturing = false;
   g_batch_ids = nullptr;
   g_batch_n = 0;

@@ -238,6 +238,11 @@ void upload_async(void* dst, const void* src, size_t bytes) {
   LATHE_CUDA_CHECK(cudaMemcpyAsync(dst, stage, bytes, cudaMemcpyHostToDevice, stream()));
 }
 
+std::recursive_mutex& capture_mutex() {
+  static auto* m = new std::recursive_mutex;  // never destroyed: copies may run during exit
+  return *m;
+}
+
 bool pdl_enabled() {
   static const bool on = [] {
     const char* e = std::getenv("LATHE_CUDA_PDL");
@@ -275,6 +280,7 @@ void device_memset_zero(void* p, size_t bytes) { LATHE_CUDA_CHECK(cudaMemsetAsyn
 
 void device_copy(void* dst, const void* src, size_t bytes, Device dst_device, Device src_device) {
   if (bytes == 0) return;
+  const std::lock_guard<std::recursive_mutex> capture(cuda::capture_mutex());
   cudaStream_t s = cuda::stream();
   if (dst_device == Device::CUDA && src_device == Device::CUDA) {
     LATHE_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, s));

@@ -4,6 +4,8 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include <mutex>
+
 namespace lathe::cuda {
 
 cudaStream_t stream();
@@ -11,6 +13,10 @@ cublasHandle_t cublas();
 int sm_count();
 // Whether launch_dependent (common.cuh) uses programmatic dependent launch; LATHE_CUDA_PDL=0 turns it off.
 bool pdl_enabled();
+// Held by the thread that captures a graph, from the capture's start to its end, and by device_copy: a copy that
+// another thread issues meanwhile (the SSD tier's writer reading a cache) waits for the capture to end instead
+// of being recorded into the graph on the shared stream (and never run).
+std::recursive_mutex& capture_mutex();
 
 void check(cudaError_t e, const char* what);
 void check(cublasStatus_t s, const char* what);
