@@ -92,6 +92,7 @@ struct BatchGraphs::Entry {
     out = Tensor();
     layers.clear();
     where.clear();
+    capturing = nullptr;
   }
   ~Entry() { release(); }
 };
@@ -250,7 +251,14 @@ Tensor BatchGraphs::run_bucket(Entry& e, const RowSpans& p, const Step& step, co
                   layers * (align_up(n * sizeof(cuda::AppendRow)) + align_up(n * sizeof(cuda::DecodeRow)));
   e.used = align_up(n * sizeof(int32_t));
   e.layers.clear();
-  e.arena = cuda::arena_create(e.arena_bytes);
+  try {
+    e.arena = cuda::arena_create(e.arena_bytes);
+  } catch (const std::exception& ex) {  // no room for the tables (device or pinned memory): run eagerly
+    e.release();
+    e.state = Entry::State::Refused;
+    log::info("decode steps of " + std::to_string(e.rows) + " rows run without a CUDA graph: " + ex.what());
+    return step(p);
+  }
   std::memcpy(cuda::arena_host(e.arena), p.ids.data(), n * sizeof(int32_t));
   cuda::Graph* g =
       cuda::graph_capture_batch(reinterpret_cast<const int32_t*>(cuda::arena_dev(e.arena)), static_cast<int64_t>(n));
