@@ -106,12 +106,6 @@ bool batch_graph_capturing() { return g_capture != nullptr; }
 BatchGraphs::BatchGraphs() = default;
 BatchGraphs::~BatchGraphs() = default;
 
-size_t BatchGraphs::captured() const {
-  size_t n = 0;
-  for (const auto& [rows, e] : buckets_) n += e->state == Entry::State::Captured ? 1 : 0;
-  return n;
-}
-
 bool BatchGraphs::eligible(const RowSpans& s) {
 #ifdef LATHE_HAVE_CUDA
   if (!batch_graphs_enabled() || s.rows() < 2 || s.logit_rows.size() != s.rows() ||
@@ -193,12 +187,11 @@ Tensor BatchGraphs::run(const RowSpans& s, const Step& step, const MakeCache& ma
     p.logit_rows.push_back(static_cast<int32_t>(p.tokens()));
     p.ids.push_back(0);
   }
-  const Tensor out = run_bucket(e, p, step, make_cache);
+  const Tensor out = run_bucket(e, p, step);
   return out.dim(0) == B ? out : out.slice(0, 0, B);
 }
 
-Tensor BatchGraphs::run_bucket(Entry& e, const RowSpans& p, const Step& step, const MakeCache& make_cache) {
-  (void)make_cache;
+Tensor BatchGraphs::run_bucket(Entry& e, const RowSpans& p, const Step& step) {
   const size_t n = p.rows(), layers = p.caches[0]->size();
   if (e.state == Entry::State::Cold) {  // eagerly first: dense weight copies, cuBLAS plans, caches' buffers
     Tensor out = step(p);
@@ -310,9 +303,8 @@ Tensor BatchGraphs::run(const RowSpans& s, const Step& step, const MakeCache& ma
   return step(s);
 }
 
-Tensor BatchGraphs::run_bucket(Entry& e, const RowSpans& p, const Step& step, const MakeCache& make_cache) {
+Tensor BatchGraphs::run_bucket(Entry& e, const RowSpans& p, const Step& step) {
   (void)e;
-  (void)make_cache;
   return step(p);
 }
 #endif

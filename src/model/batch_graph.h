@@ -35,19 +35,17 @@ class BatchGraphs {
   // The step's logits [rows, vocab] (valid until the next step): replayed, captured, or step(s) itself.
   // make_cache: an empty cache list of the model, for the padding rows.
   Tensor run(const RowSpans& s, const Step& step, const MakeCache& make_cache);
-  // Buckets captured so far (tests, logs).
-  size_t captured() const;
   struct Entry;  // one bucket (batch_graph.cc)
 
  private:
-  Tensor run_bucket(Entry& e, const RowSpans& s, const Step& step, const MakeCache& make_cache);
+  Tensor run_bucket(Entry& e, const RowSpans& s, const Step& step);
   std::map<int64_t, std::unique_ptr<Entry>> buckets_;
   CacheList pad_;  // the padding rows' caches
 };
 
 // While BatchGraphs captures a step on this thread: the tables of the attention layer whose row caches are
 // `caches` (in row order). Takes room for each row's token (LayerCache::graph_append) and returns the rows'
-// slots; `like` is a [1, Hkv, D] row in the K/V type. Null when no capture runs.
+// slots; `like` is a [1, Hkv, D] row in the K/V type. Throws outside a capture, or for caches it cannot take.
 struct BatchGraphLayer {
   GraphTable append, attention;
   std::vector<DirectRow> rows;

@@ -97,7 +97,12 @@ Tensor DecoderModel::forward(const Batch& batch) {
   // Steps of decode rows on the base model replay from graphs per batch size (model/batch_graph.h).
   const bool base =
       std::all_of(batch.rows.begin(), batch.rows.end(), [](const BatchRow& r) { return r.adapter_slot < 0; });
-  if (base && batched_decode_enabled() && lora::graph_use().ok && !lora::graph_use().key && BatchGraphs::eligible(s))
+  bool graphs = base && batched_decode_enabled() && BatchGraphs::eligible(s);
+  if (graphs) {
+    const lora::GraphUse use = lora::graph_use();
+    graphs = use.ok && !use.key;
+  }
+  if (graphs)
     return batch_graphs_.run(
         s, [this](const RowSpans& rows) { return forward_rows(rows); }, [this] { return make_cache(CacheOptions{}); });
   return forward_rows(s);

@@ -49,6 +49,14 @@ Attention::Attention(WeightBinder& b, const std::string& p, const AttentionSpec&
                   q_norm_.weight, k_norm_.weight, s.norm_eps, s.norm_plus_one};
 }
 
+AttentionParams Attention::params() const {
+  AttentionParams ap;
+  ap.scale = spec_.scale;
+  ap.softcap = spec_.softcap;
+  ap.window = spec_.window;
+  return ap;
+}
+
 Tensor Attention::project_q(const Tensor& q_lin, int64_t pos0, Tensor* gate) const {
   const int64_t T = q_lin.dim(0), H = spec_.heads, D = spec_.head_dim;
   Tensor q = q_lin;
@@ -66,10 +74,7 @@ Tensor Attention::project_q(const Tensor& q_lin, int64_t pos0, Tensor* gate) con
 
 Tensor Attention::attend_heads(const Tensor& q, const Tensor& gate, const KVView& kv, int64_t pos0) const {
   const int64_t T = q.dim(0);
-  AttentionParams ap;
-  ap.scale = spec_.scale;
-  ap.softcap = spec_.softcap;
-  ap.window = spec_.window;
+  AttentionParams ap = params();
   ap.q_pos0 = pos0;
   Tensor out = attend(q, kv, ap).reshape({T, spec_.heads * spec_.head_dim});
   if (spec_.q_gate) out = sigmoid_mul(out, gate);
@@ -119,9 +124,9 @@ Tensor Attention::decode_heads(const Tensor& y, LayerCache& cache, KVView* kv_ou
 
 Tensor Attention::decode_rows(const Tensor& y, const std::vector<LayerCache*>& caches,
                               std::vector<KVView>* kv_out) const {
+  if (batch_graph_capturing()) return decode_rows_captured(y, caches, kv_out);
   const size_t B = caches.size();
   const int64_t qo = q_.w.out_features(), ko = k_.w.out_features();
-  if (batch_graph_capturing()) return decode_rows_captured(y, caches, kv_out);
   std::vector<int64_t> pos(B);
   for (size_t r = 0; r < B; ++r) pos[r] = caches[r]->offset();
   auto row_of = [&](size_t r) { return y.slice(0, static_cast<int64_t>(r), static_cast<int64_t>(r) + 1); };
@@ -166,11 +171,7 @@ Tensor Attention::decode_rows(const Tensor& y, const std::vector<LayerCache*>& c
     d.k_pos0 = kv.pos0;
     d.k_pos = kv.positions.empty() ? nullptr : &kv.positions;
   }
-  AttentionParams ap;
-  ap.scale = spec_.scale;
-  ap.softcap = spec_.softcap;
-  ap.window = spec_.window;
-  Tensor heads = attention_decode_rows(rows, ap);
+  Tensor heads = attention_decode_rows(rows, params());
   if (heads.defined()) {
     heads = heads.reshape({static_cast<int64_t>(B), spec_.heads * spec_.head_dim});
   } else {
@@ -214,11 +215,7 @@ Tensor Attention::decode_rows_captured(const Tensor& y, const std::vector<LayerC
     row.q_pos0 = d.row;
     row.k_pos0 = 0;
   }
-  AttentionParams ap;
-  ap.scale = spec_.scale;
-  ap.softcap = spec_.softcap;
-  ap.window = spec_.window;
-  const Tensor heads = attention_decode_rows(rows, ap, &t.attention);
+  const Tensor heads = attention_decode_rows(rows, params(), &t.attention);
   if (!heads.defined())
     throw Error(ErrorKind::Unsupported, "batch graph: the batched attention does not cover this layer");
   return heads.reshape({B, spec_.heads * spec_.head_dim});

@@ -71,6 +71,7 @@ class Attention {
   // attention; per-row launches only where the batched kernels do not apply. Each row's heads are bitwise
   // its decode_heads() result. Returns [B, heads · head_dim].
   Tensor decode_rows(const Tensor& y, const std::vector<LayerCache*>& caches, std::vector<KVView>* kv_out) const;
+  AttentionParams params() const;  // scale, softcap and window of this layer's attention
   Tensor decode_rows_captured(const Tensor& y, const std::vector<LayerCache*>& caches,
                               std::vector<KVView>* kv_out) const;
   AttentionSpec spec_;
