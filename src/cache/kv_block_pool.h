@@ -1,17 +1,18 @@
 // Paged KV memory on the CPU, shared copy-on-write between sequences (the prompt cache's RAM tier).
 //
-// A KvBlockPool hands out fixed-size blocks of one shared-memory file (memfd), each with a reference count. A
-// PagedKVCache keeps its keys and its values in such blocks of kKvBlockTokens tokens, mapped in token order
-// into one reserved virtual range per tensor, so attention reads them as one contiguous [tokens, Hkv, D]
-// tensor and no kernel knows about blocks. fork(n) maps the blocks holding a cache's first n tokens into a new
-// cache (each block's count + 1): sequences that share a prefix — a kept finished sequence and every request
-// extending it, or a running row and a later request with the same system prompt — hold it once. A write into
-// a block that another cache still maps first copies it into a fresh block (copy-on-write); a block goes back
-// to the pool (its pages punched out of the file) when the last cache mapping it lets go.
+// A KvBlockPool hands out fixed-size blocks of one shared-memory file (memfd), each with a reference count.
+// PagedRows keeps a cache's row tensors (keys and values, or the six parts of quantized K/V) in such blocks of
+// block_tokens() tokens, mapped in token order into one reserved virtual range per tensor, so attention reads
+// them as contiguous [tokens, ...] tensors and no kernel knows about blocks. fork(n) maps the blocks holding the
+// first n tokens into new rows (each block's count + 1): sequences that share a prefix — a kept finished
+// sequence and every request extending it, or a running row and a later request with the same system prompt —
+// hold it once. A write into a block that another cache still maps first copies it into a fresh block
+// (copy-on-write); a block goes back to the pool (its pages punched out of the file) when the last cache mapping
+// it lets go.
 //
-// On other devices (and for row shapes whose blocks are not whole pages) a PagedKVCache is a contiguous KVCache:
-// the same state, kind "kv", the same CUDA decode paths; fork() is then unavailable (the scheduler moves or
-// copies such caches, as before).
+// PagedKVCache (kind "kv") and QuantizedKVCache (kind "quantized") page their rows this way on the CPU. On other
+// devices (and for rows whose blocks cannot be whole pages) they stay contiguous: the same state and kind, the
+// same CUDA decode paths; fork() is then unavailable (the scheduler moves or copies such caches, as before).
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -21,9 +22,11 @@
 #include <vector>
 
 #include "cache/layer_cache.h"
+#include "cache/row_tensors.h"
 
 namespace lathe {
 
+// The smallest block; a cache whose rows are too narrow for whole pages in 256 tokens takes a multiple of it.
 inline constexpr int64_t kKvBlockTokens = 256;
 
 // Blocks in use over every pool of the process: `bytes` is real KV memory (a shared block counted once),
@@ -61,6 +64,37 @@ class KvBlockPool {
 // One tensor's blocks mapped in order into a reserved virtual range [capacity tokens, row].
 struct KvPagedRange;
 
+// Row tensors [capacity, ...] (one row per token) in pool blocks that every part cuts at the same tokens.
+class PagedRows {
+ public:
+  // Paged storage for rows shaped like `like`'s parts (their first dimension aside), or null when a part is
+  // not on the CPU or no block of up to 16·kKvBlockTokens of its rows is whole pages.
+  static std::unique_ptr<PagedRows> create(const RowTensors& like);
+  ~PagedRows();
+  PagedRows(const PagedRows&) = delete;
+  PagedRows& operator=(const PagedRows&) = delete;
+
+  // Aliases of the mapped ranges [capacity, ...]; a view taken of them keeps its blocks alive. make_room may
+  // replace them (a larger reservation mapping the same blocks), so read them again after it.
+  const RowTensors& rows() const { return rows_; }
+  int64_t block_tokens() const { return block_tokens_; }
+  // Rows [begin, end) writable by these rows alone: fresh blocks past the mapped ones, copies of shared ones.
+  void make_room(int64_t begin, int64_t end);
+  void keep(int64_t tokens);  // gives back the blocks past the first `tokens` tokens
+  // Rows whose first `tokens` tokens map these rows' blocks (each count + 1).
+  std::unique_ptr<PagedRows> fork(int64_t tokens) const;
+  size_t bytes() const;  // the blocks mapped (shared ones included)
+  const std::vector<int64_t>& blocks(size_t part) const;
+  const KvBlockPool* pool(size_t part) const;
+
+ private:
+  PagedRows() = default;
+  void alias();  // rows_ from ranges_
+  std::vector<std::shared_ptr<KvPagedRange>> ranges_;
+  RowTensors rows_;
+  int64_t block_tokens_ = kKvBlockTokens;
+};
+
 class PagedKVCache : public LayerCache {
  public:
   // cpu_store: the type K/V rows take on the CPU (F32 or BF16); a device cache keeps the activations' type.
@@ -78,13 +112,14 @@ class PagedKVCache : public LayerCache {
   void replay_append() override;
   std::optional<DirectRow> direct_row(const Tensor& like) override;
   KVView commit_direct() override;
-  bool graph_appendable() const override { return !keys_ && dense_ && dense_->graph_appendable(); }
-  bool graph_prepare() override { return !keys_ && dense_ && dense_->graph_prepare(); }
+  bool graph_appendable() const override { return !rows_ && dense_ && dense_->graph_appendable(); }
+  bool graph_prepare() override { return !rows_ && dense_ && dense_->graph_prepare(); }
   std::optional<DirectRow> graph_append(const Tensor& like) override;
+  // A cache of this one's first `tokens` tokens sharing their blocks; only when paged().
+  bool can_fork(int64_t tokens) const override { return rows_ && tokens >= 0 && tokens <= offset_; }
+  std::unique_ptr<LayerCache> fork(int64_t tokens) const override;
 
-  bool paged() const { return keys_ != nullptr; }
-  // A cache of this one's first `tokens` tokens sharing their blocks; null unless paged().
-  std::unique_ptr<PagedKVCache> fork(int64_t tokens) const;
+  bool paged() const { return rows_ != nullptr; }
   // Block ids of the keys / values in token order and the pools they come from (tests, statistics).
   const std::vector<int64_t>& key_blocks() const;
   const std::vector<int64_t>& value_blocks() const;
@@ -93,16 +128,14 @@ class PagedKVCache : public LayerCache {
 
  private:
   bool decide(const Tensor& k, const Tensor& v);  // on first use: paged (CPU) or dense; true when paged
-  void make_room(int64_t end);                    // blocks (fresh or copied) for rows [offset_, end)
   KVView view() const;
   std::unique_ptr<KVCache> dense_;
-  std::shared_ptr<KvPagedRange> keys_, values_;
-  Tensor key_rows_, value_rows_;  // aliases of the ranges
+  std::unique_ptr<PagedRows> rows_;  // keys, values
   int64_t offset_ = 0;
   DType cpu_store_;
 };
 
-// Whether every cache of a list is a paged PagedKVCache holding at least `tokens` tokens...
+// Whether every cache of a list can fork at `tokens` (paged, holding at least that many)...
 bool can_fork_cache_list(const CacheList& caches, int64_t tokens);
 // ...and then forks of them all at `tokens` (else nullopt).
 std::optional<CacheList> fork_cache_list(const CacheList& caches, int64_t tokens);

@@ -246,248 +246,24 @@ int64_t RotatingKVCache::trim(int64_t n) {
 
 size_t RotatingKVCache::bytes() const { return keys_.defined() ? keys_.nbytes() + values_.nbytes() : 0; }
 
-// ---- KvBlockPool and PagedKVCache (kv_block_pool.h) ----
-
-namespace {
-
-size_t kv_page_bytes() {
-  static const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
-  return page;
-}
-
-std::mutex& kv_pools_mutex() {
-  static std::mutex m;
-  return m;
-}
-// Never destroyed: caches may outlive static destruction order (a writer thread's last reference).
-std::map<size_t, KvBlockPool*>& kv_pools() {
-  static auto* pools = new std::map<size_t, KvBlockPool*>();
-  return *pools;
-}
-
-[[noreturn]] void kv_pool_fail(const std::string& what) {
-  throw Error(ErrorKind::Io, "KV block pool: " + what + ": " + std::strerror(errno));
-}
-
-}  // namespace
-
-KvBlockPool& KvBlockPool::for_block_bytes(size_t block_bytes) {
-  const std::lock_guard<std::mutex> lock(kv_pools_mutex());
-  KvBlockPool*& p = kv_pools()[block_bytes];
-  if (!p) p = new KvBlockPool(block_bytes);
-  return *p;
-}
-
-KvBlockPool::KvBlockPool(size_t block_bytes) : block_bytes_(block_bytes) {
-  if (block_bytes == 0 || block_bytes % kv_page_bytes() != 0)
-    throw Error(ErrorKind::Internal,
-                "KV block pool: blocks of " + std::to_string(block_bytes) + " bytes are not whole pages");
-  fd_ = memfd_create("lathe-kv-blocks", MFD_CLOEXEC);
-  if (fd_ < 0) kv_pool_fail("memfd_create");
-}
-
-int64_t KvBlockPool::allocate() {
-  const std::lock_guard<std::mutex> lock(mu_);
-  if (free_.empty()) {  // the file grows sparsely: pages exist only once a block is written
-    const int64_t old = static_cast<int64_t>(refs_.size());
-    const int64_t grown = std::max<int64_t>(64, old * 2);
-    if (ftruncate(fd_, static_cast<off_t>(grown * static_cast<int64_t>(block_bytes_))) != 0) kv_pool_fail("ftruncate");
-    refs_.resize(static_cast<size_t>(grown), 0);
-    for (int64_t b = old; b < grown; ++b) free_.insert(b);
-  }
-  const int64_t b = *free_.begin();
-  free_.erase(free_.begin());
-  refs_[static_cast<size_t>(b)] = 1;
-  ++used_;
-  ++references_;
-  return b;
-}
-
-void KvBlockPool::retain(int64_t block) {
-  const std::lock_guard<std::mutex> lock(mu_);
-  ++refs_.at(static_cast<size_t>(block));
-  ++references_;
-}
-
-void KvBlockPool::release(int64_t block) {
-  const std::lock_guard<std::mutex> lock(mu_);
-  int& r = refs_.at(static_cast<size_t>(block));
-  if (r <= 0) return;
-  --references_;
-  if (--r > 0) return;
-  --used_;
-  free_.insert(block);
-  // Hand the pages back (a failure only keeps them resident until the block is reused).
-  (void)fallocate(fd_, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
-                  static_cast<off_t>(block * static_cast<int64_t>(block_bytes_)), static_cast<off_t>(block_bytes_));
-}
-
-int KvBlockPool::refcount(int64_t block) const {
-  const std::lock_guard<std::mutex> lock(mu_);
-  return block >= 0 && static_cast<size_t>(block) < refs_.size() ? refs_[static_cast<size_t>(block)] : 0;
-}
-
-KvPoolStats KvBlockPool::stats() const {
-  const std::lock_guard<std::mutex> lock(mu_);
-  KvPoolStats s;
-  s.blocks = used_;
-  s.bytes = used_ * static_cast<int64_t>(block_bytes_);
-  s.references = references_;
-  return s;
-}
-
-KvPoolStats kv_pool_stats() {
-  std::vector<KvBlockPool*> pools;
-  {
-    const std::lock_guard<std::mutex> lock(kv_pools_mutex());
-    for (const auto& [bytes, p] : kv_pools()) pools.push_back(p);
-  }
-  KvPoolStats total;
-  for (const KvBlockPool* p : pools) {
-    const KvPoolStats s = p->stats();
-    total.blocks += s.blocks;
-    total.bytes += s.bytes;
-    total.references += s.references;
-  }
-  return total;
-}
-
-struct KvPagedRange {
-  KvBlockPool* pool = nullptr;
-  char* base = nullptr;
-  int64_t capacity = 0;  // tokens the reservation holds (whole blocks)
-  Shape row;             // [Hkv, D]
-  DType dtype = DType::F32;
-  size_t row_bytes = 0;
-  std::vector<int64_t> blocks;  // block i holds tokens [i·kKvBlockTokens, (i+1)·kKvBlockTokens)
-
-  KvPagedRange(KvBlockPool& p, const Shape& row_shape, DType type, int64_t tokens)
-      : pool(&p), row(row_shape), dtype(type) {
-    row_bytes = static_cast<size_t>(shape_numel(row)) * dtype_size(dtype);
-    capacity = std::max<int64_t>(1, (tokens + kKvBlockTokens - 1) / kKvBlockTokens) * kKvBlockTokens;
-    void* at = mmap(nullptr, reserved(), PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (at == MAP_FAILED) kv_pool_fail("reserving " + std::to_string(reserved()) + " bytes of address space");
-    base = static_cast<char*>(at);
-  }
-  ~KvPagedRange() {
-    munmap(base, reserved());
-    for (int64_t b : blocks) pool->release(b);
-  }
-  KvPagedRange(const KvPagedRange&) = delete;
-  KvPagedRange& operator=(const KvPagedRange&) = delete;
-
-  size_t reserved() const { return static_cast<size_t>(capacity) * row_bytes; }
-  char* slot(size_t i) const { return base + i * pool->block_bytes(); }
-  void map(size_t i, int64_t block) {
-    const size_t bb = pool->block_bytes();
-    void* at = mmap(slot(i), bb, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, pool->fd(),
-                    static_cast<off_t>(block * static_cast<int64_t>(bb)));
-    if (at == MAP_FAILED) kv_pool_fail("mapping a block");
-  }
-  void unmap(size_t i) {
-    void* at =
-        mmap(slot(i), pool->block_bytes(), PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
-    if (at == MAP_FAILED) kv_pool_fail("unmapping a block");
-  }
-  // Maps the first n blocks of `from` (each count + 1).
-  void share(const KvPagedRange& from, size_t n) {
-    for (size_t i = 0; i < n; ++i) {
-      pool->retain(from.blocks[i]);
-      blocks.push_back(from.blocks[i]);
-      map(i, from.blocks[i]);
-    }
-  }
-  // Rows [begin, end) writable by this range alone: fresh blocks past the mapped ones, copies of shared ones.
-  void own(int64_t begin, int64_t end) {
-    const size_t bb = pool->block_bytes();
-    for (int64_t i = begin / kKvBlockTokens; i * kKvBlockTokens < end; ++i) {
-      const size_t s = static_cast<size_t>(i);
-      if (s == blocks.size()) {
-        blocks.push_back(pool->allocate());
-        map(s, blocks.back());
-      } else if (pool->refcount(blocks[s]) > 1) {  // copy-on-write
-        const int64_t copy = pool->allocate();
-        if (pwrite(pool->fd(), slot(s), bb, static_cast<off_t>(copy * static_cast<int64_t>(bb))) !=
-            static_cast<ssize_t>(bb)) {
-          pool->release(copy);
-          kv_pool_fail("copying a shared block");
-        }
-        map(s, copy);
-        pool->release(blocks[s]);
-        blocks[s] = copy;
-      }
-    }
-  }
-  // Keeps the blocks holding the first `tokens` tokens.
-  void keep(int64_t tokens) {
-    const size_t n = static_cast<size_t>((tokens + kKvBlockTokens - 1) / kKvBlockTokens);
-    while (blocks.size() > n) {
-      unmap(blocks.size() - 1);
-      pool->release(blocks.back());
-      blocks.pop_back();
-    }
-  }
-};
-
-namespace {
-
-// The pool for blocks of this row shape, or null when a block would not be whole pages.
-KvBlockPool* kv_pool_for(const Tensor& like) {
-  const size_t bb =
-      static_cast<size_t>(kKvBlockTokens) * static_cast<size_t>(like.dim(1) * like.dim(2)) * dtype_size(like.dtype());
-  if (bb % kv_page_bytes() != 0) return nullptr;
-  return &KvBlockPool::for_block_bytes(bb);
-}
-
-Tensor kv_range_rows(const std::shared_ptr<KvPagedRange>& r) {
-  Shape shape = {r->capacity};
-  shape.insert(shape.end(), r->row.begin(), r->row.end());
-  return Tensor::alias(r->base, shape, r->dtype, r);
-}
-
-}  // namespace
+// ---- PagedKVCache (kv_block_pool.h) ----
 
 PagedKVCache::~PagedKVCache() = default;
 
 bool PagedKVCache::decide(const Tensor& k, const Tensor& v) {
-  if (keys_) return true;
+  if (rows_) return true;
   if (dense_) return false;
-  KvBlockPool* kp = k.device() == Device::CPU && k.ndim() == 3 ? kv_pool_for(k) : nullptr;
-  KvBlockPool* vp = v.device() == Device::CPU && v.ndim() == 3 ? kv_pool_for(v) : nullptr;
-  if (!kp || !vp) {
-    dense_ = std::make_unique<KVCache>();
-    return false;
-  }
-  keys_ = std::make_shared<KvPagedRange>(*kp, Shape{k.dim(1), k.dim(2)}, k.dtype(), kKvBlockTokens);
-  values_ = std::make_shared<KvPagedRange>(*vp, Shape{v.dim(1), v.dim(2)}, v.dtype(), kKvBlockTokens);
-  key_rows_ = kv_range_rows(keys_);
-  value_rows_ = kv_range_rows(values_);
-  return true;
-}
-
-void PagedKVCache::make_room(int64_t end) {
-  if (end > keys_->capacity) {  // a larger reservation mapping the same blocks: nothing is copied
-    const int64_t tokens = std::max(end, 2 * keys_->capacity);
-    auto grow = [&](const std::shared_ptr<KvPagedRange>& old) {
-      auto r = std::make_shared<KvPagedRange>(*old->pool, old->row, old->dtype, tokens);
-      r->share(*old, old->blocks.size());
-      return r;
-    };
-    keys_ = grow(keys_);
-    values_ = grow(values_);
-    key_rows_ = kv_range_rows(keys_);
-    value_rows_ = kv_range_rows(values_);
-  }
-  keys_->own(offset_, end);
-  values_->own(offset_, end);
+  if (k.ndim() == 3 && v.ndim() == 3) rows_ = PagedRows::create(RowTensors{{k, v}});
+  if (!rows_) dense_ = std::make_unique<KVCache>();
+  return rows_ != nullptr;
 }
 
 int64_t PagedKVCache::offset() const { return dense_ ? dense_->offset() : offset_; }
 
 KVView PagedKVCache::view() const {
   KVView v;
-  v.k = key_rows_.slice(0, 0, offset_);
-  v.v = value_rows_.slice(0, 0, offset_);
+  v.k = rows_->rows().parts[0].slice(0, 0, offset_);
+  v.v = rows_->rows().parts[1].slice(0, 0, offset_);
   v.pos0 = 0;
   return v;
 }
@@ -497,25 +273,24 @@ KVView PagedKVCache::update(const Tensor& k_in, const Tensor& v_in) {
   const Tensor k = kv_rows_as(k_in, cpu_store_), v = kv_rows_as(v_in, cpu_store_);
   if (!decide(k, v)) return dense_->update(k, v);
   const int64_t T = k.dim(0);
-  make_room(offset_ + T);
-  copy_rows(key_rows_, offset_, k, 0, T);
-  copy_rows(value_rows_, offset_, v, 0, T);
+  rows_->make_room(offset_, offset_ + T);
+  Tensor keys = rows_->rows().parts[0], values = rows_->rows().parts[1];  // handles onto the mapped rows
+  copy_rows(keys, offset_, k, 0, T);
+  copy_rows(values, offset_, v, 0, T);
   offset_ += T;
   return view();
 }
 
 CacheState PagedKVCache::state() const {
   if (dense_) return dense_->state();
-  return kv_rows_state(kind(), key_rows_, value_rows_, offset_);
+  if (!rows_) return kv_rows_state(kind(), Tensor(), Tensor(), 0);
+  return kv_rows_state(kind(), rows_->rows().parts[0], rows_->rows().parts[1], offset_);
 }
 
 void PagedKVCache::restore(const CacheState& s) {
   const auto rows = kv_state_rows(s, kind());
   dense_.reset();
-  keys_.reset();
-  values_.reset();
-  key_rows_ = Tensor();
-  value_rows_ = Tensor();
+  rows_.reset();
   offset_ = 0;
   if (rows) update(*rows->first, *rows->second);
 }
@@ -524,17 +299,13 @@ int64_t PagedKVCache::trim(int64_t n) {
   if (dense_) return dense_->trim(n);
   n = std::min(std::max<int64_t>(n, 0), offset_);
   offset_ -= n;
-  if (keys_) {
-    keys_->keep(offset_);
-    values_->keep(offset_);
-  }
+  if (rows_) rows_->keep(offset_);
   return n;
 }
 
 size_t PagedKVCache::bytes() const {
   if (dense_) return dense_->bytes();
-  if (!keys_) return 0;
-  return keys_->blocks.size() * keys_->pool->block_bytes() + values_->blocks.size() * values_->pool->block_bytes();
+  return rows_ ? rows_->bytes() : 0;
 }
 
 const void* PagedKVCache::replay_buffer() const { return dense_ ? dense_->replay_buffer() : nullptr; }
@@ -545,13 +316,13 @@ void PagedKVCache::replay_append() {
 
 std::optional<DirectRow> PagedKVCache::direct_row(const Tensor& like) {
   // The CPU writes through update() (which sees K and V and picks the blocks); a device cache is contiguous.
-  if (keys_ || (!dense_ && like.device() == Device::CPU)) return std::nullopt;
+  if (rows_ || (!dense_ && like.device() == Device::CPU)) return std::nullopt;
   if (!dense_) dense_ = std::make_unique<KVCache>();
   return dense_->direct_row(like);
 }
 
 std::optional<DirectRow> PagedKVCache::graph_append(const Tensor& like) {
-  if (keys_ || like.device() == Device::CPU) return std::nullopt;
+  if (rows_ || like.device() == Device::CPU) return std::nullopt;
   if (!dense_) dense_ = std::make_unique<KVCache>();
   return dense_->graph_append(like);
 }
@@ -561,43 +332,35 @@ KVView PagedKVCache::commit_direct() {
   return LayerCache::commit_direct();
 }
 
-std::unique_ptr<PagedKVCache> PagedKVCache::fork(int64_t tokens) const {
-  if (!keys_ || tokens < 0 || tokens > offset_) return nullptr;
+std::unique_ptr<LayerCache> PagedKVCache::fork(int64_t tokens) const {
+  if (!can_fork(tokens)) return nullptr;
   auto out = std::make_unique<PagedKVCache>(cpu_store_);
-  const size_t n = static_cast<size_t>((tokens + kKvBlockTokens - 1) / kKvBlockTokens);
-  out->keys_ = std::make_shared<KvPagedRange>(*keys_->pool, keys_->row, keys_->dtype, tokens + kKvBlockTokens);
-  out->values_ = std::make_shared<KvPagedRange>(*values_->pool, values_->row, values_->dtype, tokens + kKvBlockTokens);
-  out->keys_->share(*keys_, n);
-  out->values_->share(*values_, n);
-  out->key_rows_ = kv_range_rows(out->keys_);
-  out->value_rows_ = kv_range_rows(out->values_);
+  out->rows_ = rows_->fork(tokens);
   out->offset_ = tokens;
   return out;
 }
 
 const std::vector<int64_t>& PagedKVCache::key_blocks() const {
   static const std::vector<int64_t> none;
-  return keys_ ? keys_->blocks : none;
+  return rows_ ? rows_->blocks(0) : none;
 }
 const std::vector<int64_t>& PagedKVCache::value_blocks() const {
   static const std::vector<int64_t> none;
-  return values_ ? values_->blocks : none;
+  return rows_ ? rows_->blocks(1) : none;
 }
-const KvBlockPool* PagedKVCache::key_pool() const { return keys_ ? keys_->pool : nullptr; }
-const KvBlockPool* PagedKVCache::value_pool() const { return values_ ? values_->pool : nullptr; }
+const KvBlockPool* PagedKVCache::key_pool() const { return rows_ ? rows_->pool(0) : nullptr; }
+const KvBlockPool* PagedKVCache::value_pool() const { return rows_ ? rows_->pool(1) : nullptr; }
 
 bool can_fork_cache_list(const CacheList& caches, int64_t tokens) {
-  for (const auto& c : caches) {
-    const auto* p = dynamic_cast<const PagedKVCache*>(c.get());
-    if (!p || !p->paged() || p->offset() < tokens) return false;
-  }
+  for (const auto& c : caches)
+    if (!c || !c->can_fork(tokens)) return false;
   return true;
 }
 
 std::optional<CacheList> fork_cache_list(const CacheList& caches, int64_t tokens) {
   if (!can_fork_cache_list(caches, tokens)) return std::nullopt;
   CacheList out;
-  for (const auto& c : caches) out.push_back(static_cast<const PagedKVCache&>(*c).fork(tokens));
+  for (const auto& c : caches) out.push_back(c->fork(tokens));
   return out;
 }
 

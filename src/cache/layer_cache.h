@@ -78,6 +78,17 @@ class LayerCache {
     (void)like;
     return std::nullopt;
   }
+  // Prefix sharing (the prompt cache's RAM tier, kv_block_pool.h): a cache of this one's first `tokens` tokens
+  // that maps the same memory copy-on-write; false / null for kinds and caches that cannot (contiguous buffers,
+  // rings, SSM states).
+  virtual bool can_fork(int64_t tokens) const {
+    (void)tokens;
+    return false;
+  }
+  virtual std::unique_ptr<LayerCache> fork(int64_t tokens) const {
+    (void)tokens;
+    return nullptr;
+  }
 };
 
 using CacheList = std::vector<std::unique_ptr<LayerCache>>;

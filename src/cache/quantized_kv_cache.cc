@@ -92,16 +92,28 @@ QuantizedKVCache::QuantizedKVCache(int bits, int group_size) : bits_(bits), grou
   check_geometry(bits, group_size);
 }
 
-KVView QuantizedKVCache::update(const Tensor& k, const Tensor& v) {
-  const int64_t T = k.dim(0);
-  const RowTensors rows = quantize_kv(k, v, bits_, group_size_);
-  if (!buf_.defined() || buf_.rows() < offset_ + T) {
+QuantizedKVCache::~QuantizedKVCache() = default;
+
+void QuantizedKVCache::append(const RowTensors& rows) {
+  const int64_t T = rows.rows();
+  if (!decided_) {
+    decided_ = true;
+    paged_ = PagedRows::create(rows);
+  }
+  if (paged_) {
+    paged_->make_room(offset_, offset_ + T);
+    buf_ = paged_->rows();
+  } else if (!buf_.defined() || buf_.rows() < offset_ + T) {
     RowTensors grown = RowTensors::empty_like(rows, (offset_ + T + kKvGrowStep - 1) / kKvGrowStep * kKvGrowStep);
     if (offset_ > 0) grown.copy_from(0, buf_, 0, offset_);
     buf_ = grown;
   }
   buf_.copy_from(offset_, rows, 0, T);
   offset_ += T;
+}
+
+KVView QuantizedKVCache::update(const Tensor& k, const Tensor& v) {
+  append(quantize_kv(k, v, bits_, group_size_));
   KVView view;
   fill_view(view, buf_, offset_, bits_);
   return view;
@@ -122,19 +134,31 @@ void QuantizedKVCache::restore(const CacheState& s) {
     throw Error(ErrorKind::InvalidArgument, "cannot restore a '" + s.kind + "' state into a quantized cache");
   check_state_geometry(s, bits_, group_size_);
   const int64_t off = get_meta(s, "offset");
+  const RowTensors rows = off > 0 ? get_parts(s, off) : RowTensors();
   buf_ = RowTensors();
+  paged_.reset();
+  decided_ = false;
   offset_ = 0;
-  if (off == 0) return;
-  const RowTensors rows = get_parts(s, off);
-  buf_ = RowTensors::empty_like(rows, (off + kKvGrowStep - 1) / kKvGrowStep * kKvGrowStep);
-  buf_.copy_from(0, rows, 0, off);
-  offset_ = off;
+  if (off > 0) append(rows);
 }
 
 int64_t QuantizedKVCache::trim(int64_t n) {
   n = std::clamp<int64_t>(n, 0, offset_);
   offset_ -= n;
+  if (paged_) paged_->keep(offset_);
   return n;
+}
+
+size_t QuantizedKVCache::bytes() const { return paged_ ? paged_->bytes() : buf_.nbytes(); }
+
+std::unique_ptr<LayerCache> QuantizedKVCache::fork(int64_t tokens) const {
+  if (!can_fork(tokens)) return nullptr;
+  auto out = std::make_unique<QuantizedKVCache>(bits_, group_size_);
+  out->paged_ = paged_->fork(tokens);
+  out->buf_ = out->paged_->rows();
+  out->decided_ = true;
+  out->offset_ = tokens;
+  return out;
 }
 
 // ---- RotatingQuantizedKVCache ----

@@ -4,15 +4,20 @@
 // Storage per token and head: D·bits/8 bytes of codes + 2·(D/group)·4 bytes of scales and biases, for K and V.
 // A head narrower than the group size is quantized as one group.
 #pragma once
+#include <memory>
+
+#include "cache/kv_block_pool.h"
 #include "cache/layer_cache.h"
 #include "cache/row_tensors.h"
 
 namespace lathe {
 
-// Growing quantized cache for full-attention layers (mlx-lm QuantizedKVCache).
+// Growing quantized cache for full-attention layers (mlx-lm QuantizedKVCache). On the CPU its rows live in
+// blocks of the KV pool (kv_block_pool.h), so caches fork and share a prefix copy-on-write like PagedKVCache.
 class QuantizedKVCache : public LayerCache {
  public:
   QuantizedKVCache(int bits, int group_size);
+  ~QuantizedKVCache() override;
   const char* kind() const override { return "quantized"; }
   int64_t offset() const override { return offset_; }
   int bits() const { return bits_; }
@@ -22,11 +27,18 @@ class QuantizedKVCache : public LayerCache {
   void restore(const CacheState& s) override;
   bool can_trim(int64_t n) const override { return n >= 0 && n <= offset_; }
   int64_t trim(int64_t n) override;
-  size_t bytes() const override { return buf_.nbytes(); }
+  size_t bytes() const override;
+  bool can_fork(int64_t tokens) const override { return paged_ && tokens >= 0 && tokens <= offset_; }
+  std::unique_ptr<LayerCache> fork(int64_t tokens) const override;
+  bool paged() const { return paged_ != nullptr; }
+  const PagedRows* paged_rows() const { return paged_.get(); }  // tests, statistics
 
  private:
+  void append(const RowTensors& rows);  // rows [T, Hkv, ...] x 6 after the offset
   int bits_, group_size_;
-  RowTensors buf_;  // k codes, k scales, k biases, v codes, v scales, v biases; [capacity, Hkv, ...]
+  RowTensors buf_;                    // k codes, k scales, k biases, v codes, v scales, v biases; [capacity, Hkv, ...]
+  std::unique_ptr<PagedRows> paged_;  // buf_'s blocks on the CPU (null: buf_ is contiguous)
+  bool decided_ = false;              // whether the first rows chose paged or contiguous storage
   int64_t offset_ = 0;
 };
 

@@ -1,15 +1,17 @@
-// The CPU's paged KV pool and the RAM tier on it: PagedKVCache keeps K/V in refcounted blocks of one memfd, a
-// fork maps its parent's blocks (stored once), a write into a shared block copies it first and the parent never
-// sees the child's rows; trimming and dropping caches give blocks back. Through the scheduler: two requests that
-// share a system prompt run concurrently over one copy of the prefix (the pool's block and reference counts say
-// so), each reports the prefix as cached and produces exactly its cold output; a request that arrives while
-// another with the same prefix is running maps the running row's blocks.
+// The CPU's paged KV pool and the RAM tier on it: PagedKVCache keeps K/V (QuantizedKVCache its six quantized
+// parts) in refcounted blocks of one memfd, a fork maps its parent's blocks (stored once), a write into a shared block
+// copies it first and the parent never sees the child's rows; trimming and dropping caches give blocks back. Through
+// the scheduler: two requests that share a system prompt run concurrently over one copy of the prefix (the pool's block
+// and reference counts say so), each reports the prefix as cached and produces exactly its cold output; a request that
+// arrives while another with the same prefix is running maps the running row's blocks.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <memory>
 #include <vector>
 
 #include "cache/kv_block_pool.h"
+#include "cache/quantized_kv_cache.h"
 #include "engine/scheduler.h"
 #include "support/fixtures.h"
 #include "support/sequence_recorder.h"
@@ -30,6 +32,10 @@ Tensor paged_test_rows(int64_t begin, int64_t n, int64_t heads, int64_t dim, flo
 
 int64_t paged_test_refs(const PagedKVCache& c, size_t block) { return c.key_pool()->refcount(c.key_blocks()[block]); }
 
+std::unique_ptr<PagedKVCache> paged_test_fork(const PagedKVCache& c, int64_t tokens) {
+  return std::unique_ptr<PagedKVCache>(static_cast<PagedKVCache*>(c.fork(tokens).release()));
+}
+
 TEST(KvBlockPool, ForkSharesBlocksAndCopiesOnWrite) {
   const int64_t H = 2, D = 16;  // 128-byte rows: a 256-token block is 32 KiB
   const KvPoolStats base = kv_pool_stats();
@@ -42,7 +48,7 @@ TEST(KvBlockPool, ForkSharesBlocksAndCopiesOnWrite) {
   EXPECT_EQ(kv_pool_stats().blocks - base.blocks, 6);  // K and V
   EXPECT_EQ(kv_pool_stats().bytes - base.bytes, 6 * block_bytes);
 
-  std::unique_ptr<PagedKVCache> child = parent->fork(n);
+  std::unique_ptr<PagedKVCache> child = paged_test_fork(*parent, n);
   ASSERT_TRUE(child);
   EXPECT_EQ(child->key_blocks(), parent->key_blocks());
   EXPECT_EQ(child->value_blocks(), parent->value_blocks());
@@ -79,7 +85,7 @@ TEST(KvBlockPool, ForkSharesBlocksAndCopiesOnWrite) {
   EXPECT_EQ(paged_test_refs(*child, 0), 2);
 
   // A fork at a block boundary, trimmed back into its first block, then written: the shared block is copied.
-  std::unique_ptr<PagedKVCache> second = parent->fork(kKvBlockTokens);
+  std::unique_ptr<PagedKVCache> second = paged_test_fork(*parent, kKvBlockTokens);
   EXPECT_EQ(paged_test_refs(*parent, 0), 3);
   EXPECT_EQ(second->trim(kKvBlockTokens - 5), kKvBlockTokens - 5);
   second->update(paged_test_rows(5, 1, H, D, 9), paged_test_rows(5, 1, H, D, 9));
@@ -125,9 +131,97 @@ TEST(KvBlockPool, StateRoundTripsLikeTheContiguousCache) {
   EXPECT_FALSE(fork_cache_list(list, 3).has_value());
 }
 
-class SharedPrefixTest : public ::testing::Test {
+// Every tensor of two states bit for bit, and their metadata.
+bool paged_test_same_state(const CacheState& a, const CacheState& b) {
+  if (a.kind != b.kind || a.meta != b.meta || a.tensors.size() != b.tensors.size()) return false;
+  for (size_t i = 0; i < a.tensors.size(); ++i) {
+    const Tensor x = a.tensors[i].second.contiguous(), y = b.tensors[i].second.contiguous();
+    if (a.tensors[i].first != b.tensors[i].first || x.shape() != y.shape() || x.dtype() != y.dtype() ||
+        std::memcmp(x.raw(), y.raw(), x.nbytes()) != 0)
+      return false;
+  }
+  return true;
+}
+
+// Quantized K/V (six row tensors: codes, scales and biases of K and V) page like full-precision K/V. The
+// fixtures' 2 heads of 16 give 8-byte scale rows: blocks of 512 tokens are the first that are whole pages.
+TEST(KvBlockPool, QuantizedCachesShareBlocksAndCopyOnWrite) {
+  const int64_t H = 2, D = 16, n = 700;
+  const KvPoolStats base = kv_pool_stats();
+  auto whole = std::make_unique<QuantizedKVCache>(8, 64);
+  KVView wv = whole->update(paged_test_rows(0, n, H, D, 0), paged_test_rows(0, n, H, D, 0.5f));
+  ASSERT_TRUE(whole->paged());
+  const int64_t bt = whole->paged_rows()->block_tokens();
+  EXPECT_EQ(bt, 2 * kKvBlockTokens);
+  ASSERT_EQ(whole->paged_rows()->blocks(0).size(), 2u);
+  EXPECT_EQ(kv_pool_stats().blocks - base.blocks, 12);  // two blocks of each of six parts
+  EXPECT_EQ(whole->bytes(), whole->paged_rows()->bytes());
+  const CacheState before = whole->state();
+
+  // A fork at a block boundary maps the first block; its appends take fresh blocks. Rows are quantized one by
+  // one, so the fork extended to n tokens holds exactly what `whole` holds, and `whole` is unchanged.
+  ASSERT_TRUE(whole->can_fork(bt));
+  EXPECT_FALSE(whole->can_fork(n + 1));
+  std::unique_ptr<LayerCache> at_block = whole->fork(bt);
+  ASSERT_TRUE(at_block);
+  const auto& ab = static_cast<QuantizedKVCache&>(*at_block);
+  EXPECT_EQ(ab.paged_rows()->blocks(0)[0], whole->paged_rows()->blocks(0)[0]);
+  EXPECT_EQ(whole->paged_rows()->pool(0)->refcount(whole->paged_rows()->blocks(0)[0]), 2);
+  KVView fv = at_block->update(paged_test_rows(bt, n - bt, H, D, 0), paged_test_rows(bt, n - bt, H, D, 0.5f));
+  EXPECT_EQ(kv_pool_stats().blocks - base.blocks, 18);
+  EXPECT_TRUE(paged_test_same_state(at_block->state(), before));
+  EXPECT_TRUE(paged_test_same_state(whole->state(), before));
+  ASSERT_EQ(fv.qk.w.shape(), wv.qk.w.shape());
+  EXPECT_EQ(std::memcmp(fv.qv.scales.contiguous().raw(), wv.qv.scales.contiguous().raw(), wv.qv.scales.nbytes()), 0);
+
+  // A fork inside a block copies that block when it writes: `whole` never sees the fork's rows.
+  std::unique_ptr<LayerCache> inside = whole->fork(300);
+  inside->update(paged_test_rows(300, 10, H, D, 9), paged_test_rows(300, 10, H, D, 9.5f));
+  EXPECT_EQ(inside->offset(), 310);
+  EXPECT_NE(static_cast<QuantizedKVCache&>(*inside).paged_rows()->blocks(0)[0], whole->paged_rows()->blocks(0)[0]);
+  EXPECT_TRUE(paged_test_same_state(whole->state(), before));
+  QuantizedKVCache check(8, 64);
+  check.update(paged_test_rows(0, 300, H, D, 0), paged_test_rows(0, 300, H, D, 0.5f));
+  check.update(paged_test_rows(300, 10, H, D, 9), paged_test_rows(300, 10, H, D, 9.5f));
+  EXPECT_TRUE(paged_test_same_state(inside->state(), check.state()));
+
+  // Trim and restore keep the paging; the restored cache forks too.
+  EXPECT_EQ(inside->trim(200), 200);
+  EXPECT_EQ(static_cast<QuantizedKVCache&>(*inside).paged_rows()->blocks(0).size(), 1u);
+  QuantizedKVCache restored(8, 64);
+  restored.restore(before);
+  EXPECT_TRUE(restored.paged());
+  EXPECT_TRUE(paged_test_same_state(restored.state(), before));
+  EXPECT_TRUE(restored.can_fork(n));
+
+  // A list of quantized caches forks as a whole.
+  CacheList list;
+  list.push_back(std::make_unique<QuantizedKVCache>(4, 32));
+  list[0]->update(paged_test_rows(0, 4, H, D, 0), paged_test_rows(0, 4, H, D, 0));
+  EXPECT_TRUE(fork_cache_list(list, 4).has_value());
+
+  whole.reset();
+  at_block.reset();
+  inside.reset();
+  restored.restore(CacheState{"quantized", {}, {{"offset", 0}, {"bits", 8}, {"group_size", 64}}});
+  check.trim(check.offset());
+  list.clear();
+  wv = KVView();  // views keep their blocks too
+  fv = KVView();
+  EXPECT_EQ(kv_pool_stats().blocks, base.blocks);
+  EXPECT_EQ(kv_pool_stats().references, base.references);
+}
+
+// A scheduler over the qwen3 fixture (2 layers, 2 KV heads of 16) whose caches keep K/V in `Parts` row tensors
+// paged in blocks of `BlockTokens` tokens: full-precision K and V (Bits 0), or quantized triples.
+template <int Bits, int Parts, int BlockTokens>
+class PrefixFixture : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() { bundle_ = new ModelBundle(test::model_dir("qwen3-q4g64")); }
+  static void SetUpTestSuite() {
+    CacheOptions c;
+    c.kv_bits = Bits;
+    bundle_ = new ModelBundle(test::model_dir("qwen3-q4g64"), {}, c);
+  }
   static void TearDownTestSuite() { delete bundle_; }
   static void run(Scheduler& s) {
     for (int i = 0; i < 100000 && !s.idle(); ++i) s.step();
@@ -158,15 +252,22 @@ class SharedPrefixTest : public ::testing::Test {
     EXPECT_EQ(rec->result->cached_tokens, 0);
     return rec->ids;
   }
-  // K and V blocks of one sequence holding `tokens` tokens, over the model's layers.
+  // The blocks of one sequence holding `tokens` tokens, over its parts and the model's layers.
   static int64_t blocks_for(int64_t tokens) {
-    return 2 * bundle_->model().config().num_layers * ((tokens + kKvBlockTokens - 1) / kKvBlockTokens);
+    return Parts * bundle_->model().config().num_layers * ((tokens + BlockTokens - 1) / BlockTokens);
   }
+  // Two requests extending a kept system prompt run side by side over one copy of its full blocks.
+  static void two_concurrent_requests_share_the_system_prompt();
   static ModelBundle* bundle_;
 };
-ModelBundle* SharedPrefixTest::bundle_ = nullptr;
+template <int Bits, int Parts, int BlockTokens>
+ModelBundle* PrefixFixture<Bits, Parts, BlockTokens>::bundle_ = nullptr;
 
-TEST_F(SharedPrefixTest, TwoConcurrentRequestsShareTheSystemPromptStoredOnce) {
+using SharedPrefixTest = PrefixFixture<0, 2, kKvBlockTokens>;
+using SharedQuantizedPrefixTest = PrefixFixture<8, 6, 2 * kKvBlockTokens>;  // 8-byte scale rows: 512 tokens a page
+
+template <int Bits, int Parts, int BlockTokens>
+void PrefixFixture<Bits, Parts, BlockTokens>::two_concurrent_requests_share_the_system_prompt() {
   const std::vector<int32_t> sys = system_prompt();
   const int64_t S = static_cast<int64_t>(sys.size());
   const std::vector<int32_t> pa = with(sys, 40, 20), pb = with(sys, 41, 23);
@@ -192,13 +293,16 @@ TEST_F(SharedPrefixTest, TwoConcurrentRequestsShareTheSystemPromptStoredOnce) {
     ASSERT_EQ(b->ids.size(), 1u);
     // The two full blocks of every K and V are mapped by three caches (kept, a, b); each row copied only the
     // partial third block it wrote into.
-    const int64_t full = blocks_for(2 * kKvBlockTokens), partial = kept - full;
+    const int64_t full = blocks_for(S / BlockTokens * BlockTokens), partial = kept - full;
+    ASSERT_GT(full, 0);
     const KvPoolStats now = kv_pool_stats();
     EXPECT_EQ(now.blocks - base.blocks, kept + 2 * partial);
     EXPECT_EQ(now.references - base.references, 3 * kept);
-    EXPECT_EQ(now.bytes - base.bytes, (now.blocks - base.blocks) * kKvBlockTokens *
-                                          bundle_->model().config().num_kv_heads * bundle_->model().config().head_dim *
-                                          4);
+    if (Bits == 0) {
+      EXPECT_EQ(now.bytes - base.bytes, (now.blocks - base.blocks) * kKvBlockTokens *
+                                            bundle_->model().config().num_kv_heads *
+                                            bundle_->model().config().head_dim * 4);
+    }
     EXPECT_LT(now.blocks - base.blocks, 3 * kept);  // what three private copies would hold
     run(s);
     ASSERT_TRUE(a->result && b->result);
@@ -213,6 +317,16 @@ TEST_F(SharedPrefixTest, TwoConcurrentRequestsShareTheSystemPromptStoredOnce) {
   }
   EXPECT_EQ(kv_pool_stats().blocks, base.blocks);  // every block back once the scheduler is gone
   EXPECT_EQ(kv_pool_stats().references, base.references);
+}
+
+TEST_F(SharedPrefixTest, TwoConcurrentRequestsShareTheSystemPromptStoredOnce) {
+  two_concurrent_requests_share_the_system_prompt();
+}
+
+// With --kv-bits the prompt cache shares prefixes too: quantized rows in the same pool, forked the same way,
+// each request still exactly its cold output.
+TEST_F(SharedQuantizedPrefixTest, TwoConcurrentRequestsShareTheSystemPromptStoredOnce) {
+  two_concurrent_requests_share_the_system_prompt();
 }
 
 TEST_F(SharedPrefixTest, ALaterRequestMapsARunningRowsPrefix) {

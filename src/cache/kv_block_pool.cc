@@ -1,0 +1,287 @@
+// KvBlockPool (blocks of one memfd, refcounted) and PagedRows (row tensors mapped from its blocks).
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <string>
+
+#include "cache/kv_block_pool.h"
+#include "common/error.h"
+
+namespace lathe {
+
+namespace {
+
+size_t kv_page_bytes() {
+  static const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  return page;
+}
+
+std::mutex& kv_pools_mutex() {
+  static std::mutex m;
+  return m;
+}
+// Never destroyed: caches may outlive static destruction order (a writer thread's last reference).
+std::map<size_t, KvBlockPool*>& kv_pools() {
+  static auto* pools = new std::map<size_t, KvBlockPool*>();
+  return *pools;
+}
+
+[[noreturn]] void kv_pool_fail(const std::string& what) {
+  throw Error(ErrorKind::Io, "KV block pool: " + what + ": " + std::strerror(errno));
+}
+
+}  // namespace
+
+KvBlockPool& KvBlockPool::for_block_bytes(size_t block_bytes) {
+  const std::lock_guard<std::mutex> lock(kv_pools_mutex());
+  KvBlockPool*& p = kv_pools()[block_bytes];
+  if (!p) p = new KvBlockPool(block_bytes);
+  return *p;
+}
+
+KvBlockPool::KvBlockPool(size_t block_bytes) : block_bytes_(block_bytes) {
+  if (block_bytes == 0 || block_bytes % kv_page_bytes() != 0)
+    throw Error(ErrorKind::Internal,
+                "KV block pool: blocks of " + std::to_string(block_bytes) + " bytes are not whole pages");
+  fd_ = memfd_create("lathe-kv-blocks", MFD_CLOEXEC);
+  if (fd_ < 0) kv_pool_fail("memfd_create");
+}
+
+int64_t KvBlockPool::allocate() {
+  const std::lock_guard<std::mutex> lock(mu_);
+  if (free_.empty()) {  // the file grows sparsely: pages exist only once a block is written
+    const int64_t old = static_cast<int64_t>(refs_.size());
+    const int64_t grown = std::max<int64_t>(64, old * 2);
+    if (ftruncate(fd_, static_cast<off_t>(grown * static_cast<int64_t>(block_bytes_))) != 0) kv_pool_fail("ftruncate");
+    refs_.resize(static_cast<size_t>(grown), 0);
+    for (int64_t b = old; b < grown; ++b) free_.insert(b);
+  }
+  const int64_t b = *free_.begin();
+  free_.erase(free_.begin());
+  refs_[static_cast<size_t>(b)] = 1;
+  ++used_;
+  ++references_;
+  return b;
+}
+
+void KvBlockPool::retain(int64_t block) {
+  const std::lock_guard<std::mutex> lock(mu_);
+  ++refs_.at(static_cast<size_t>(block));
+  ++references_;
+}
+
+void KvBlockPool::release(int64_t block) {
+  const std::lock_guard<std::mutex> lock(mu_);
+  int& r = refs_.at(static_cast<size_t>(block));
+  if (r <= 0) return;
+  --references_;
+  if (--r > 0) return;
+  --used_;
+  free_.insert(block);
+  // Hand the pages back (a failure only keeps them resident until the block is reused).
+  (void)fallocate(fd_, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+                  static_cast<off_t>(block * static_cast<int64_t>(block_bytes_)), static_cast<off_t>(block_bytes_));
+}
+
+int KvBlockPool::refcount(int64_t block) const {
+  const std::lock_guard<std::mutex> lock(mu_);
+  return block >= 0 && static_cast<size_t>(block) < refs_.size() ? refs_[static_cast<size_t>(block)] : 0;
+}
+
+KvPoolStats KvBlockPool::stats() const {
+  const std::lock_guard<std::mutex> lock(mu_);
+  KvPoolStats s;
+  s.blocks = used_;
+  s.bytes = used_ * static_cast<int64_t>(block_bytes_);
+  s.references = references_;
+  return s;
+}
+
+KvPoolStats kv_pool_stats() {
+  std::vector<KvBlockPool*> pools;
+  {
+    const std::lock_guard<std::mutex> lock(kv_pools_mutex());
+    for (const auto& [bytes, p] : kv_pools()) pools.push_back(p);
+  }
+  KvPoolStats total;
+  for (const KvBlockPool* p : pools) {
+    const KvPoolStats s = p->stats();
+    total.blocks += s.blocks;
+    total.bytes += s.bytes;
+    total.references += s.references;
+  }
+  return total;
+}
+
+struct KvPagedRange {
+  KvBlockPool* pool = nullptr;
+  char* base = nullptr;
+  int64_t capacity = 0;  // tokens the reservation holds (whole blocks)
+  Shape row;             // [Hkv, D]
+  DType dtype = DType::F32;
+  size_t row_bytes = 0;
+  int64_t block_tokens = kKvBlockTokens;
+  std::vector<int64_t> blocks;  // block i holds tokens [i·block_tokens, (i+1)·block_tokens)
+
+  KvPagedRange(KvBlockPool& p, const Shape& row_shape, DType type, int64_t block_tokens_in, int64_t tokens)
+      : pool(&p), row(row_shape), dtype(type), block_tokens(block_tokens_in) {
+    row_bytes = static_cast<size_t>(shape_numel(row)) * dtype_size(dtype);
+    capacity = std::max<int64_t>(1, (tokens + block_tokens - 1) / block_tokens) * block_tokens;
+    void* at = mmap(nullptr, reserved(), PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (at == MAP_FAILED) kv_pool_fail("reserving " + std::to_string(reserved()) + " bytes of address space");
+    base = static_cast<char*>(at);
+  }
+  ~KvPagedRange() {
+    munmap(base, reserved());
+    for (int64_t b : blocks) pool->release(b);
+  }
+  KvPagedRange(const KvPagedRange&) = delete;
+  KvPagedRange& operator=(const KvPagedRange&) = delete;
+
+  size_t reserved() const { return static_cast<size_t>(capacity) * row_bytes; }
+  char* slot(size_t i) const { return base + i * pool->block_bytes(); }
+  void map(size_t i, int64_t block) {
+    const size_t bb = pool->block_bytes();
+    void* at = mmap(slot(i), bb, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, pool->fd(),
+                    static_cast<off_t>(block * static_cast<int64_t>(bb)));
+    if (at == MAP_FAILED) kv_pool_fail("mapping a block");
+  }
+  void unmap(size_t i) {
+    void* at =
+        mmap(slot(i), pool->block_bytes(), PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+    if (at == MAP_FAILED) kv_pool_fail("unmapping a block");
+  }
+  // Maps the first n blocks of `from` (each count + 1).
+  void share(const KvPagedRange& from, size_t n) {
+    for (size_t i = 0; i < n; ++i) {
+      pool->retain(from.blocks[i]);
+      blocks.push_back(from.blocks[i]);
+      map(i, from.blocks[i]);
+    }
+  }
+  // Rows [begin, end) writable by this range alone: fresh blocks past the mapped ones, copies of shared ones.
+  void own(int64_t begin, int64_t end) {
+    const size_t bb = pool->block_bytes();
+    for (int64_t i = begin / block_tokens; i * block_tokens < end; ++i) {
+      const size_t s = static_cast<size_t>(i);
+      if (s == blocks.size()) {
+        blocks.push_back(pool->allocate());
+        map(s, blocks.back());
+      } else if (pool->refcount(blocks[s]) > 1) {  // copy-on-write
+        const int64_t copy = pool->allocate();
+        if (pwrite(pool->fd(), slot(s), bb, static_cast<off_t>(copy * static_cast<int64_t>(bb))) !=
+            static_cast<ssize_t>(bb)) {
+          pool->release(copy);
+          kv_pool_fail("copying a shared block");
+        }
+        map(s, copy);
+        pool->release(blocks[s]);
+        blocks[s] = copy;
+      }
+    }
+  }
+  // Keeps the blocks holding the first `tokens` tokens.
+  void keep(int64_t tokens) {
+    const size_t n = static_cast<size_t>((tokens + block_tokens - 1) / block_tokens);
+    while (blocks.size() > n) {
+      unmap(blocks.size() - 1);
+      pool->release(blocks.back());
+      blocks.pop_back();
+    }
+  }
+};
+
+// ---- PagedRows ----
+
+namespace {
+
+Tensor paged_range_rows(const std::shared_ptr<KvPagedRange>& r) {
+  Shape shape = {r->capacity};
+  shape.insert(shape.end(), r->row.begin(), r->row.end());
+  return Tensor::alias(r->base, shape, r->dtype, r);
+}
+
+}  // namespace
+
+std::unique_ptr<PagedRows> PagedRows::create(const RowTensors& like) {
+  if (!like.defined()) return nullptr;
+  std::vector<size_t> row_bytes;
+  for (const Tensor& t : like.parts) {
+    if (!t.defined() || t.device() != Device::CPU || t.ndim() < 2) return nullptr;
+    row_bytes.push_back(static_cast<size_t>(shape_numel(t.shape()) / t.dim(0)) * dtype_size(t.dtype()));
+  }
+  // The fewest tokens (a multiple of kKvBlockTokens) at which every part's block is whole pages: narrow rows
+  // (small heads' quantization scales) need more than 256.
+  int64_t tokens = 0;
+  for (int64_t m = 1; m <= 16 && tokens == 0; ++m) {
+    bool whole = true;
+    for (size_t b : row_bytes)
+      whole = whole && b > 0 && (b * static_cast<size_t>(m * kKvBlockTokens)) % kv_page_bytes() == 0;
+    if (whole) tokens = m * kKvBlockTokens;
+  }
+  if (tokens == 0) return nullptr;
+  std::unique_ptr<PagedRows> out(new PagedRows());
+  out->block_tokens_ = tokens;
+  for (size_t i = 0; i < like.parts.size(); ++i) {
+    const Tensor& t = like.parts[i];
+    const Shape row(t.shape().begin() + 1, t.shape().end());
+    KvBlockPool& pool = KvBlockPool::for_block_bytes(row_bytes[i] * static_cast<size_t>(tokens));
+    out->ranges_.push_back(std::make_shared<KvPagedRange>(pool, row, t.dtype(), tokens, tokens));
+  }
+  out->alias();
+  return out;
+}
+
+PagedRows::~PagedRows() = default;
+
+void PagedRows::alias() {
+  rows_.parts.clear();
+  for (const auto& r : ranges_) rows_.parts.push_back(paged_range_rows(r));
+}
+
+void PagedRows::make_room(int64_t begin, int64_t end) {
+  if (end > ranges_[0]->capacity) {  // a larger reservation mapping the same blocks: nothing is copied
+    const int64_t tokens = std::max(end, 2 * ranges_[0]->capacity);
+    for (auto& old : ranges_) {
+      auto r = std::make_shared<KvPagedRange>(*old->pool, old->row, old->dtype, block_tokens_, tokens);
+      r->share(*old, old->blocks.size());
+      old = r;
+    }
+    alias();
+  }
+  for (auto& r : ranges_) r->own(begin, end);
+}
+
+void PagedRows::keep(int64_t tokens) {
+  for (auto& r : ranges_) r->keep(tokens);
+}
+
+std::unique_ptr<PagedRows> PagedRows::fork(int64_t tokens) const {
+  std::unique_ptr<PagedRows> out(new PagedRows());
+  out->block_tokens_ = block_tokens_;
+  const size_t n = static_cast<size_t>((tokens + block_tokens_ - 1) / block_tokens_);
+  for (const auto& r : ranges_) {
+    auto f = std::make_shared<KvPagedRange>(*r->pool, r->row, r->dtype, block_tokens_, tokens + block_tokens_);
+    f->share(*r, std::min(n, r->blocks.size()));
+    out->ranges_.push_back(std::move(f));
+  }
+  out->alias();
+  return out;
+}
+
+size_t PagedRows::bytes() const {
+  size_t n = 0;
+  for (const auto& r : ranges_) n += r->blocks.size() * r->pool->block_bytes();
+  return n;
+}
+
+const std::vector<int64_t>& PagedRows::blocks(size_t part) const { return ranges_.at(part)->blocks; }
+const KvBlockPool* PagedRows::pool(size_t part) const { return ranges_.at(part)->pool; }
+
+}  // namespace lathe
