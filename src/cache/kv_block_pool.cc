@@ -216,14 +216,18 @@ std::unique_ptr<PagedRows> PagedRows::create(const RowTensors& like) {
     if (!t.defined() || t.device() != Device::CPU || t.ndim() < 2) return nullptr;
     row_bytes.push_back(static_cast<size_t>(shape_numel(t.shape()) / t.dim(0)) * dtype_size(t.dtype()));
   }
-  // The fewest tokens (a multiple of kKvBlockTokens) at which every part's block is whole pages: narrow rows
-  // (small heads' quantization scales) need more than 256.
+  // Each mapped block is a kernel VMA (vm.max_map_count): rows kept in more parts than K and V take longer
+  // blocks, so a cache maps no more blocks per token than K and V in 256-token blocks (quantized K/V's six parts:
+  // 1,024 tokens, about the bytes of a 256-token bf16 block).
+  int64_t unit = kKvBlockTokens;
+  while (unit / kKvBlockTokens * 2 < static_cast<int64_t>(row_bytes.size())) unit *= 2;
+  // Then the fewest of those at which every part's block is whole pages (narrow rows, such as small heads'
+  // quantization scales, need more).
   int64_t tokens = 0;
   for (int64_t m = 1; m <= 16 && tokens == 0; ++m) {
     bool whole = true;
-    for (size_t b : row_bytes)
-      whole = whole && b > 0 && (b * static_cast<size_t>(m * kKvBlockTokens)) % kv_page_bytes() == 0;
-    if (whole) tokens = m * kKvBlockTokens;
+    for (size_t b : row_bytes) whole = whole && b > 0 && (b * static_cast<size_t>(m * unit)) % kv_page_bytes() == 0;
+    if (whole) tokens = m * unit;
   }
   if (tokens == 0) return nullptr;
   std::unique_ptr<PagedRows> out(new PagedRows());

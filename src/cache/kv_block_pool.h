@@ -26,7 +26,7 @@
 
 namespace lathe {
 
-// The smallest block; a cache whose rows are too narrow for whole pages in 256 tokens takes a multiple of it.
+// The shortest block (K and V); caches with more row tensors, or rows too narrow for whole pages, take multiples.
 inline constexpr int64_t kKvBlockTokens = 256;
 
 // Blocks in use over every pool of the process: `bytes` is real KV memory (a shared block counted once),
@@ -68,7 +68,8 @@ struct KvPagedRange;
 class PagedRows {
  public:
   // Paged storage for rows shaped like `like`'s parts (their first dimension aside), or null when a part is
-  // not on the CPU or no block of up to 16·kKvBlockTokens of its rows is whole pages.
+  // not on the CPU or no block of its rows up to 16 times the shortest allowed is whole pages. Blocks hold
+  // 256 tokens for two parts (K and V), longer ones for more parts (quantized K/V: 1,024).
   static std::unique_ptr<PagedRows> create(const RowTensors& like);
   ~PagedRows();
   PagedRows(const PagedRows&) = delete;

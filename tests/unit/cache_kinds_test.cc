@@ -132,8 +132,13 @@ TEST(CacheKinds, BytesAndRestoreChecks) {
   q8.update(k, v);
   q4.update(k, v);
   EXPECT_EQ(kv.bytes(), 256u * 8 * 128 * 4 * 2);
-  EXPECT_EQ(q8.bytes(), 256u * 8 * (128 + 2 * 2 * 4) * 2);  // codes + f32 scale/bias per 64 values, K and V
-  EXPECT_EQ(q4.bytes(), 256u * 8 * (64 + 2 * 2 * 4) * 2);
+  // Codes + f32 scale/bias per 64 values, K and V, for the tokens the storage holds: on the CPU whole blocks
+  // of the KV pool (their pages exist once written).
+  ASSERT_TRUE(q8.paged() && q4.paged());
+  const auto held = static_cast<size_t>(q8.paged_rows()->block_tokens());
+  EXPECT_EQ(held, 1024u);
+  EXPECT_EQ(q8.bytes(), held * 8 * (128 + 2 * 2 * 4) * 2);
+  EXPECT_EQ(q4.bytes(), held * 8 * (64 + 2 * 2 * 4) * 2);
   QuantizedKVCache other(4, 32);
   EXPECT_THROW(other.restore(q4.state()), Error);  // another group size
   EXPECT_THROW(kv.restore(q4.state()), Error);     // another kind

@@ -143,18 +143,18 @@ bool paged_test_same_state(const CacheState& a, const CacheState& b) {
   return true;
 }
 
-// Quantized K/V (six row tensors: codes, scales and biases of K and V) page like full-precision K/V. The
-// fixtures' 2 heads of 16 give 8-byte scale rows: blocks of 512 tokens are the first that are whole pages.
+// Quantized K/V (six row tensors: codes, scales and biases of K and V) page like full-precision K/V, in blocks of
+// 1,024 tokens (six parts map no more blocks per token than K and V in 256-token blocks).
 TEST(KvBlockPool, QuantizedCachesShareBlocksAndCopyOnWrite) {
-  const int64_t H = 2, D = 16, n = 700;
+  const int64_t H = 2, D = 16, n = 2 * 4 * kKvBlockTokens + 452;  // two full blocks and part of a third
   const KvPoolStats base = kv_pool_stats();
   auto whole = std::make_unique<QuantizedKVCache>(8, 64);
   KVView wv = whole->update(paged_test_rows(0, n, H, D, 0), paged_test_rows(0, n, H, D, 0.5f));
   ASSERT_TRUE(whole->paged());
   const int64_t bt = whole->paged_rows()->block_tokens();
-  EXPECT_EQ(bt, 2 * kKvBlockTokens);
-  ASSERT_EQ(whole->paged_rows()->blocks(0).size(), 2u);
-  EXPECT_EQ(kv_pool_stats().blocks - base.blocks, 12);  // two blocks of each of six parts
+  EXPECT_EQ(bt, 4 * kKvBlockTokens);
+  ASSERT_EQ(whole->paged_rows()->blocks(0).size(), 3u);
+  EXPECT_EQ(kv_pool_stats().blocks - base.blocks, 18);  // three blocks of each of six parts
   EXPECT_EQ(whole->bytes(), whole->paged_rows()->bytes());
   const CacheState before = whole->state();
 
@@ -168,7 +168,7 @@ TEST(KvBlockPool, QuantizedCachesShareBlocksAndCopyOnWrite) {
   EXPECT_EQ(ab.paged_rows()->blocks(0)[0], whole->paged_rows()->blocks(0)[0]);
   EXPECT_EQ(whole->paged_rows()->pool(0)->refcount(whole->paged_rows()->blocks(0)[0]), 2);
   KVView fv = at_block->update(paged_test_rows(bt, n - bt, H, D, 0), paged_test_rows(bt, n - bt, H, D, 0.5f));
-  EXPECT_EQ(kv_pool_stats().blocks - base.blocks, 18);
+  EXPECT_EQ(kv_pool_stats().blocks - base.blocks, 30);  // blocks 1 and 2 of the fork are its own
   EXPECT_TRUE(paged_test_same_state(at_block->state(), before));
   EXPECT_TRUE(paged_test_same_state(whole->state(), before));
   ASSERT_EQ(fv.qk.w.shape(), wv.qk.w.shape());
@@ -228,7 +228,7 @@ class PrefixFixture : public ::testing::Test {
   }
   static std::vector<int32_t> system_prompt() {  // two full blocks and 88 tokens of a third
     std::vector<int32_t> p;
-    for (int k = 0; k < 2 * kKvBlockTokens + 88; ++k) p.push_back(static_cast<int32_t>(7 + k * 13) % 590 + 3);
+    for (int k = 0; k < 2 * BlockTokens + 88; ++k) p.push_back(static_cast<int32_t>(7 + k * 13) % 590 + 3);
     return p;
   }
   static std::vector<int32_t> with(std::vector<int32_t> p, int32_t first, int n) {
@@ -258,13 +258,15 @@ class PrefixFixture : public ::testing::Test {
   }
   // Two requests extending a kept system prompt run side by side over one copy of its full blocks.
   static void two_concurrent_requests_share_the_system_prompt();
+  // A request arriving while another with the same prefix runs maps the running row's blocks.
+  static void a_later_request_maps_a_running_rows_prefix();
   static ModelBundle* bundle_;
 };
 template <int Bits, int Parts, int BlockTokens>
 ModelBundle* PrefixFixture<Bits, Parts, BlockTokens>::bundle_ = nullptr;
 
 using SharedPrefixTest = PrefixFixture<0, 2, kKvBlockTokens>;
-using SharedQuantizedPrefixTest = PrefixFixture<8, 6, 2 * kKvBlockTokens>;  // 8-byte scale rows: 512 tokens a page
+using SharedQuantizedPrefixTest = PrefixFixture<8, 6, 4 * kKvBlockTokens>;
 
 template <int Bits, int Parts, int BlockTokens>
 void PrefixFixture<Bits, Parts, BlockTokens>::two_concurrent_requests_share_the_system_prompt() {
@@ -329,7 +331,8 @@ TEST_F(SharedQuantizedPrefixTest, TwoConcurrentRequestsShareTheSystemPromptStore
   two_concurrent_requests_share_the_system_prompt();
 }
 
-TEST_F(SharedPrefixTest, ALaterRequestMapsARunningRowsPrefix) {
+template <int Bits, int Parts, int BlockTokens>
+void PrefixFixture<Bits, Parts, BlockTokens>::a_later_request_maps_a_running_rows_prefix() {
   const std::vector<int32_t> sys = system_prompt();
   const int64_t S = static_cast<int64_t>(sys.size());
   const std::vector<int32_t> pa = with(sys, 60, 12), pc = with(sys, 61, 9);
@@ -349,7 +352,7 @@ TEST_F(SharedPrefixTest, ALaterRequestMapsARunningRowsPrefix) {
     s.step();
     ASSERT_EQ(s.stats().running, 2);
     // c maps a's two full blocks per K and V, and owns a copy of the third it wrote into.
-    EXPECT_EQ(kv_pool_stats().blocks - base.blocks, a_blocks + (blocks_for(S) - blocks_for(2 * kKvBlockTokens)));
+    EXPECT_EQ(kv_pool_stats().blocks - base.blocks, a_blocks + (blocks_for(S) - blocks_for(2 * BlockTokens)));
     run(s);
     ASSERT_TRUE(c->result);
     EXPECT_EQ(c->result->cached_tokens, S);
@@ -358,6 +361,10 @@ TEST_F(SharedPrefixTest, ALaterRequestMapsARunningRowsPrefix) {
   }
   EXPECT_EQ(kv_pool_stats().blocks, base.blocks);
 }
+
+TEST_F(SharedPrefixTest, ALaterRequestMapsARunningRowsPrefix) { a_later_request_maps_a_running_rows_prefix(); }
+
+TEST_F(SharedQuantizedPrefixTest, ALaterRequestMapsARunningRowsPrefix) { a_later_request_maps_a_running_rows_prefix(); }
 
 }  // namespace
 }  // namespace lathe
