@@ -329,7 +329,14 @@ void Scheduler::admit() {
     while (used + idle_bytes() + need > options_.kv_cache_bytes && evict_idle()) {
     }
     if (used + idle_bytes() + need > options_.kv_cache_bytes) break;  // FIFO: it waits, and so do those after it
-    attach_cache(row);
+    try {
+      attach_cache(row);
+    } catch (...) {  // no memory for its cache (a KV block that cannot be mapped, say): this request fails alone
+      std::unique_ptr<Row> failed = std::move(waiting_.front());
+      waiting_.pop_front();
+      failed->sink->on_error(std::current_exception());
+      continue;
+    }
     if (!row.admitted_before) row.admitted = Clock::now();
     row.admitted_before = true;
     running_.push_back(std::move(waiting_.front()));
