@@ -183,8 +183,10 @@ Tensor causal_conv1d_silu(const Tensor& x_in, const Tensor& weight, Tensor& stat
   require_cpu(x_in, "causal_conv1d");
   require_f32_rows(x_in, "causal_conv1d");
   const Tensor x = x_in.contiguous();
+  // [C, K], stored so or as the transposed view of a contiguous [K, C] (taps by channel, read in place).
+  const bool by_channel = weight.ndim() == 2 && weight.stride(0) == 1 && weight.stride(1) == weight.dim(0);
   LATHE_CHECK(x.ndim() == 2 && weight.ndim() == 2 && weight.dim(0) == x.dim(1) && weight.dtype() == DType::F32 &&
-                  weight.is_contiguous(),
+                  (weight.is_contiguous() || by_channel),
               "causal_conv1d: weight must be F32 [C, K]");
   LATHE_CHECK(state.dtype() == DType::F32 && state.is_contiguous() && state.ndim() == 2 &&
                   state.dim(0) == weight.dim(1) - 1 && state.dim(1) == x.dim(1),

@@ -37,6 +37,12 @@ TEST_P(CpuCausalConv, PromptAtOnceEqualsTokenByTokenAndReference) {
   for (int64_t t = 0; t < T; ++t) steps.push_back(causal_conv1d_silu(ssm_rows(x, t, t + 1), w, s_step, fast_exp));
   for (int64_t t = 0; t < T; ++t) ASSERT_TRUE(ssm_same_bits(ssm_rows(all, t, t + 1), steps[t])) << "token " << t;
   EXPECT_TRUE(ssm_same_bits(s_all, s_step));
+  // Weights stored taps by channel (a [C, K] view of [K, C] storage, as models keep them) give the same bits.
+  const Tensor by_channel = w.transpose(0, 1).contiguous().transpose(0, 1);
+  ASSERT_FALSE(by_channel.is_contiguous());
+  Tensor s_bc = Tensor::zeros({K - 1, C}, DType::F32);
+  EXPECT_TRUE(ssm_same_bits(causal_conv1d_silu(x, by_channel, s_bc, fast_exp), all));
+  EXPECT_TRUE(ssm_same_bits(s_bc, s_all));
 
   const std::vector<float> xv = x.to_floats(), wv = w.to_floats(), out = all.to_floats();
   for (int64_t t = 0; t < T; ++t)

@@ -20,6 +20,8 @@ GatedDeltaNet::GatedDeltaNet(WeightBinder& b, const std::string& p, const GatedD
   const std::string conv = p + ".conv1d.weight";
   hf_layout_ = b.has(conv) && b.shape_of(conv) == Shape({C, 1, K});
   conv_w_ = b.tensor(conv, hf_layout_ ? Shape{C, 1, K} : Shape{C, K, 1}).to(DType::F32).contiguous().reshape({C, K});
+  // The CPU kernel reads the taps by channel: stored [K, C] once here (a [C, K] view of it) instead of every call.
+  if (conv_w_.device() == Device::CPU) conv_w_ = conv_w_.transpose(0, 1).contiguous().transpose(0, 1);
   std::vector<float> neg_a = b.tensor(p + ".A_log", {s.v_heads}).to_floats();
   for (float& v : neg_a) v = -std::exp(v);
   const Tensor dt_bias = b.tensor(p + ".dt_bias", {s.v_heads});

@@ -36,7 +36,7 @@ class GatedDeltaNet {
  private:
   GatedDeltaSpec spec_;
   Linear in_qkv_, in_z_, in_a_, in_b_, out_;
-  Tensor conv_w_;           // [C, K] f32
+  Tensor conv_w_;           // [C, K] f32 (on the CPU a view of [K, C] storage)
   Tensor neg_a_, dt_bias_;  // −exp(A_log), dt_bias per value head: F32 [Hv] beside the weights
   Tensor norm_w_;
   bool hf_layout_ = true;

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <span>
 #include <vector>
 
 #include "tensor/cpu/cpu_features.h"
@@ -139,11 +140,17 @@ void causal_conv1d_silu(const Tensor& x, const Tensor& weight, Tensor& state, Te
   std::memcpy(win.data() + P * C, xp, static_cast<size_t>(T * C) * 4);
   // Taps by channel ([K, C]), so a token's channels are contiguous in the weights as in the window. Every
   // output is w0·x0, then one fma per further tap, in lanes or in the tail alike: a value never depends on the
-  // chunking, and a prefill and the same tokens one at a time agree.
-  std::vector<float> wt(static_cast<size_t>(K * C));
+  // chunking, and a prefill and the same tokens one at a time agree. A weight stored that way (the transposed
+  // view of a [K, C] tensor, as models keep it on the CPU) is read in place; a [C, K] one is transposed here.
+  const bool by_channel = weight.stride(0) == 1 && weight.stride(1) == C;
+  std::vector<float> transposed(by_channel ? 0 : static_cast<size_t>(K * C));
+  float* const wt_data = by_channel ? nullptr : transposed.data();
+  const float* const wt_ptr = by_channel ? w : transposed.data();
+  const std::span<const float> wt(wt_ptr, static_cast<size_t>(K * C));
   parallel_for(C, 16, [&](int64_t c0, int64_t c1) {
-    for (int64_t c = c0; c < c1; ++c)  // each task transposes the channels it convolves
-      for (int64_t j = 0; j < K; ++j) wt[static_cast<size_t>(j * C + c)] = w[c * K + j];
+    if (wt_data)
+      for (int64_t c = c0; c < c1; ++c)  // each task transposes the channels it convolves
+        for (int64_t j = 0; j < K; ++j) wt_data[j * C + c] = w[c * K + j];
     for (int64_t t = 0; t < T; ++t) {
       const float* xs = win.data() + t * C;
       float* o = op + t * C;
