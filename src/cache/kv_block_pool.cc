@@ -4,7 +4,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -197,6 +199,40 @@ struct KvPagedRange {
   }
 };
 
+// ---- block length from the KV budget ----
+
+namespace {
+std::atomic<int64_t> g_kv_pool_budget{0};
+}  // namespace
+
+void set_kv_pool_budget(int64_t bytes) { g_kv_pool_budget.store(std::max<int64_t>(bytes, 0)); }
+int64_t kv_pool_budget() { return g_kv_pool_budget.load(); }
+
+int64_t vm_map_limit() {
+  static const int64_t limit = [] {
+    int64_t v = 0;
+    if (std::FILE* f = std::fopen("/proc/sys/vm/max_map_count", "r")) {
+      long long x = 0;
+      if (std::fscanf(f, "%lld", &x) == 1) v = x;
+      std::fclose(f);
+    }
+    return v > 0 ? v : int64_t{65530};
+  }();
+  return limit;
+}
+
+int64_t kv_block_tokens_for(int64_t budget_bytes, int64_t row_bytes, int64_t parts, int64_t map_limit) {
+  int64_t tokens = kKvBlockTokens;
+  if (budget_bytes <= 0 || row_bytes <= 0 || parts <= 0 || map_limit <= 0) return tokens;
+  // The budget holds budget / row_bytes tokens; each block of `tokens` maps `parts` VMAs.
+  const long double blocks_allowed = static_cast<long double>(map_limit) / 2;
+  const long double capacity = static_cast<long double>(budget_bytes) / static_cast<long double>(row_bytes);
+  while (capacity / static_cast<long double>(tokens) * static_cast<long double>(parts) > blocks_allowed &&
+         tokens < (int64_t{1} << 24))
+    tokens *= 2;
+  return tokens;
+}
+
 // ---- PagedRows ----
 
 namespace {
@@ -221,6 +257,11 @@ std::unique_ptr<PagedRows> PagedRows::create(const RowTensors& like) {
   // 1,024 tokens, about the bytes of a 256-token bf16 block).
   int64_t unit = kKvBlockTokens;
   while (unit / kKvBlockTokens * 2 < static_cast<int64_t>(row_bytes.size())) unit *= 2;
+  if (const int64_t budget = kv_pool_budget(); budget > 0) {
+    int64_t total = 0;
+    for (size_t b : row_bytes) total += static_cast<int64_t>(b);
+    unit = std::max(unit, kv_block_tokens_for(budget, total, static_cast<int64_t>(row_bytes.size()), vm_map_limit()));
+  }
   // Then the fewest of those at which every part's block is whole pages (narrow rows, such as small heads'
   // quantization scales, need more).
   int64_t tokens = 0;

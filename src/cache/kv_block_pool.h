@@ -29,6 +29,16 @@ namespace lathe {
 // The shortest block (K and V); caches with more row tensors, or rows too narrow for whole pages, take multiples.
 inline constexpr int64_t kKvBlockTokens = 256;
 
+// Each mapped block is one kernel VMA, and a process may hold vm.max_map_count of them (65,530 by default). Once
+// the KV budget is known (set_kv_pool_budget, by the server), blocks are made long enough that the budget filled
+// with caches of one row shape maps at most half that limit: tiny K/V rows and large budgets take longer blocks.
+void set_kv_pool_budget(int64_t bytes);  // 0: no budget known (blocks as short as the parts allow)
+int64_t kv_pool_budget();
+int64_t vm_map_limit();  // /proc/sys/vm/max_map_count (65,530 where it cannot be read)
+// The shortest block (a power-of-two multiple of kKvBlockTokens) for which `budget_bytes` of rows of
+// `row_bytes` bytes a token, kept in `parts` tensors, maps at most map_limit / 2 blocks.
+int64_t kv_block_tokens_for(int64_t budget_bytes, int64_t row_bytes, int64_t parts, int64_t map_limit);
+
 // Blocks in use over every pool of the process: `bytes` is real KV memory (a shared block counted once),
 // `references` the blocks as the caches see them (a block mapped by three caches counts three).
 struct KvPoolStats {
@@ -69,7 +79,8 @@ class PagedRows {
  public:
   // Paged storage for rows shaped like `like`'s parts (their first dimension aside), or null when a part is
   // not on the CPU or no block of its rows up to 16 times the shortest allowed is whole pages. Blocks hold
-  // 256 tokens for two parts (K and V), longer ones for more parts (quantized K/V: 1,024).
+  // 256 tokens for two parts (K and V), longer ones for more parts (quantized K/V: 1,024) and where the KV
+  // budget calls for it (set_kv_pool_budget).
   static std::unique_ptr<PagedRows> create(const RowTensors& like);
   ~PagedRows();
   PagedRows(const PagedRows&) = delete;
@@ -121,6 +132,7 @@ class PagedKVCache : public LayerCache {
   std::unique_ptr<LayerCache> fork(int64_t tokens) const override;
 
   bool paged() const { return rows_ != nullptr; }
+  int64_t block_tokens() const { return rows_ ? rows_->block_tokens() : 0; }
   // Block ids of the keys / values in token order and the pools they come from (tests, statistics).
   const std::vector<int64_t>& key_blocks() const;
   const std::vector<int64_t>& value_blocks() const;

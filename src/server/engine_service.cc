@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "cache/kv_block_pool.h"
 #include "common/log.h"
 #include "server/api_error.h"
 
@@ -128,6 +129,8 @@ EngineService::EngineService(ModelBundle& bundle, Metrics& metrics, size_t max_q
     : metrics_(metrics), max_queue_(max_queue), scheduler_(bundle, scheduler) {
   if (ssd) scheduler_.enable_ssd(*ssd, tier);
   const SchedulerOptions& o = scheduler_.options();
+  // CPU KV blocks long enough that the budget, filled, stays well inside the process's mapping limit.
+  set_kv_pool_budget(o.kv_cache_bytes);
   const int64_t per_token = std::max<int64_t>(1, scheduler_.budget().bytes_per_token());
   log::info("scheduler: up to " + std::to_string(o.max_batch) + " sequences and " + std::to_string(o.max_batch_tokens) +
             " tokens a step, prefill chunk " + std::to_string(o.prefill_chunk) + ", KV budget " +

@@ -131,6 +131,31 @@ TEST(KvBlockPool, StateRoundTripsLikeTheContiguousCache) {
   EXPECT_FALSE(fork_cache_list(list, 3).has_value());
 }
 
+// Each block is a kernel VMA: once the server knows its KV budget, blocks are long enough that the budget, filled
+// with caches of one shape, maps at most half of vm.max_map_count.
+TEST(KvBlockPool, BlockLengthFollowsTheBudget) {
+  const int64_t bf16_06b = 2 * 8 * 128 * 2;  // K and V of a Qwen3-0.6B layer in bf16, bytes a token
+  EXPECT_EQ(kv_block_tokens_for(0, bf16_06b, 2, 65530), kKvBlockTokens);                  // no budget known
+  EXPECT_EQ(kv_block_tokens_for(int64_t{10} << 30, bf16_06b, 2, 65530), kKvBlockTokens);  // 20.5k blocks
+  EXPECT_EQ(kv_block_tokens_for(int64_t{60} << 30, bf16_06b, 2, 65530), 4 * kKvBlockTokens);
+  EXPECT_EQ(kv_block_tokens_for(int64_t{10} << 30, 2 * 2 * 64 * 2, 2, 65530), 8 * kKvBlockTokens);  // 2 heads of 64
+  const int64_t q8 = 2 * (8 * 128 + 8 * 2 * 2 * 4);  // 8-bit K/V with f32 scales and biases per 64 values
+  EXPECT_EQ(kv_block_tokens_for(int64_t{10} << 30, q8, 6, 65530), 4 * kKvBlockTokens);
+
+  const int64_t H = 8, D = 128;  // f32 rows: 8 KiB a token for K and V
+  set_kv_pool_budget(int64_t{60} << 30);
+  PagedKVCache big;
+  big.update(paged_test_rows(0, 3, H, D, 0), paged_test_rows(0, 3, H, D, 0));
+  set_kv_pool_budget(0);
+  PagedKVCache plain;
+  plain.update(paged_test_rows(0, 3, H, D, 0), paged_test_rows(0, 3, H, D, 0));
+  EXPECT_EQ(big.block_tokens(), kv_block_tokens_for(int64_t{60} << 30, 2 * H * D * 4, 2, vm_map_limit()));
+  EXPECT_GT(big.block_tokens(), kKvBlockTokens);
+  EXPECT_EQ(plain.block_tokens(), kKvBlockTokens);
+  EXPECT_EQ(big.state().tensors[0].second.to_floats(), plain.state().tensors[0].second.to_floats());
+  EXPECT_GE(vm_map_limit(), 1);
+}
+
 // Every tensor of two states bit for bit, and their metadata.
 bool paged_test_same_state(const CacheState& a, const CacheState& b) {
   if (a.kind != b.kind || a.meta != b.meta || a.tensors.size() != b.tensors.size()) return false;
