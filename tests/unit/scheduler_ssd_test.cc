@@ -56,13 +56,15 @@ class SchedulerSsdTest : public ::testing::Test {
     for (int k = 0; k < 9; ++k) p.push_back(40 + k);
     return p;
   }
+  // A flushed cache of an n-token prompt's conversation serves the next scheduler with a cold run's tokens.
+  void flushed_cache_serves_the_next_scheduler(int n);
   static ModelBundle* bundle_;
   kvtest::TempDir dir_;
 };
 ModelBundle* SchedulerSsdTest::bundle_ = nullptr;
 
-TEST_F(SchedulerSsdTest, AFlushedCacheServesTheNextSchedulerWithTheColdTokens) {
-  const std::vector<int32_t> first = prompt(70, 3);
+void SchedulerSsdTest::flushed_cache_serves_the_next_scheduler(int n) {
+  const std::vector<int32_t> first = prompt(n, 3);
   std::vector<int32_t> next;
   {
     auto st = store();
@@ -83,6 +85,25 @@ TEST_F(SchedulerSsdTest, AFlushedCacheServesTheNextSchedulerWithTheColdTokens) {
   auto c = run(*cold, next);
   EXPECT_EQ(c->result->cached_tokens, 0);
   EXPECT_EQ(b->ids, c->ids);
+}
+
+TEST_F(SchedulerSsdTest, AFlushedCacheServesTheNextSchedulerWithTheColdTokens) {
+  flushed_cache_serves_the_next_scheduler(70);
+}
+
+// With --kv-bits the caches are quantized triples in shared CPU blocks (1,024 tokens): a conversation longer
+// than a block goes to a file and back the same way.
+class SchedulerSsdQuantizedTest : public SchedulerSsdTest {
+ protected:
+  static void SetUpTestSuite() {
+    CacheOptions c;
+    c.kv_bits = 8;
+    bundle_ = new ModelBundle(test::model_dir("qwen3-q4g64"), {}, c);
+  }
+};
+
+TEST_F(SchedulerSsdQuantizedTest, AFlushedCacheServesTheNextSchedulerWithTheColdTokens) {
+  flushed_cache_serves_the_next_scheduler(1100);
 }
 
 TEST_F(SchedulerSsdTest, RamEvictionSpillsAndAnotherSaltSeesNothing) {
