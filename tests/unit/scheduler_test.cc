@@ -4,10 +4,12 @@
 // step; a prompt larger than the whole budget is refused; a request extending a finished one reuses its cache.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <map>
 #include <memory>
 
+#include "cache/kv_block_pool.h"
 #include "engine/scheduler.h"
 #include "support/fixtures.h"
 #include "support/sequence_recorder.h"
@@ -204,6 +206,70 @@ TEST_F(SchedulerTest, FinishedSequenceCacheServesARequestThatExtendsIt) {
   // Everything the first sequence fed: its prompt and all its tokens but the last.
   EXPECT_EQ(b->result->cached_tokens, static_cast<int>(first.prompt.size() + a->ids.size() - 1));
   EXPECT_EQ(b->ids, solo(next)->ids);
+}
+
+// With --kv-bits 8 the caches are quantized rows in shared CPU blocks. Requests over two long system prompts
+// (more than one 1,024-token block) fork kept and running rows' blocks, copy the shared blocks they write into,
+// wait for room, get preempted and resumed, and each still produces exactly its solo, cold tokens and logprobs.
+class QuantizedSchedulerTest : public SchedulerTest {
+ protected:
+  static void SetUpTestSuite() {
+    CacheOptions c;
+    c.kv_bits = 8;
+    bundle_ = new ModelBundle(test::model_dir("qwen3-q4g64"), {}, c);
+  }
+};
+
+TEST_F(QuantizedSchedulerTest, SharedPrefixRowsEqualSoloIncludingLateJoinersAndPreemption) {
+  std::vector<int32_t> systems[2];
+  for (int k = 0; k < 1100; ++k) systems[0].push_back(static_cast<int32_t>(5 + k * 11) % 590 + 3);
+  for (int k = 0; k < 700; ++k) systems[1].push_back(static_cast<int32_t>(9 + k * 17) % 590 + 3);
+  std::vector<Req> reqs = requests(8);
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    std::vector<int32_t> p = systems[i % 2];
+    p.insert(p.end(), reqs[i].prompt.begin(), reqs[i].prompt.end());
+    reqs[i].prompt = std::move(p);
+  }
+  std::vector<std::shared_ptr<Recorder>> want;
+  for (const Req& r : reqs) want.push_back(solo(r, 64));
+
+  SchedulerOptions o;
+  o.max_batch = 8;
+  o.max_batch_tokens = 160;
+  o.prefill_chunk = 64;
+  // Room for the first three prompts (1,105 + 712 + 1,119 tokens) and little more: later rows wait, and the
+  // running ones, growing, preempt the newest.
+  o.kv_cache_bytes = KvBudget(bundle_->model().config(), bundle_->cache_options()).bytes_for(2950);
+  const KvPoolStats base = kv_pool_stats();
+  {
+    Scheduler s(*bundle_, o);
+    std::vector<std::shared_ptr<Recorder>> got;
+    int64_t most_refs = 0;
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      got.push_back(std::make_shared<Recorder>());
+      s.add(reqs[i].prompt, reqs[i].opt, got.back());
+      for (int k = 0; k < 12; ++k) {  // later requests arrive while earlier ones prefill and generate
+        s.step();
+        const KvPoolStats now = kv_pool_stats();
+        most_refs = std::max(most_refs, (now.references - base.references) - (now.blocks - base.blocks));
+      }
+    }
+    while (!s.idle()) {
+      s.step();
+      const KvPoolStats now = kv_pool_stats();
+      most_refs = std::max(most_refs, (now.references - base.references) - (now.blocks - base.blocks));
+    }
+    EXPECT_GT(s.stats().preemptions, 0);
+    EXPECT_GT(s.cache_stats().ram_hits, 0);
+    EXPECT_GT(most_refs, 0) << "no block was ever mapped by two caches at once";
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      ASSERT_TRUE(got[i]->result) << i;
+      EXPECT_EQ(got[i]->ids, want[i]->ids) << "request " << i;
+      EXPECT_EQ(got[i]->logprobs, want[i]->logprobs) << "request " << i;
+      EXPECT_EQ(got[i]->result->finish_reason, "length");
+    }
+  }
+  EXPECT_EQ(kv_pool_stats().blocks, base.blocks);
 }
 
 TEST(KvBudget, CountsFullLayersPerTokenAndWindowsUpToTheirSize) {
