@@ -176,9 +176,13 @@ struct KvPagedRange {
         blocks.push_back(pool->allocate());
         map(s, blocks.back());
       } else if (pool->refcount(blocks[s]) > 1) {  // copy-on-write
+        // Only the rows before `begin` hold tokens (rows from there on are being written or unused), so only
+        // they are copied: the rest of the fresh block stays a hole until written.
+        const int64_t kept_rows = std::clamp<int64_t>(begin - i * block_tokens, 0, block_tokens);
+        const size_t n = static_cast<size_t>(kept_rows) * row_bytes;
         const int64_t copy = pool->allocate();
-        if (pwrite(pool->fd(), slot(s), bb, static_cast<off_t>(copy * static_cast<int64_t>(bb))) !=
-            static_cast<ssize_t>(bb)) {
+        if (n > 0 && pwrite(pool->fd(), slot(s), n, static_cast<off_t>(copy * static_cast<int64_t>(bb))) !=
+                         static_cast<ssize_t>(n)) {
           pool->release(copy);
           kv_pool_fail("copying a shared block");
         }

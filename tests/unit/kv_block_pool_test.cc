@@ -92,6 +92,10 @@ TEST(KvBlockPool, ForkSharesBlocksAndCopiesOnWrite) {
   EXPECT_EQ(paged_test_refs(*parent, 0), 2);
   EXPECT_EQ(parent->state().tensors[0].second.slice(0, 5, 6).to_floats(), paged_test_rows(5, 1, H, D, 0).to_floats());
   EXPECT_EQ(second->state().tensors[0].second.slice(0, 5, 6).to_floats(), paged_test_rows(5, 1, H, D, 9).to_floats());
+  // The copy took the rows before the write (only those: the rest of the block is the fork's to write).
+  EXPECT_EQ(second->state().tensors[0].second.slice(0, 0, 5).to_floats(), paged_test_rows(0, 5, H, D, 0).to_floats());
+  EXPECT_EQ(second->state().tensors[1].second.slice(0, 0, 5).to_floats(),
+            paged_test_rows(0, 5, H, D, 0.5f).to_floats());
 
   // Trimming gives whole blocks back; dropping every cache returns the pool to where it was.
   const int64_t before_trim = kv_pool_stats().blocks;
