@@ -3,8 +3,8 @@
 
 Starts `lathe serve` on the checkpoint, primes the prompt cache with the system prompt alone (max_tokens 1), then
 sends N chat requests at once, each the system prompt plus its own question, and samples the server's proportional
-set size (Pss) and the KV pool (GET /v1/cache) while they run. With a paged cache the N rows map one copy of the
-prompt's blocks; without one each row holds its own. One JSON line on stdout.
+set size (Pss) and the KV pool (GET /v1/cache: its blocks and the pages they really hold) while they run. With a
+paged cache the N rows map one copy of the prompt's blocks; without one each row holds its own. One JSON line on stdout.
 
 usage: shared_prefix_memory.py --lathe BIN --model DIR [--clients N] [--system-words W] [--max-tokens T]
                                [--serve-arg ARG]... [--label L]
@@ -86,6 +86,8 @@ def main():
 
         threads = [threading.Thread(target=one, args=(i,)) for i in range(a.clients)]
         peak_pss, peak_pool, peak_refs = idle_pss, 0, 0
+        primed_resident = get(port, "/v1/cache")["ram"].get("pool_resident_bytes", 0)
+        peak_resident = primed_resident
         start = time.time()
         for t in threads:
             t.start()
@@ -94,6 +96,7 @@ def main():
             ram = get(port, "/v1/cache")["ram"]
             peak_pool = max(peak_pool, ram.get("pool_bytes", 0))
             peak_refs = max(peak_refs, ram.get("pool_block_refs", 0))
+            peak_resident = max(peak_resident, ram.get("pool_resident_bytes", 0))
             time.sleep(0.05)
         for t in threads:
             t.join()
@@ -104,6 +107,8 @@ def main():
                           "peak_pss_mb": round(peak_pss / 1024, 1),
                           "peak_pss_growth_mb": round((peak_pss - idle_pss) / 1024, 1),
                           "peak_pool_mb": round(peak_pool / 2**20, 1), "peak_pool_block_refs": peak_refs,
+                          "pool_resident_after_prime_mb": round(primed_resident / 2**20, 1),
+                          "peak_pool_resident_mb": round(peak_resident / 2**20, 1),
                           "cached_tokens": cached, "wall_s": round(wall, 2)}))
     finally:
         proc.terminate()

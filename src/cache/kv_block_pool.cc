@@ -1,6 +1,7 @@
 // KvBlockPool (blocks of one memfd, refcounted) and PagedRows (row tensors mapped from its blocks).
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -102,6 +103,8 @@ KvPoolStats KvBlockPool::stats() const {
   s.blocks = used_;
   s.bytes = used_ * static_cast<int64_t>(block_bytes_);
   s.references = references_;
+  struct stat st {};
+  if (fstat(fd_, &st) == 0) s.resident = static_cast<int64_t>(st.st_blocks) * 512;  // st_blocks: 512-byte units
   return s;
 }
 
@@ -117,6 +120,7 @@ KvPoolStats kv_pool_stats() {
     total.blocks += s.blocks;
     total.bytes += s.bytes;
     total.references += s.references;
+    total.resident += s.resident;
   }
   return total;
 }

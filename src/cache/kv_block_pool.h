@@ -41,8 +41,10 @@ int64_t kv_block_tokens_for(int64_t budget_bytes, int64_t row_bytes, int64_t par
 
 // Blocks in use over every pool of the process: `bytes` is real KV memory (a shared block counted once),
 // `references` the blocks as the caches see them (a block mapped by three caches counts three).
+// `resident` the memory the pools' files really hold: a block's pages exist once written, and a copy-on-write
+// copies only the rows in use, so it is at most `bytes`.
 struct KvPoolStats {
-  int64_t blocks = 0, bytes = 0, references = 0;
+  int64_t blocks = 0, bytes = 0, references = 0, resident = 0;
 };
 KvPoolStats kv_pool_stats();
 

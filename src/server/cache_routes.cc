@@ -17,11 +17,12 @@ std::vector<Route> cache_routes(ServerContext& ctx) {
                              {"misses", c.ram_misses},
                              {"reused_tokens", c.ram_reused_tokens}};
                  // The CPU's paged KV blocks (running and kept sequences): bytes counts a shared block once,
-                 // block_refs as often as caches map it.
+                 // block_refs as often as caches map it, resident_bytes the pages written.
                  const KvPoolStats pool = kv_pool_stats();
                  ram["pool_blocks"] = pool.blocks;
                  ram["pool_bytes"] = pool.bytes;
                  ram["pool_block_refs"] = pool.references;
+                 ram["pool_resident_bytes"] = pool.resident;  // the blocks' pages that exist (written rows)
                  json out = {{"object", "cache"}, {"ram", ram}, {"ssd", nullptr}};
                  // The last request's engine-side split of its time to first token (attach vs prefill).
                  out["last_request"] = {{"attach_ms", c.last_attach_ms},

@@ -7,7 +7,9 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <fstream>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "cache/kv_block_pool.h"
@@ -31,6 +33,15 @@ Tensor paged_test_rows(int64_t begin, int64_t n, int64_t heads, int64_t dim, flo
 }
 
 int64_t paged_test_refs(const PagedKVCache& c, size_t block) { return c.key_pool()->refcount(c.key_blocks()[block]); }
+
+// Whether shared memory is allocated in base pages (transparent huge pages for shmem off or on request only).
+bool paged_test_shmem_pages_are_small() {
+  std::ifstream f("/sys/kernel/mm/transparent_hugepage/shmem_enabled");
+  std::string line;
+  std::getline(f, line);
+  return line.find("[always]") == std::string::npos && line.find("[force]") == std::string::npos &&
+         line.find("[within_size]") == std::string::npos;
+}
 
 std::unique_ptr<PagedKVCache> paged_test_fork(const PagedKVCache& c, int64_t tokens) {
   return std::unique_ptr<PagedKVCache>(static_cast<PagedKVCache*>(c.fork(tokens).release()));
@@ -57,7 +68,16 @@ TEST(KvBlockPool, ForkSharesBlocksAndCopiesOnWrite) {
   EXPECT_EQ(kv_pool_stats().references - base.references, 12);
 
   // The child appends: its partial last block is copied (the parent's stays), the full ones stay shared.
+  const KvPoolStats before_copy = kv_pool_stats();
   KVView cv = child->update(paged_test_rows(n, 10, H, D, 7), paged_test_rows(n, 10, H, D, 7.5f));
+  // Only the 40 rows in use were copied, and 10 written after them: 6,400 bytes, two pages each for K and V,
+  // where the two new blocks are 64 KiB (with page-sized shared memory; huge pages would round up).
+  const KvPoolStats after_copy = kv_pool_stats();
+  EXPECT_EQ(after_copy.bytes - before_copy.bytes, 2 * block_bytes);
+  if (paged_test_shmem_pages_are_small()) {
+    EXPECT_LE(after_copy.resident - before_copy.resident, 2 * 2 * 4096);
+    EXPECT_GT(after_copy.resident - before_copy.resident, 0);
+  }
   EXPECT_EQ(child->offset(), n + 10);
   EXPECT_EQ(child->key_blocks()[0], parent->key_blocks()[0]);
   EXPECT_EQ(child->key_blocks()[1], parent->key_blocks()[1]);
