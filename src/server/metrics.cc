@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "cache/kv_block_pool.h"
+
 namespace lathe::server {
 namespace {
 
@@ -85,6 +87,15 @@ std::string Metrics::render() const {
          std::to_string(kv_used_.load()));
   scalar("lathe_kv_cache_bytes_budget", "gauge", "The KV cache budget (--kv-cache-bytes).",
          std::to_string(kv_budget_.load()));
+  {  // the CPU's paged KV blocks, read at scrape time
+    const KvPoolStats pool = kv_pool_stats();
+    scalar("lathe_kv_pool_blocks", "gauge", "CPU KV blocks in use (a block shared by several sequences once).",
+           std::to_string(pool.blocks));
+    scalar("lathe_kv_pool_block_refs", "gauge", "CPU KV blocks as the sequences map them (shared ones per mapping).",
+           std::to_string(pool.references));
+    scalar("lathe_kv_pool_resident_bytes", "gauge", "Memory the CPU KV blocks hold (pages written).",
+           std::to_string(pool.resident));
+  }
   scalar("lathe_preemptions_total", "counter", "Running sequences set back to wait for KV room (recomputed later).",
          std::to_string(preemptions_.load()));
   {

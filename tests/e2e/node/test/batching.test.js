@@ -87,6 +87,10 @@ describe('batched output equals solo output', () => {
     );
     assert.ok(metricValue(s, 'lathe_preemptions_total') > 0, 'the small KV budget preempted rows');
     assert.equal(metricValue(s, 'lathe_kv_cache_bytes_budget'), 76800);
+    // Kept sequences stay in the CPU's KV blocks: the pool gauges count them.
+    assert.ok(metricValue(s, 'lathe_kv_pool_blocks') > 0, 'kept sequences hold KV blocks');
+    assert.ok(metricValue(s, 'lathe_kv_pool_block_refs') >= metricValue(s, 'lathe_kv_pool_blocks'));
+    assert.ok(metricValue(s, 'lathe_kv_pool_resident_bytes') > 0, 'their pages are resident');
   });
 
   test('a prompt larger than the whole KV budget is a 400, streamed or not', async () => {
