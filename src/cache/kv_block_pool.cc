@@ -129,7 +129,7 @@ struct KvPagedRange {
   KvBlockPool* pool = nullptr;
   char* base = nullptr;
   int64_t capacity = 0;  // tokens the reservation holds (whole blocks)
-  Shape row;             // [Hkv, D]
+  Shape row;             // one token's row ([Hkv, D] for K or V)
   DType dtype = DType::F32;
   size_t row_bytes = 0;
   int64_t block_tokens = kKvBlockTokens;
@@ -235,8 +235,10 @@ int64_t kv_block_tokens_for(int64_t budget_bytes, int64_t row_bytes, int64_t par
   // The budget holds budget / row_bytes tokens; each block of `tokens` maps `parts` VMAs.
   const long double blocks_allowed = static_cast<long double>(map_limit) / 2;
   const long double capacity = static_cast<long double>(budget_bytes) / static_cast<long double>(row_bytes);
+  // At most 65,536 tokens: a budget past the machine's memory (the flag takes any size) would otherwise ask for
+  // blocks, and address space reservations, of any size.
   while (capacity / static_cast<long double>(tokens) * static_cast<long double>(parts) > blocks_allowed &&
-         tokens < (int64_t{1} << 24))
+         tokens < kKvBlockTokensMax)
     tokens *= 2;
   return tokens;
 }

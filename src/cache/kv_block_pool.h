@@ -28,6 +28,7 @@ namespace lathe {
 
 // The shortest block (K and V); caches with more row tensors, or rows too narrow for whole pages, take multiples.
 inline constexpr int64_t kKvBlockTokens = 256;
+inline constexpr int64_t kKvBlockTokensMax = 65536;  // the longest a budget makes them
 
 // Each mapped block is one kernel VMA, and a process may hold vm.max_map_count of them (65,530 by default). Once
 // the KV budget is known (set_kv_pool_budget, by the server), blocks are made long enough that the budget filled
@@ -35,14 +36,14 @@ inline constexpr int64_t kKvBlockTokens = 256;
 void set_kv_pool_budget(int64_t bytes);  // 0: no budget known (blocks as short as the parts allow)
 int64_t kv_pool_budget();
 int64_t vm_map_limit();  // /proc/sys/vm/max_map_count (65,530 where it cannot be read)
-// The shortest block (a power-of-two multiple of kKvBlockTokens) for which `budget_bytes` of rows of
-// `row_bytes` bytes a token, kept in `parts` tensors, maps at most map_limit / 2 blocks.
+// The shortest block (a power-of-two multiple of kKvBlockTokens, at most kKvBlockTokensMax) for which
+// `budget_bytes` of rows of `row_bytes` bytes a token, kept in `parts` tensors, maps at most map_limit / 2 blocks.
 int64_t kv_block_tokens_for(int64_t budget_bytes, int64_t row_bytes, int64_t parts, int64_t map_limit);
 
-// Blocks in use over every pool of the process: `bytes` is real KV memory (a shared block counted once),
-// `references` the blocks as the caches see them (a block mapped by three caches counts three).
-// `resident` the memory the pools' files really hold: a block's pages exist once written, and a copy-on-write
-// copies only the rows in use, so it is at most `bytes`.
+// Blocks in use over every pool of the process: `bytes` their size (a shared block counted once), `references`
+// the blocks as the caches see them (a block mapped by three caches counts three), `resident` the memory the
+// pools' files really hold — a block's pages exist once written and a copy-on-write copies only the rows in use,
+// so it is at most `bytes`.
 struct KvPoolStats {
   int64_t blocks = 0, bytes = 0, references = 0, resident = 0;
 };

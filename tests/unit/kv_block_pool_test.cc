@@ -165,6 +165,7 @@ TEST(KvBlockPool, BlockLengthFollowsTheBudget) {
   EXPECT_EQ(kv_block_tokens_for(int64_t{10} << 30, 2 * 2 * 64 * 2, 2, 65530), 8 * kKvBlockTokens);  // 2 heads of 64
   const int64_t q8 = 2 * (8 * 128 + 8 * 2 * 2 * 4);  // 8-bit K/V with f32 scales and biases per 64 values
   EXPECT_EQ(kv_block_tokens_for(int64_t{10} << 30, q8, 6, 65530), 4 * kKvBlockTokens);
+  EXPECT_EQ(kv_block_tokens_for(int64_t{1} << 62, bf16_06b, 2, 65530), kKvBlockTokensMax);  // an absurd budget
 
   const int64_t H = 8, D = 128;  // f32 rows: 8 KiB a token for K and V
   set_kv_pool_budget(int64_t{60} << 30);
