@@ -276,7 +276,10 @@ void* device_alloc(size_t bytes) {
 
 void device_free(void* p) { cuda::allocator().free(p); }
 
-void device_memset_zero(void* p, size_t bytes) { LATHE_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, cuda::stream())); }
+void device_memset_zero(void* p, size_t bytes) {
+  const std::lock_guard<std::recursive_mutex> capture(cuda::capture_mutex());  // as device_copy
+  LATHE_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, cuda::stream()));
+}
 
 void device_copy(void* dst, const void* src, size_t bytes, Device dst_device, Device src_device) {
   if (bytes == 0) return;

@@ -1,6 +1,9 @@
 // Tensor::contiguous() for device tensors: one thread per output element walks the source strides. Used for
 // views that kernels need dense (e.g. the query half of Qwen3.5's q|gate projection, a layer's PLE slice).
+#include <mutex>
+
 #include "tensor/cuda/common.cuh"
+#include "tensor/cuda/runtime.h"
 #include "tensor/device_memory.h"
 
 namespace lathe {
@@ -38,6 +41,9 @@ void device_strided_copy(void* dst, const void* src, const Shape& shape, const S
   }
   const int64_t n = shape_numel(shape);
   if (n == 0) return;
+  // As device_copy: a call from another thread (the SSD tier's writer reading a kept cache) waits for a graph
+  // capture on the shared stream instead of being recorded into it.
+  const std::lock_guard<std::recursive_mutex> capture(cuda::capture_mutex());
   const unsigned blocks = cuda::blocks_for(n, 256);
   auto* s = cuda::stream();
   switch (elem_size) {
