@@ -62,6 +62,27 @@ class SchedulerTest : public ::testing::Test {
     run(s);
     return rec;
   }
+  // A batching setup: rows, tokens a step, prefill chunk, and a KV budget of `budget_tokens` tokens.
+  static SchedulerOptions batched(int max_batch, int max_batch_tokens, int prefill_chunk, int64_t budget_tokens) {
+    SchedulerOptions o;
+    o.max_batch = max_batch;
+    o.max_batch_tokens = max_batch_tokens;
+    o.prefill_chunk = prefill_chunk;
+    o.kv_cache_bytes = KvBudget(bundle_->model().config(), bundle_->cache_options()).bytes_for(budget_tokens);
+    return o;
+  }
+  // Every batched request produced exactly its solo tokens, logprobs (bit-exact: the same forwards) and text.
+  static void expect_solo_outputs(const std::vector<std::shared_ptr<Recorder>>& got,
+                                  const std::vector<std::shared_ptr<Recorder>>& want) {
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+      ASSERT_TRUE(got[i]->result) << i;
+      EXPECT_EQ(got[i]->ids, want[i]->ids) << "request " << i;
+      EXPECT_EQ(got[i]->logprobs, want[i]->logprobs) << "request " << i;
+      EXPECT_EQ(got[i]->text, want[i]->text) << i;
+      EXPECT_EQ(got[i]->result->finish_reason, "length");
+    }
+  }
   static ModelBundle* bundle_;
 };
 ModelBundle* SchedulerTest::bundle_ = nullptr;
@@ -71,13 +92,8 @@ TEST_F(SchedulerTest, BatchedRowsEqualSoloIncludingLateJoinersAndPreemption) {
   std::vector<std::shared_ptr<Recorder>> want;
   for (const Req& r : reqs) want.push_back(solo(r, 6));
 
-  SchedulerOptions o;
-  o.max_batch = 8;
-  o.max_batch_tokens = 24;
-  o.prefill_chunk = 6;
   // Room for about three rows: rows wait for admission and running rows get preempted as they grow.
-  o.kv_cache_bytes = KvBudget(bundle_->model().config(), {}).bytes_for(150);
-  Scheduler s(*bundle_, o);
+  Scheduler s(*bundle_, batched(8, 24, 6, 150));
   std::vector<std::shared_ptr<Recorder>> got;
   for (size_t i = 0; i < reqs.size(); ++i) {
     got.push_back(std::make_shared<Recorder>());
@@ -86,13 +102,7 @@ TEST_F(SchedulerTest, BatchedRowsEqualSoloIncludingLateJoinersAndPreemption) {
   }
   run(s);
   EXPECT_GT(s.stats().preemptions, 0);
-  for (size_t i = 0; i < reqs.size(); ++i) {
-    ASSERT_TRUE(got[i]->result) << i;
-    EXPECT_EQ(got[i]->ids, want[i]->ids) << "request " << i;
-    EXPECT_EQ(got[i]->logprobs, want[i]->logprobs) << "request " << i;  // bit-exact: same forwards
-    EXPECT_EQ(got[i]->text, want[i]->text) << i;
-    EXPECT_EQ(got[i]->result->finish_reason, "length");
-  }
+  expect_solo_outputs(got, want);
 }
 
 TEST_F(SchedulerTest, RequestThatDoesNotFitWaitsForRoom) {
@@ -233,16 +243,11 @@ TEST_F(QuantizedSchedulerTest, SharedPrefixRowsEqualSoloIncludingLateJoinersAndP
   std::vector<std::shared_ptr<Recorder>> want;
   for (const Req& r : reqs) want.push_back(solo(r, 64));
 
-  SchedulerOptions o;
-  o.max_batch = 8;
-  o.max_batch_tokens = 160;
-  o.prefill_chunk = 64;
-  // Room for the first three prompts (1,105 + 712 + 1,119 tokens) and little more: later rows wait, and the
-  // running ones, growing, preempt the newest.
-  o.kv_cache_bytes = KvBudget(bundle_->model().config(), bundle_->cache_options()).bytes_for(2950);
   const KvPoolStats base = kv_pool_stats();
   {
-    Scheduler s(*bundle_, o);
+    // Room for the first three prompts (1,105 + 712 + 1,119 tokens) and little more: later rows wait, and the
+    // running ones, growing, preempt the newest.
+    Scheduler s(*bundle_, batched(8, 160, 64, 2950));
     std::vector<std::shared_ptr<Recorder>> got;
     int64_t most_refs = 0;
     for (size_t i = 0; i < reqs.size(); ++i) {
@@ -262,12 +267,7 @@ TEST_F(QuantizedSchedulerTest, SharedPrefixRowsEqualSoloIncludingLateJoinersAndP
     EXPECT_GT(s.stats().preemptions, 0);
     EXPECT_GT(s.cache_stats().ram_hits, 0);
     EXPECT_GT(most_refs, 0) << "no block was ever mapped by two caches at once";
-    for (size_t i = 0; i < reqs.size(); ++i) {
-      ASSERT_TRUE(got[i]->result) << i;
-      EXPECT_EQ(got[i]->ids, want[i]->ids) << "request " << i;
-      EXPECT_EQ(got[i]->logprobs, want[i]->logprobs) << "request " << i;
-      EXPECT_EQ(got[i]->result->finish_reason, "length");
-    }
+    expect_solo_outputs(got, want);
   }
   EXPECT_EQ(kv_pool_stats().blocks, base.blocks);
 }
