@@ -249,21 +249,18 @@ TEST_F(QuantizedSchedulerTest, SharedPrefixRowsEqualSoloIncludingLateJoinersAndP
     // running ones, growing, preempt the newest.
     Scheduler s(*bundle_, batched(8, 160, 64, 2950));
     std::vector<std::shared_ptr<Recorder>> got;
-    int64_t most_refs = 0;
-    for (size_t i = 0; i < reqs.size(); ++i) {
-      got.push_back(std::make_shared<Recorder>());
-      s.add(reqs[i].prompt, reqs[i].opt, got.back());
-      for (int k = 0; k < 12; ++k) {  // later requests arrive while earlier ones prefill and generate
-        s.step();
-        const KvPoolStats now = kv_pool_stats();
-        most_refs = std::max(most_refs, (now.references - base.references) - (now.blocks - base.blocks));
-      }
-    }
-    while (!s.idle()) {
+    int64_t most_refs = 0;  // the most block mappings beyond one per block seen after a step
+    auto step = [&] {
       s.step();
       const KvPoolStats now = kv_pool_stats();
       most_refs = std::max(most_refs, (now.references - base.references) - (now.blocks - base.blocks));
+    };
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      got.push_back(std::make_shared<Recorder>());
+      s.add(reqs[i].prompt, reqs[i].opt, got.back());
+      for (int k = 0; k < 12; ++k) step();  // later requests arrive while earlier ones prefill and generate
     }
+    while (!s.idle()) step();
     EXPECT_GT(s.stats().preemptions, 0);
     EXPECT_GT(s.cache_stats().ram_hits, 0);
     EXPECT_GT(most_refs, 0) << "no block was ever mapped by two caches at once";

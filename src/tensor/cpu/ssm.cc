@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <span>
 #include <vector>
 
 #include "tensor/cpu/cpu_features.h"
@@ -144,28 +143,26 @@ void causal_conv1d_silu(const Tensor& x, const Tensor& weight, Tensor& state, Te
   // view of a [K, C] tensor, as models keep it on the CPU) is read in place; a [C, K] one is transposed here.
   const bool by_channel = weight.stride(0) == 1 && weight.stride(1) == C;
   std::vector<float> transposed(by_channel ? 0 : static_cast<size_t>(K * C));
-  float* const wt_data = by_channel ? nullptr : transposed.data();
-  const float* const wt_ptr = by_channel ? w : transposed.data();
-  const std::span<const float> wt(wt_ptr, static_cast<size_t>(K * C));
+  const float* const wt = by_channel ? w : transposed.data();
   parallel_for(C, 16, [&](int64_t c0, int64_t c1) {
-    if (wt_data)
+    if (!by_channel)
       for (int64_t c = c0; c < c1; ++c)  // each task transposes the channels it convolves
-        for (int64_t j = 0; j < K; ++j) wt_data[j * C + c] = w[c * K + j];
+        for (int64_t j = 0; j < K; ++j) transposed[static_cast<size_t>(j * C + c)] = w[c * K + j];
     for (int64_t t = 0; t < T; ++t) {
       const float* xs = win.data() + t * C;
       float* o = op + t * C;
       int64_t c = c0;
 #ifdef LATHE_AVX2
       for (; c + 8 <= c1; c += 8) {
-        __m256 acc = _mm256_mul_ps(_mm256_loadu_ps(wt.data() + c), _mm256_loadu_ps(xs + c));
+        __m256 acc = _mm256_mul_ps(_mm256_loadu_ps(wt + c), _mm256_loadu_ps(xs + c));
         for (int64_t j = 1; j < K; ++j)
-          acc = _mm256_fmadd_ps(_mm256_loadu_ps(wt.data() + j * C + c), _mm256_loadu_ps(xs + j * C + c), acc);
+          acc = _mm256_fmadd_ps(_mm256_loadu_ps(wt + j * C + c), _mm256_loadu_ps(xs + j * C + c), acc);
         _mm256_storeu_ps(o + c, acc);
       }
 #endif
       for (; c < c1; ++c) {
-        float acc = wt[static_cast<size_t>(c)] * xs[c];
-        for (int64_t j = 1; j < K; ++j) acc = std::fma(wt[static_cast<size_t>(j * C + c)], xs[j * C + c], acc);
+        float acc = wt[c] * xs[c];
+        for (int64_t j = 1; j < K; ++j) acc = std::fma(wt[j * C + c], xs[j * C + c], acc);
         o[c] = acc;
       }
       silu_range(o, c0, c1, fast_exp);
