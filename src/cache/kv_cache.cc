@@ -269,9 +269,18 @@ KVView PagedKVCache::view() const {
 }
 
 KVView PagedKVCache::update(const Tensor& k_in, const Tensor& v_in) {
-  // On the CPU rows take the cache's type here (restored states too, whichever type their file holds).
-  const Tensor k = kv_rows_as(k_in, cpu_store_), v = kv_rows_as(v_in, cpu_store_);
-  if (!decide(k, v)) return dense_->update(k, v);
+  // On the CPU rows take the cache's type here (restored states too, whichever type their file holds). F32
+  // rows bound for BF16 blocks are rounded by copy_rows as it writes them (one pass, over the pool's threads,
+  // instead of a serial conversion and a copy); decide() then sees one row of the stored type.
+  const bool convert_in_copy = k_in.device() == Device::CPU && cpu_store_ == DType::BF16 &&
+                               k_in.dtype() == DType::F32 && v_in.dtype() == DType::F32 && k_in.ndim() == 3 &&
+                               v_in.ndim() == 3 && !dense_;
+  const Tensor k = convert_in_copy ? k_in : kv_rows_as(k_in, cpu_store_);
+  const Tensor v = convert_in_copy ? v_in : kv_rows_as(v_in, cpu_store_);
+  const bool paged = convert_in_copy && !rows_ ? decide(Tensor::empty({1, k.dim(1), k.dim(2)}, cpu_store_),
+                                                        Tensor::empty({1, v.dim(1), v.dim(2)}, cpu_store_))
+                                               : decide(k, v);
+  if (!paged) return dense_->update(kv_rows_as(k, cpu_store_), kv_rows_as(v, cpu_store_));
   const int64_t T = k.dim(0);
   rows_->make_room(offset_, offset_ + T);
   Tensor keys = rows_->rows().parts[0], values = rows_->rows().parts[1];  // handles onto the mapped rows

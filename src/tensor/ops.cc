@@ -356,29 +356,40 @@ std::vector<int32_t> sample_rows(const Tensor& x, const std::vector<RowSampling>
 
 void copy_rows(Tensor& dst, int64_t dst_row, const Tensor& src_in, int64_t src_row, int64_t n) {
   if (n <= 0) return;
-  LATHE_CHECK(dst.device() == src_in.device() && dst.dtype() == src_in.dtype() && dst.is_contiguous(),
+  const bool to_bf16 = dst.device() == Device::CPU && src_in.dtype() == DType::F32 && dst.dtype() == DType::BF16;
+  LATHE_CHECK(dst.device() == src_in.device() && (dst.dtype() == src_in.dtype() || to_bf16) && dst.is_contiguous(),
               "copy_rows: tensors differ in device or type");
   const Tensor src = src_in.contiguous();
-  const size_t row = static_cast<size_t>(src.numel() / std::max<int64_t>(src.dim(0), 1)) * dtype_size(src.dtype());
-  LATHE_CHECK(static_cast<size_t>(dst.numel() / std::max<int64_t>(dst.dim(0), 1)) * dtype_size(dst.dtype()) == row,
-              "copy_rows: row sizes differ");
+  const int64_t elems = src.numel() / std::max<int64_t>(src.dim(0), 1);
+  LATHE_CHECK(dst.numel() / std::max<int64_t>(dst.dim(0), 1) == elems, "copy_rows: row sizes differ");
   LATHE_CHECK(src_row + n <= src.dim(0) && dst_row + n <= dst.dim(0), "copy_rows: rows out of range");
-  char* d = static_cast<char*>(dst.raw()) + static_cast<size_t>(dst_row) * row;
+  const size_t row = static_cast<size_t>(elems) * dtype_size(src.dtype());
+  const size_t drow = static_cast<size_t>(elems) * dtype_size(dst.dtype());
+  char* d = static_cast<char*>(dst.raw()) + static_cast<size_t>(dst_row) * drow;
   const char* s = static_cast<const char*>(src.raw()) + static_cast<size_t>(src_row) * row;
   if (dst.device() == Device::CPU) {
-    // A large copy (a cache restored from a KV file, a grown cache) is mostly the kernel allocating and
-    // clearing the destination's fresh pages at first touch, not the memcpy: split over the pool in 1 MiB
-    // pieces it ran 2-3x faster on the 2-vCPU build machine (940 MB into the KV block pool's shared memory).
-    constexpr size_t kParallelCopyBytes = size_t{8} << 20;
-    if (static_cast<size_t>(n) * row >= kParallelCopyBytes) {
-      const int64_t piece = std::max<int64_t>(1, static_cast<int64_t>((size_t{1} << 20) / row));
-      parallel_for(n, piece, [&](int64_t b, int64_t e) {
+    // Rows [b, e), converted on the way for a BF16 destination.
+    auto rows = [&](int64_t b, int64_t e) {
+      if (!to_bf16) {
         std::memcpy(d + static_cast<size_t>(b) * row, s + static_cast<size_t>(b) * row,
                     static_cast<size_t>(e - b) * row);
-      });
+        return;
+      }
+      const float* in = reinterpret_cast<const float*>(s) + b * elems;
+      uint16_t* out = reinterpret_cast<uint16_t*>(d) + b * elems;
+      for (int64_t i = 0; i < (e - b) * elems; ++i) out[i] = f32_to_bf16(in[i]);
+    };
+    // A copy into fresh pages (a prefill's K/V rows into new KV blocks, a cache restored from a KV file) is
+    // mostly the kernel allocating and clearing those pages at first touch (~2.3 us a 4 KiB page of the block
+    // pool's shared memory here), not the copy: from 64 KiB it is split over the pool, so each thread faults in
+    // its own rows' pages. (A 128-token prefill's K/V appends, serial, were ~10% of its time at two threads; 940
+    // MB restored into the pool ran 2-3x faster split, on the 2-vCPU build machine.)
+    constexpr size_t kParallelCopyBytes = size_t{64} << 10;
+    if (static_cast<size_t>(n) * drow >= kParallelCopyBytes) {
+      parallel_for(n, 1, rows);
       return;
     }
-    std::memcpy(d, s, static_cast<size_t>(n) * row);
+    rows(0, n);
     return;
   }
 #ifdef LATHE_HAVE_CUDA

@@ -134,7 +134,8 @@ void apply_token_masks(Tensor& x, const std::vector<int32_t>& rows, const std::v
 // log-probability goes to logprobs.
 std::vector<int32_t> sample_rows(const Tensor& x, const std::vector<RowSampling>& rows, std::vector<float>& logprobs);
 // Copies rows [src_row, src_row + n) of src (outer dim) to rows from dst_row of dst, on their device
-// (both on one device; equal types and row sizes; dst contiguous).
+// (both on one device; equal types, or on the CPU F32 rows into BF16 ones, rounded as Tensor::to; equal
+// numbers of elements a row; dst contiguous).
 void copy_rows(Tensor& dst, int64_t dst_row, const Tensor& src, int64_t src_row, int64_t n);
 
 }  // namespace lathe
