@@ -1,6 +1,7 @@
-// The CPU attention over a quantized KV cache reads the codes in place (tensor/cpu/attention_quantized.cc):
-// it must agree with attention over the same cache dequantized to f32, for 4- and 8-bit codes, the head sizes
-// the vector kernel covers, GQA, causal and windowed masks, explicit key positions and softcap.
+// The CPU attention over a quantized KV cache reads the codes in place (tensor/cpu/attention_quantized.cc on
+// AVX2, attention_avx512.cc's kernel on AVX-512): it must agree with attention over the same cache dequantized
+// to f32, for 4- and 8-bit codes, the head sizes the vector kernels cover, GQA, causal and windowed masks,
+// explicit key positions and softcap.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -9,6 +10,7 @@
 
 #include "support/cpu_kernel_cases.h"
 #include "support/test_util.h"
+#include "tensor/cpu/cpu_features.h"
 #include "tensor/ops.h"
 #include "tensor/ops_extra.h"
 
@@ -51,10 +53,15 @@ TEST_P(QuantizedKvAttention, MatchesTheDequantizedCache) {
   AttentionParams base;
   base.scale = 1.0f / std::sqrt(static_cast<float>(D));
   base.q_pos0 = S - T;
-  for (const auto& [variant, p] : testutil::attention_cases(base, 9, &positions, 0.5f)) {
-    const Tensor fused = attention_quantized(q, k, v, Hkv, p);
-    const Tensor reference = attention(q, kf, vf, p);
-    EXPECT_LT(max_rel_diff_to(fused, reference), 2e-5f) << "variant " << variant;
+  for (const cpu::Isa isa : {cpu::Isa::Avx2, cpu::Isa::Avx512Vnni}) {  // each kernel the machine can run
+    if (!cpu::isa_supported(isa)) continue;
+    const testutil::IsaScope scope(isa);
+    SCOPED_TRACE(isa == cpu::Isa::Avx2 ? "avx2" : "avx512");
+    for (const auto& [variant, p] : testutil::attention_cases(base, 9, &positions, 0.5f)) {
+      const Tensor fused = attention_quantized(q, k, v, Hkv, p);
+      const Tensor reference = attention(q, kf, vf, p);
+      EXPECT_LT(max_rel_diff_to(fused, reference), 2e-5f) << "variant " << variant;
+    }
   }
 }
 

@@ -5,6 +5,9 @@
 // or bf16 K/V. Each (head, key) score is one FMA chain over the head dimension and one fixed reduction, whether
 // the key is scored in a block of four or alone and whichever head shares the task, so a row's result does not
 // depend on the batch or on the blocking; it differs from the AVX2 kernels' summation order (within rounding).
+// The same kernel reads MLX-quantized K/V (quantized KV caches) in place: a row source turns 16 codes at a time
+// into f32 (code·scale + bias of their group) where the plain sources load 16 values, so 8-bit (4-bit) K/V stream
+// half (a quarter) of bf16's bytes through the same GQA sharing, key blocking and vector softmax.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -23,19 +26,6 @@ namespace {
 namespace a512 {  // (a namespace of its own: unity builds merge the anonymous namespaces of several files)
 
 #ifdef LATHE_A512
-template <class KT>
-struct Inputs {
-  const float* q;
-  int64_t qs0, qs1;
-  const KT* k;
-  int64_t ks0, ks1;
-  const KT* v;
-  int64_t vs0, vs1;
-  float* out;
-  int64_t T, Hq, S, group, D, Dv;
-  const AttentionParams* p;
-};
-
 LATHE_A512 inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
 LATHE_A512 inline __m512 load16(const uint16_t* p) {
   const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
@@ -43,6 +33,65 @@ LATHE_A512 inline __m512 load16(const uint16_t* p) {
   // -Wmaybe-uninitialized reports once inlined; the all-ones mask makes them the same instructions.
   return _mm512_castsi512_ps(_mm512_maskz_slli_epi32(0xFFFF, _mm512_maskz_cvtepu16_epi32(0xFFFF, h), 16));
 }
+
+// Row sources: row(j) is key (or value) j of one KV head, load(row, i) its values [i, i + 16) as f32 (i a multiple
+// of 16), prefetch(row, d) brings in a row of d values.
+// f32 or bf16 rows of a [S, Hkv, D] tensor.
+template <class KT>
+struct PlainRows {
+  const KT* base;
+  int64_t s0, s1;  // token and head strides (elements)
+  using Row = const KT*;
+  PlainRows head(int64_t kh) const { return {base + kh * s1, s0, s1}; }
+  Row row(int64_t j) const { return base + j * s0; }
+  LATHE_A512 static __m512 load(Row r, int64_t i) { return load16(r + i); }
+  static void prefetch(Row r, int64_t d) { prefetch_bytes(r, d * static_cast<int64_t>(sizeof(KT))); }
+};
+
+// MLX affine codes (rows token·Hkv + head) with f32 scales and biases per group of gs values (gs a multiple of
+// 16, so 16 values never straddle a group): value = code · scale + bias, one FMA.
+template <int BITS>
+struct QuantRows {
+  const uint8_t* codes;
+  const float *s, *b;
+  int64_t c0, c1, g0, g1;  // token and head strides: code bytes, groups
+  int gs;
+  struct Row {
+    const uint8_t* c;
+    const float *s, *b;
+    int gs;
+  };
+  QuantRows head(int64_t kh) const { return {codes + kh * c1, s + kh * g1, b + kh * g1, c0, c1, g0, g1, gs}; }
+  Row row(int64_t j) const { return {codes + j * c0, s + j * g0, b + j * g0, gs}; }
+  LATHE_A512 static __m512 load(const Row& r, int64_t i) {
+    __m128i bytes;
+    if constexpr (BITS == 8) {
+      bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(r.c + i));
+    } else {  // value 2k is the low nibble of byte k, value 2k + 1 its high nibble
+      const __m128i packed = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(r.c + i / 2));
+      const __m128i nib = _mm_set1_epi8(0x0F);
+      bytes = _mm_unpacklo_epi8(_mm_and_si128(packed, nib), _mm_and_si128(_mm_srli_epi16(packed, 4), nib));
+    }
+    const __m512 code = _mm512_maskz_cvtepi32_ps(0xFFFF, _mm512_maskz_cvtepu8_epi32(0xFFFF, bytes));  // see load16
+    const int64_t g = i / r.gs;
+    return _mm512_fmadd_ps(code, _mm512_set1_ps(r.s[g]), _mm512_set1_ps(r.b[g]));
+  }
+  static void prefetch(const Row& r, int64_t d) {
+    prefetch_bytes(r.c, d * BITS / 8);
+    prefetch_bytes(r.s, 1);
+    prefetch_bytes(r.b, 1);
+  }
+};
+
+template <class Rows>
+struct Inputs {
+  const float* q;
+  int64_t qs0, qs1;
+  Rows k, v;
+  float* out;
+  int64_t T, Hq, S, group, D, Dv;
+  const AttentionParams* p;
+};
 
 // reduce16 of eight vectors at once (full-mask shuffles: see load16), each sum in exactly reduce16's order (lane i +
 // i+8, then + i+4, then 0+2 / 1+3, then the pair), so a key's score does not depend on whether it was reduced here or
@@ -68,14 +117,14 @@ LATHE_A512 inline void reduce8(const __m512* v, float* out) {
 }
 
 // Scores of HN query heads against R consecutive keys (rows k[r]), raw dot products.
-template <class KT, int HN, int R>
-LATHE_A512 inline void dots(const float* const* q, const KT* const* k, int64_t D, float (&out)[HN][R]) {
+template <class Rows, int HN, int R>
+LATHE_A512 inline void dots(const float* const* q, const typename Rows::Row* k, int64_t D, float (&out)[HN][R]) {
   __m512 acc[HN][R];
   for (int h = 0; h < HN; ++h)
     for (int r = 0; r < R; ++r) acc[h][r] = _mm512_setzero_ps();
   for (int64_t i = 0; i < D; i += 16) {
     __m512 kv[R];
-    for (int r = 0; r < R; ++r) kv[r] = load16(k[r] + i);
+    for (int r = 0; r < R; ++r) kv[r] = Rows::load(k[r], i);
     for (int h = 0; h < HN; ++h) {
       const __m512 qv = _mm512_loadu_ps(q[h] + i);
       for (int r = 0; r < R; ++r) acc[h][r] = _mm512_fmadd_ps(qv, kv[r], acc[h][r]);
@@ -160,18 +209,18 @@ LATHE_A512 inline float finish_scores(float* row, int64_t j0, int64_t j1, const 
 // A head skips a key whose weight is 0 (masked), so each head's sums are exactly those it would get alone;
 // `dense` says no weight is 0 (linear positions: the exp never underflows to 0), and the same FMAs then run
 // without the per-key tests.
-template <class KT, int NV, int HN>
-LATHE_A512 inline void accumulate_values(const float* const* w, int64_t j0, int64_t j1, const KT* v, int64_t vs0,
-                                         bool prefetch, bool dense, __m512 (&r)[HN][NV]) {
+template <class Rows, int NV, int HN>
+LATHE_A512 inline void accumulate_values(const float* const* w, int64_t j0, int64_t j1, const Rows& v, bool prefetch,
+                                         bool dense, __m512 (&r)[HN][NV]) {
   for (int64_t j = j0; j < j1; ++j) {
     float e[HN];
     bool any = false;
     for (int h = 0; h < HN; ++h) any |= (e[h] = w[h][j]) != 0.f;
     if (!dense && !any) continue;
-    const KT* vj = v + j * vs0;
-    if (prefetch && j + kKvPrefetchKeys < j1) prefetch_bytes(vj + kKvPrefetchKeys * vs0, 16 * NV * sizeof(KT));
+    const typename Rows::Row vj = v.row(j);
+    if (prefetch && j + kKvPrefetchKeys < j1) Rows::prefetch(v.row(j + kKvPrefetchKeys), 16 * NV);
     for (int d = 0; d < NV; ++d) {
-      const __m512 vd = load16(vj + 16 * d);
+      const __m512 vd = Rows::load(vj, 16 * d);
       for (int h = 0; h < HN; ++h)
         if (dense || e[h] != 0.f) r[h][d] = _mm512_fmadd_ps(_mm512_set1_ps(e[h]), vd, r[h][d]);
     }
@@ -179,15 +228,15 @@ LATHE_A512 inline void accumulate_values(const float* const* w, int64_t j0, int6
 }
 
 // o_h = Σ_j w_hj · v_j / Σ_j w_hj for HN query heads of one KV head (w = softmax_weights of each head's scores).
-template <class KT, int NV, int HN>
-LATHE_A512 void weighted_values(float* const* scores, int64_t j0, int64_t j1, const float* mx, const KT* v, int64_t vs0,
+template <class Rows, int NV, int HN>
+LATHE_A512 void weighted_values(float* const* scores, int64_t j0, int64_t j1, const float* mx, const Rows& v,
                                 bool prefetch, bool dense, float* const* o) {
   float total[HN];
   for (int h = 0; h < HN; ++h) total[h] = softmax_weights(scores[h], j0, j1, mx[h]);
   __m512 acc[HN][NV];
   for (int h = 0; h < HN; ++h)
     for (int d = 0; d < NV; ++d) acc[h][d] = _mm512_setzero_ps();
-  accumulate_values<KT, NV, HN>(scores, j0, j1, v, vs0, prefetch, dense, acc);
+  accumulate_values<Rows, NV, HN>(scores, j0, j1, v, prefetch, dense, acc);
   for (int h = 0; h < HN; ++h) {
     const __m512 inv = _mm512_set1_ps(1.0f / total[h]);
     for (int d = 0; d < NV; ++d) _mm512_storeu_ps(o[h] + 16 * d, _mm512_mul_ps(acc[h][d], inv));
@@ -195,30 +244,31 @@ LATHE_A512 void weighted_values(float* const* scores, int64_t j0, int64_t j1, co
 }
 
 // Raw dot products of HN query heads with keys [j0, j1), four keys at a time, into row h of `scores` (stride S).
-template <class KT, int HN>
-LATHE_A512 inline void score_keys(const float* const* q, const KT* kbase, int64_t ks0, int64_t D, int64_t j0,
-                                  int64_t j1, bool prefetch, float* scores, int64_t S) {
+template <class Rows, int HN>
+LATHE_A512 inline void score_keys(const float* const* q, const Rows& k, int64_t D, int64_t j0, int64_t j1,
+                                  bool prefetch, float* scores, int64_t S) {
+  using Row = typename Rows::Row;
   int64_t j = j0;
   for (; j + 4 <= j1; j += 4) {
-    const KT* keys[4] = {kbase + j * ks0, kbase + (j + 1) * ks0, kbase + (j + 2) * ks0, kbase + (j + 3) * ks0};
+    const Row keys[4] = {k.row(j), k.row(j + 1), k.row(j + 2), k.row(j + 3)};
     if (prefetch && j + kKvPrefetchKeys + 4 <= j1)
-      for (int r = 0; r < 4; ++r) prefetch_bytes(keys[r] + kKvPrefetchKeys * ks0, D * sizeof(KT));
+      for (int r = 0; r < 4; ++r) Rows::prefetch(k.row(j + r + kKvPrefetchKeys), D);
     float d[HN][4];
-    dots<KT, HN, 4>(q, keys, D, d);
+    dots<Rows, HN, 4>(q, keys, D, d);
     for (int h = 0; h < HN; ++h)
       for (int r = 0; r < 4; ++r) scores[h * S + j + r] = d[h][r];
   }
   for (; j < j1; ++j) {
-    const KT* keys[1] = {kbase + j * ks0};
+    const Row keys[1] = {k.row(j)};
     float d[HN][1];
-    dots<KT, HN, 1>(q, keys, D, d);
+    dots<Rows, HN, 1>(q, keys, D, d);
     for (int h = 0; h < HN; ++h) scores[h * S + j] = d[h][0];
   }
 }
 
 // One task: query row t, heads h0 .. h0 + HN − 1 (one KV head). scores: HN rows of S floats.
-template <class KT, int HN, int NV>
-LATHE_A512 void run_task(const Inputs<KT>& a, int64_t t, int64_t h0, float* scores) {
+template <class Rows, int HN, int NV>
+LATHE_A512 void run_task(const Inputs<Rows>& a, int64_t t, int64_t h0, float* scores) {
   const AttentionParams& p = *a.p;
   const int64_t kh = h0 / a.group, S = a.S;
   const int64_t qpos = p.q_pos0 + t;
@@ -228,7 +278,7 @@ LATHE_A512 void run_task(const Inputs<KT>& a, int64_t t, int64_t h0, float* scor
   int64_t j0, j1;
   visible_key_range(p, qpos, S, j0, j1);
   const bool prefetch = attention_prefetches(a.T), dense = !p.k_pos;
-  score_keys<KT, HN>(q, a.k + kh * a.ks1, a.ks0, a.D, j0, j1, prefetch, scores, S);
+  score_keys<Rows, HN>(q, a.k.head(kh), a.D, j0, j1, prefetch, scores, S);
   float* sh[HN];
   float* o[HN];
   float mx[HN];
@@ -241,7 +291,7 @@ LATHE_A512 void run_task(const Inputs<KT>& a, int64_t t, int64_t h0, float* scor
   }
   if constexpr (HN * NV <= 16) {  // the accumulators of all HN heads fit the 32 registers
     if (all_visible) {
-      weighted_values<KT, NV, HN>(sh, j0, j1, mx, a.v + kh * a.vs1, a.vs0, prefetch, dense, o);
+      weighted_values<Rows, NV, HN>(sh, j0, j1, mx, a.v.head(kh), prefetch, dense, o);
       return;
     }
   }
@@ -250,7 +300,7 @@ LATHE_A512 void run_task(const Inputs<KT>& a, int64_t t, int64_t h0, float* scor
       std::fill(o[h], o[h] + a.Dv, 0.f);
       continue;
     }
-    weighted_values<KT, NV, 1>(&sh[h], j0, j1, &mx[h], a.v + kh * a.vs1, a.vs0, prefetch, dense, &o[h]);
+    weighted_values<Rows, NV, 1>(&sh[h], j0, j1, &mx[h], a.v.head(kh), prefetch, dense, &o[h]);
   }
 }
 
@@ -263,13 +313,13 @@ constexpr int64_t kQueryBlock = 8, kKeyBlock = 64;
 // the same softmax_weights from the same first key and the same FMA per value row in the same key order as
 // run_task, so each query's output is bitwise what run_task gives it: a row's result does not depend on the
 // block it is computed in. scores: kQueryBlock · HN rows of S floats; acc: kQueryBlock · HN · Dv floats.
-template <class KT, int HN, int NV>
-LATHE_A512 void run_block_task(const Inputs<KT>& a, int64_t t0, int64_t t1, int64_t h0, float* scores, float* acc) {
+template <class Rows, int HN, int NV>
+LATHE_A512 void run_block_task(const Inputs<Rows>& a, int64_t t0, int64_t t1, int64_t h0, float* scores, float* acc) {
   const AttentionParams& p = *a.p;
   const int64_t kh = h0 / a.group, S = a.S, Dv = a.Dv, n = t1 - t0;
   const float neg_inf = -std::numeric_limits<float>::infinity();
-  const KT* kbase = a.k + kh * a.ks1;
-  const KT* vbase = a.v + kh * a.vs1;
+  const Rows kbase = a.k.head(kh);
+  const Rows vbase = a.v.head(kh);
   int64_t lo[kQueryBlock], hi[kQueryBlock], jmin = S, jmax = 0;
   const float* q[kQueryBlock][HN];
   for (int64_t i = 0; i < n; ++i) {
@@ -281,7 +331,7 @@ LATHE_A512 void run_block_task(const Inputs<KT>& a, int64_t t0, int64_t t1, int6
   for (int64_t b0 = jmin; b0 < jmax; b0 += kKeyBlock) {  // scores, a key block at a time
     const int64_t b1 = std::min(jmax, b0 + kKeyBlock);
     for (int64_t i = 0; i < n; ++i)
-      score_keys<KT, HN>(q[i], kbase, a.ks0, a.D, std::max(b0, lo[i]), std::min(b1, hi[i]), false, row(i, 0), S);
+      score_keys<Rows, HN>(q[i], kbase, a.D, std::max(b0, lo[i]), std::min(b1, hi[i]), false, row(i, 0), S);
   }
   float total[kQueryBlock][HN];
   bool live[kQueryBlock][HN];
@@ -311,7 +361,7 @@ LATHE_A512 void run_block_task(const Inputs<KT>& a, int64_t t0, int64_t t1, int6
           dense &= live[i][hb + h];
           for (int d = 0; d < NV; ++d) r[h][d] = _mm512_loadu_ps(acc + (i * HN + hb + h) * Dv + 16 * d);
         }
-        accumulate_values<KT, NV, HJ>(w, j_lo, j_hi, vbase, a.vs0, false, dense, r);
+        accumulate_values<Rows, NV, HJ>(w, j_lo, j_hi, vbase, false, dense, r);
         for (int h = 0; h < HJ; ++h)
           for (int d = 0; d < NV; ++d) _mm512_storeu_ps(acc + (i * HN + hb + h) * Dv + 16 * d, r[h][d]);
       }
@@ -330,8 +380,8 @@ LATHE_A512 void run_block_task(const Inputs<KT>& a, int64_t t0, int64_t t1, int6
     }
 }
 
-template <class KT, int HN, int NV>
-void run_all(const Inputs<KT>& a) {
+template <class Rows, int HN, int NV>
+void run_all(const Inputs<Rows>& a) {
   const int64_t per_row = a.Hq / HN;
   if (a.T > kAttentionDecodeRows) {
     const int64_t blocks = (a.T + kQueryBlock - 1) / kQueryBlock;
@@ -340,8 +390,8 @@ void run_all(const Inputs<KT>& a) {
       std::vector<float> acc(static_cast<size_t>(kQueryBlock * HN * a.Dv));
       for (int64_t i = i0; i < i1; ++i) {
         const int64_t t0 = (i / per_row) * kQueryBlock;
-        run_block_task<KT, HN, NV>(a, t0, std::min(a.T, t0 + kQueryBlock), (i % per_row) * HN, scores.data(),
-                                   acc.data());
+        run_block_task<Rows, HN, NV>(a, t0, std::min(a.T, t0 + kQueryBlock), (i % per_row) * HN, scores.data(),
+                                     acc.data());
       }
     };
     parallel_for(blocks * per_row, 1, block_tasks, attention_chunks_per_thread(a.T));
@@ -349,44 +399,92 @@ void run_all(const Inputs<KT>& a) {
   }
   const auto tasks = [&](int64_t i0, int64_t i1) {
     std::vector<float> scores(static_cast<size_t>(HN * a.S));
-    for (int64_t i = i0; i < i1; ++i) run_task<KT, HN, NV>(a, i / per_row, (i % per_row) * HN, scores.data());
+    for (int64_t i = i0; i < i1; ++i) run_task<Rows, HN, NV>(a, i / per_row, (i % per_row) * HN, scores.data());
   };
   parallel_for(a.T * per_row, 1, tasks, attention_chunks_per_thread(a.T));
 }
 
-template <class KT>
-bool run(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionParams& p, Tensor& out) {
-  Inputs<KT> a{};
+// Dispatch on the value head size and whether two query heads of one KV head share each task's key loads.
+template <class Rows>
+bool run_rows(Inputs<Rows>& a) {
+  const bool pairs = a.group % 2 == 0;
+  switch (a.Dv) {
+    case 32: pairs ? run_all<Rows, 2, 2>(a) : run_all<Rows, 1, 2>(a); return true;
+    case 64: pairs ? run_all<Rows, 2, 4>(a) : run_all<Rows, 1, 4>(a); return true;
+    case 128: pairs ? run_all<Rows, 2, 8>(a) : run_all<Rows, 1, 8>(a); return true;
+    case 256: pairs ? run_all<Rows, 2, 16>(a) : run_all<Rows, 1, 16>(a); return true;
+    default: return false;
+  }
+}
+
+template <class Rows>
+Inputs<Rows> inputs(const Tensor& q, const AttentionParams& p, Tensor& out, int64_t S, int64_t Hkv, int64_t Dv) {
+  Inputs<Rows> a{};
   a.q = q.data<float>();
   a.qs0 = q.stride(0);
   a.qs1 = q.stride(1);
-  a.k = k.data<KT>();
-  a.ks0 = k.stride(0);
-  a.ks1 = k.stride(1);
   a.out = out.data<float>();
   a.p = &p;
-  a.v = v.data<KT>();
-  a.vs0 = v.stride(0);
-  a.vs1 = v.stride(1);
   a.T = q.dim(0);
   a.Hq = q.dim(1);
-  a.S = k.dim(0);
-  a.group = a.Hq / k.dim(1);
+  a.S = S;
+  a.group = a.Hq / Hkv;
   a.D = q.dim(2);
-  a.Dv = v.dim(2);
-  const bool pairs = a.group % 2 == 0;  // two query heads of one KV head per task share the key loads
-  switch (a.Dv) {
-    case 32: pairs ? run_all<KT, 2, 2>(a) : run_all<KT, 1, 2>(a); return true;
-    case 64: pairs ? run_all<KT, 2, 4>(a) : run_all<KT, 1, 4>(a); return true;
-    case 128: pairs ? run_all<KT, 2, 8>(a) : run_all<KT, 1, 8>(a); return true;
-    case 256: pairs ? run_all<KT, 2, 16>(a) : run_all<KT, 1, 16>(a); return true;
-    default: return false;
-  }
+  a.Dv = Dv;
+  return a;
+}
+
+template <class KT>
+bool run(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionParams& p, Tensor& out) {
+  Inputs<PlainRows<KT>> a = inputs<PlainRows<KT>>(q, p, out, k.dim(0), k.dim(1), v.dim(2));
+  a.k = {k.data<KT>(), k.stride(0), k.stride(1)};
+  a.v = {v.data<KT>(), v.stride(0), v.stride(1)};
+  return run_rows(a);
+}
+
+template <int BITS>
+QuantRows<BITS> quant_rows(const QuantizedMatrix& m, int64_t Hkv) {
+  const int64_t c1 = m.w.stride(0) * 4, g1 = m.scales.stride(0);  // a row is one token's head
+  return {reinterpret_cast<const uint8_t*>(m.w.data<uint32_t>()),
+          m.scales.data<float>(),
+          m.biases.data<float>(),
+          Hkv * c1,
+          c1,
+          Hkv * g1,
+          g1,
+          m.group_size};
+}
+
+template <int BITS>
+bool run_quantized(const Tensor& q, const QuantizedMatrix& k, const QuantizedMatrix& v, int64_t Hkv,
+                   const AttentionParams& p, Tensor& out) {
+  Inputs<QuantRows<BITS>> a = inputs<QuantRows<BITS>>(q, p, out, k.rows() / Hkv, Hkv, v.cols());
+  a.k = quant_rows<BITS>(k, Hkv);
+  a.v = quant_rows<BITS>(v, Hkv);
+  return run_rows(a);
 }
 #endif
 
 }  // namespace a512
 }  // namespace
+
+bool attention_quantized_avx512(const Tensor& q, const QuantizedMatrix& k, const QuantizedMatrix& v, int64_t kv_heads,
+                                const AttentionParams& p, Tensor& out) {
+#ifdef LATHE_A512
+  if (active_isa() != Isa::Avx512Vnni) return false;
+  const auto rows_ok = [&](const QuantizedMatrix& m) {
+    return m.bits == k.bits && m.w.stride(1) == 1 && m.scales.dtype() == DType::F32 && m.biases.dtype() == DType::F32 &&
+           m.scales.stride(1) == 1 && m.biases.stride(1) == 1 && m.biases.stride(0) == m.scales.stride(0) &&
+           m.group_size % 16 == 0 && m.cols() % m.group_size == 0;
+  };
+  if (q.dim(2) % 16 != 0 || q.stride(2) != 1 || k.cols() != q.dim(2) || !rows_ok(k) || !rows_ok(v)) return false;
+  if (k.bits == 8) return a512::run_quantized<8>(q, k, v, kv_heads, p, out);
+  if (k.bits == 4) return a512::run_quantized<4>(q, k, v, kv_heads, p, out);
+#else
+  (void)q, (void)k, (void)v, (void)kv_heads, (void)p, (void)out;
+#endif
+  return false;
+}
 
 bool attention_avx512(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionParams& p, Tensor& out) {
 #ifdef LATHE_A512
