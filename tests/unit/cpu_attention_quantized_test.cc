@@ -65,6 +65,35 @@ TEST_P(QuantizedKvAttention, MatchesTheDequantizedCache) {
   }
 }
 
+// A prefill chunk dequantizes each key block once per query block into a tile (attention_avx512.cc): each query
+// row's output must still be bitwise what the row gets alone (the decode path, codes read per key), across
+// query blocks, rows that start after cached keys, windows, ring positions and softcap.
+TEST_P(QuantizedKvAttention, PrefillRowsEqualTheirOneRowResultBitwise) {
+  const auto [bits, group, D] = GetParam();
+  const int64_t T = 37, Hq = 4, Hkv = 2, S = 90;  // three query blocks (the last partial), 53 keys cached before
+  const Tensor q = random_kv_rows({T, Hq, D}, 11);
+  const QuantizedMatrix k = quantize_kv(random_kv_rows({S * Hkv, D}, 12), bits, group);
+  const QuantizedMatrix v = quantize_kv(random_kv_rows({S * Hkv, D}, 13), bits, group);
+  std::vector<int64_t> positions(static_cast<size_t>(S));
+  for (int64_t j = 0; j < S; ++j) positions[static_cast<size_t>(j)] = (j * 7) % S;
+  AttentionParams base;
+  base.scale = 1.0f / std::sqrt(static_cast<float>(D));
+  base.q_pos0 = S - T;
+  for (const auto& [variant, p] : testutil::attention_cases(base, 9, &positions, 0.5f)) {
+    const Tensor all = attention_quantized(q, k, v, Hkv, p);
+    for (int64_t t = 0; t < T; ++t) {
+      AttentionParams one = p;
+      one.q_pos0 = p.q_pos0 + t;
+      const Tensor alone = attention_quantized(q.slice(0, t, t + 1).contiguous(), k, v, Hkv, one);
+      const std::vector<float> mine = all.slice(0, t, t + 1).to_floats();
+      if (cpu::active_isa() == cpu::Isa::Avx512Vnni)
+        ASSERT_EQ(alone.to_floats(), mine) << "row " << t << " variant " << variant;
+      else  // AVX2: prefill chunks share one dequantized f32 copy, rows read the codes (another summation order)
+        ASSERT_LT(max_rel_diff_to(alone, all.slice(0, t, t + 1).contiguous()), 2e-5f) << "row " << t;
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Heads, QuantizedKvAttention,
                          ::testing::Values(QkvAttnCase{8, 64, 128}, QkvAttnCase{8, 32, 64}, QkvAttnCase{4, 64, 128},
                                            QkvAttnCase{4, 32, 256}, QkvAttnCase{8, 64, 256}, QkvAttnCase{8, 32, 96}),

@@ -171,9 +171,9 @@ RowsFn pick_for_bits(int64_t D) {
 
 void attention_quantized(const Tensor& q, const QuantizedMatrix& k, const QuantizedMatrix& v, int64_t kv_heads,
                          const AttentionParams& p, Tensor& out) {
-  // Decode rows stream the codes once per step (a quarter / half of bf16's bytes); a prefill chunk's many rows
-  // would convert every code once per query block, which costs more than one shared dequantized copy.
-  if (q.dim(0) <= kAttentionDecodeRows && attention_quantized_avx512(q, k, v, kv_heads, p, out)) return;
+  // Decode rows stream the codes once per step (a quarter / half of bf16's bytes); prefill chunks dequantize each
+  // key block once per query block into a small f32 tile (no copy of the whole cache per chunk).
+  if (attention_quantized_avx512(q, k, v, kv_heads, p, out)) return;
 #ifdef LATHE_AVX2
   // Decode reads each key once per query row; a prefill chunk's many rows would convert every code once per
   // row, so it pays to dequantize once and share the f32 copy across them.

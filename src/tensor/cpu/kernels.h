@@ -55,7 +55,7 @@ inline void visible_key_range(const AttentionParams& p, int64_t qpos, int64_t S,
 // The AVX-512 attention (attention_avx512.cc): false, having done nothing, where the CPU lacks AVX-512 or the
 // shapes are not covered (then attention() runs its AVX2 kernels).
 bool attention_avx512(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionParams& p, Tensor& out);
-// The same kernel over quantized K/V read in place (4/8-bit, f32 scales, groups of a multiple of 16); false,
+// The same kernel over quantized K/V read in place (4/8-bit, f32 scales, groups a power of two ≥ 16); false,
 // having done nothing, where it does not apply.
 bool attention_quantized_avx512(const Tensor& q, const QuantizedMatrix& k, const QuantizedMatrix& v, int64_t kv_heads,
                                 const AttentionParams& p, Tensor& out);
