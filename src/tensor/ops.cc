@@ -8,6 +8,7 @@
 
 #include "common/error.h"
 #include "tensor/cpu/kernels.h"
+#include "tensor/cpu/packed_quant.h"
 #include "tensor/cpu/row_scan.h"
 #include "tensor/device_memory.h"
 #include "tensor/thread_pool.h"
@@ -33,6 +34,16 @@ void require_f32_rows(const Tensor& x, const char* op) {
     throw Error(ErrorKind::InvalidArgument, std::string(op) + ": activations must be F32, got " + x.describe());
 }
 
+// y[M, N] += bias[N] (a CPU linear's bias).
+void add_bias(Tensor& y, const Tensor* bias) {
+  if (!bias || !bias->defined()) return;
+  const std::vector<float> b = bias->to_floats();
+  float* yp = y.data<float>();
+  const int64_t N = y.dim(1);
+  for (int64_t m = 0; m < y.dim(0); ++m)
+    for (int64_t n = 0; n < N; ++n) yp[m * N + n] += b[static_cast<size_t>(n)];
+}
+
 }  // namespace
 
 Tensor linear(const Tensor& x_in, const Weight& w, const Tensor* bias, bool f32_out) {
@@ -50,14 +61,40 @@ Tensor linear(const Tensor& x_in, const Weight& w, const Tensor* bias, bool f32_
     cpu::linear_quantized(x, w.q, y);
   else
     cpu::linear_dense(x, w.dense, y);
-  if (bias && bias->defined()) {
-    const std::vector<float> b = bias->to_floats();
-    float* yp = y.data<float>();
-    const int64_t N = y.dim(1);
-    for (int64_t m = 0; m < y.dim(0); ++m)
-      for (int64_t n = 0; n < N; ++n) yp[m * N + n] += b[static_cast<size_t>(n)];
-  }
+  add_bias(y, bias);
   return y;
+}
+
+std::vector<Tensor> linear_many(const Tensor& x_in, const std::vector<const Weight*>& ws,
+                                const std::vector<const Tensor*>& biases, bool f32_out) {
+  const size_t n = ws.size();
+  std::vector<Tensor> ys(n);
+  auto bias_of = [&](size_t i) { return i < biases.size() ? biases[i] : nullptr; };
+  if (x_in.device() == Device::CPU && x_in.dtype() == DType::F32 && x_in.ndim() == 2) {
+    // The packed weights that can share x's quantized rows with the first of them (the others run alone).
+    const Tensor x = x_in.contiguous();
+    std::vector<cpu::PackedLinear> calls;
+    std::vector<size_t> idx;
+    for (size_t i = 0; i < n; ++i) {
+      const Weight& w = *ws[i];
+      const cpu::PackedQuant* p = w.quantized ? w.q.cpu_packed.get() : nullptr;
+      if (!p || w.q.w.device() != Device::CPU || w.in_features() != x.dim(1) ||
+          (!calls.empty() && !cpu::packed_share_input(*calls[0].p, *p)))
+        continue;
+      ys[i] = Tensor::empty({x.dim(0), w.out_features()}, DType::F32);
+      calls.push_back({p, w.q.cpu_packed_row0, w.out_features(), ys[i].data<float>()});
+      idx.push_back(i);
+    }
+    if (calls.size() >= 2) {
+      cpu::linear_packed_many(x.data<float>(), x.dim(0), calls.data(), static_cast<int>(calls.size()));
+      for (size_t i : idx) add_bias(ys[i], bias_of(i));
+    } else {
+      for (size_t i : idx) ys[i] = Tensor();
+    }
+  }
+  for (size_t i = 0; i < n; ++i)
+    if (!ys[i].defined()) ys[i] = linear(x_in, *ws[i], bias_of(i), f32_out);
+  return ys;
 }
 
 Tensor dequantize(const QuantizedMatrix& q, int64_t row0, int64_t n) {

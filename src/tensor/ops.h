@@ -49,6 +49,11 @@ struct Weight {
 
 // y = x · Wᵀ (+ bias). x: [M, in]; returns [M, out] in x's type, or F32 with f32_out (logits).
 Tensor linear(const Tensor& x, const Weight& w, const Tensor* bias = nullptr, bool f32_out = false);
+// linear() of several weights over the same x (biases[i] for ws[i], or none), each output bitwise its own
+// linear() call's. On the CPU's packed path the weights that can share it quantize x once and run in one
+// parallel region (q|k|v: one quantization pass and one barrier instead of three).
+std::vector<Tensor> linear_many(const Tensor& x, const std::vector<const Weight*>& ws,
+                                const std::vector<const Tensor*>& biases = {}, bool f32_out = false);
 // Row gather: returns [ids.size(), dim] of type `out` (F32 on the CPU) from a dense or quantized table
 // [vocab, dim], on the table's device.
 Tensor embedding(const std::vector<int32_t>& ids, const Weight& table, DType out = DType::F32);

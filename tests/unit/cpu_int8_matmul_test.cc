@@ -183,6 +183,48 @@ TEST(Int8MatmulPacking, RowSliceSharesTheParentPacking) {
       ASSERT_EQ(full[static_cast<size_t>(m * N + 8 + n)], sliced[static_cast<size_t>(m * 12 + n)]);
 }
 
+TEST(Int8MatmulPacking, SharedInputOutputsAreBitwiseTheirOwnCalls) {
+  // linear_many (q|k|v, gate|up over one quantized x): row slices of one packing, weights of other bit widths and
+  // scale types, one that cannot share (another group size) and a dense one; 16-bit activations too; every ISA.
+  const int64_t K = 256;
+  auto packed = [&](int64_t n, int bits, int group, DType scales, int act_bits, uint32_t seed) {
+    const auto w = random_floats(static_cast<size_t>(n * K), seed);
+    Weight q{Tensor(), quant::quantize(w.data(), n, K, bits, group, scales), true};
+    pack_for_cpu(q.q, act_bits);
+    return q;
+  };
+  for (int act_bits : {8, 16}) {
+    const Weight whole = packed(56, 4, 64, DType::BF16, act_bits, 21);
+    Weight slice = whole;
+    slice.q.w = whole.q.w.slice(0, 20, 45);
+    slice.q.scales = whole.q.scales.slice(0, 20, 45);
+    slice.q.biases = whole.q.biases.slice(0, 20, 45);
+    slice.q.cpu_packed_row0 = 20;
+    const Weight eight = packed(19, 8, 64, DType::F32, act_bits, 22);
+    const Weight other_group = packed(9, 4, 32, DType::BF16, act_bits, 23);
+    Weight dense;
+    dense.dense = Tensor::from_floats(random_floats(static_cast<size_t>(5 * K), 24), {5, K});
+    const Tensor bias = Tensor::from_floats(random_floats(19, 25), {19});
+    const std::vector<const Weight*> ws{&whole, &slice, &eight, &other_group, &dense};
+    const std::vector<const Tensor*> biases{nullptr, nullptr, &bias};
+    for (cpu::Isa isa : isas()) {
+      IsaScope scope(isa);
+      for (int64_t M : {int64_t{1}, int64_t{6}, int64_t{33}}) {
+        const Tensor x = Tensor::from_floats(random_floats(static_cast<size_t>(M * K), 26), {M, K});
+        const std::vector<Tensor> ys = linear_many(x, ws, biases);
+        ASSERT_EQ(ys.size(), ws.size());
+        for (size_t i = 0; i < ws.size(); ++i) {
+          const std::vector<float> y = ys[i].to_floats(),
+                                   ref = linear(x, *ws[i], i < biases.size() ? biases[i] : nullptr).to_floats();
+          ASSERT_EQ(y.size(), ref.size());
+          ASSERT_EQ(std::memcmp(y.data(), ref.data(), sizeof(float) * ref.size()), 0)
+              << cpu::isa_name(isa) << " act_bits " << act_bits << " M " << M << " weight " << i;
+        }
+      }
+    }
+  }
+}
+
 TEST(Int8MatmulPacking, UncoveredLayoutsStayExact) {
   // Weights off the CPU have no packing; a group size the kernels do not take (16) neither.
   const auto w = random_floats(static_cast<size_t>(8 * 96), 5);

@@ -221,6 +221,10 @@ Tensor Attention::decode_rows_captured(const Tensor& y, const std::vector<LayerC
   return heads.reshape({B, spec_.heads * spec_.head_dim});
 }
 
+std::vector<Tensor> Attention::project_lin(const Tensor& x) const {
+  return spec_.k_eq_v ? apply_linears(x, {&q_, &k_}) : apply_linears(x, {&q_, &k_, &v_});
+}
+
 LoraGroup Attention::qkv_group() const { return stacked_lora_group({&q_, &k_, &v_}); }
 
 Tensor Attention::qkv_fused(const Tensor& x) const {
@@ -233,15 +237,17 @@ Tensor Attention::qkv_fused(const Tensor& x) const {
 Tensor Attention::forward(const Tensor& x, LayerCache& cache, KVView* kv_out) const {
   LATHE_CHECK(!spec_.kv_shared, "a KV-shared attention layer has no cache of its own");
   // Decode: one GEMV over the stacked rows (its column slices of one token are contiguous). Prefill: a GEMM per
-  // row view, so each output is contiguous (slicing one [T, q+k+v] output would need three copies).
+  // row view, so each output is contiguous (slicing one [T, q+k+v] output would need three copies); on the CPU
+  // the three share one quantization of x and one parallel region (apply_linears).
   // LoRA residuals are added to the fused output by the gathered device kernels; where those cannot serve the
   // adapters in use, the per-module route (row views of the same weight) adds them in its Linears.
   if (fused_qkv_ && x.dim(0) == 1 && lora::group_fusable(qkv_group(), x))
     return out_proj(decode_heads(qkv_fused(x), cache, kv_out));
   const int64_t pos0 = cache.offset();
   Tensor gate, k, v;
-  const Tensor q = project_q(q_(x), pos0, &gate);
-  project_kv(k_(x), spec_.k_eq_v ? Tensor() : v_(x), pos0, k, v);
+  const std::vector<Tensor> lin = project_lin(x);
+  const Tensor q = project_q(lin[0], pos0, &gate);
+  project_kv(lin[1], spec_.k_eq_v ? Tensor() : lin[2], pos0, k, v);
   const KVView kv = cache.update(k, v);
   if (kv_out) *kv_out = kv;
   return finish(q, gate, kv, pos0);
@@ -277,7 +283,8 @@ Tensor Attention::forward_rows(const Tensor& x, const RowSpans& s, const std::ve
     return out_proj(concat_rows(heads));
   }
   if (capture) throw Error(ErrorKind::Unsupported, "batch graph: this layer's step is not a fused decode step");
-  const Tensor q_lin = q_(x), k_lin = k_(x), v_lin = spec_.k_eq_v ? Tensor() : v_(x);
+  const std::vector<Tensor> lin = project_lin(x);
+  const Tensor &q_lin = lin[0], &k_lin = lin[1], v_lin = spec_.k_eq_v ? Tensor() : lin[2];
   for (size_t r = 0; r < s.rows(); ++r) {
     const int64_t pos0 = caches[r]->offset();
     Tensor gate, k, v;

@@ -4,6 +4,7 @@
 // (Qwen3.5), and KV-shared layers that attend over another layer's K/V (Gemma 4).
 #pragma once
 #include <string>
+#include <vector>
 
 #include "cache/layer_cache.h"
 #include "model/batch_rows.h"
@@ -59,6 +60,9 @@ class Attention {
   // One row's keys and values from its k/v projections [T, kv_out] (normed, roped at pos0).
   void project_kv(const Tensor& k_lin, const Tensor& v_lin, int64_t pos0, Tensor& k, Tensor& v) const;
   Tensor out_proj(const Tensor& heads) const;
+  // q, k and v (q and k with k_eq_v) over x as separate outputs, each with its own LoRA residual (x quantized
+  // once for all on the CPU).
+  std::vector<Tensor> project_lin(const Tensor& x) const;
   // The fused q|k|v output's LoRA group (column ranges of q, k, v in the stacked projection).
   LoraGroup qkv_group() const;
   // linear(x, qkv_) plus the adapters' residuals (lora::group_fusable said yes).

@@ -30,14 +30,18 @@ GatedDeltaNet::GatedDeltaNet(WeightBinder& b, const std::string& p, const GatedD
   norm_w_ = b.tensor(p + ".norm.weight", {s.v_dim});
 }
 
+std::vector<Tensor> GatedDeltaNet::project_in(const Tensor& x) const {
+  return linear_many(x, {&in_qkv_.w, &in_z_.w, &in_a_.w, &in_b_.w}, {}, /*f32_out=*/true);
+}
+
 // The projections emit F32 whatever the activation type: the decay exp(g) compounds over every later token, so
 // a bf16 rounding of a (or of the conv input) would drift the state; the outputs are small vectors.
 Tensor GatedDeltaNet::forward(const Tensor& x, SSMCache& cache) const {
-  auto proj = [&x](const Linear& l) { return linear(x, l.w, nullptr, /*f32_out=*/true); };
+  const std::vector<Tensor> lin = project_in(x);
   const int64_t T = x.dim(0), Hk = spec_.k_heads, Hv = spec_.v_heads, Dk = spec_.k_dim, Dv = spec_.v_dim;
   const int64_t key_dim = Hk * Dk;
   Tensor& conv_state = cache.conv_state(spec_.conv_kernel - 1, conv_w_.dim(0), x.device());
-  const Tensor mixed = causal_conv1d_silu(proj(in_qkv_), conv_w_, conv_state, fast_exp());
+  const Tensor mixed = causal_conv1d_silu(lin[0], conv_w_, conv_state, fast_exp());
   Tensor q = l2_normalize(mixed.slice(1, 0, key_dim).reshape({T, Hk, Dk}), 1e-6f);
   const Tensor k = l2_normalize(mixed.slice(1, key_dim, 2 * key_dim).reshape({T, Hk, Dk}), 1e-6f);
   const Tensor v = mixed.slice(1, 2 * key_dim, mixed.dim(1)).reshape({T, Hv, Dv});
@@ -45,11 +49,11 @@ Tensor GatedDeltaNet::forward(const Tensor& x, SSMCache& cache) const {
 
   // Per token and value head: decay (log space) and the delta rule's step size.
   Tensor g, beta;
-  delta_gates(proj(in_a_), proj(in_b_), neg_a_, dt_bias_, g, beta);
+  delta_gates(lin[2], lin[3], neg_a_, dt_bias_, g, beta);
   Tensor& state = cache.recurrent_state(Hv, Dv, Dk, x.device());
   const Tensor y = gated_delta_rule(q, k, v, g, beta, state);
   cache.advance(T);
-  const Tensor z = proj(in_z_).reshape({T, Hv, Dv});
+  const Tensor z = lin[1].reshape({T, Hv, Dv});
   // The gated norm feeds out_proj: back to the activation type there.
   const Tensor n = convert(rms_norm_gated(y, z, norm_w_, spec_.norm_eps).reshape({T, Hv * Dv}), x.dtype());
   return linear(n, out_.w, nullptr, /*f32_out=*/true);
@@ -58,10 +62,10 @@ Tensor GatedDeltaNet::forward(const Tensor& x, SSMCache& cache) const {
 Tensor GatedDeltaNet::forward_rows(const Tensor& x, const RowSpans& s, const std::vector<SSMCache*>& caches) const {
   LATHE_CHECK(caches.size() == s.rows(), "forward_rows: one state per row");
   if (s.rows() == 1) return forward(x, *caches[0]);
-  auto proj = [&x](const Linear& l) { return linear(x, l.w, nullptr, /*f32_out=*/true); };
+  const std::vector<Tensor> lin = project_in(x);
   const int64_t N = x.dim(0), Hk = spec_.k_heads, Hv = spec_.v_heads, Dk = spec_.k_dim, Dv = spec_.v_dim;
   const int64_t key_dim = Hk * Dk;
-  const Tensor qkv = proj(in_qkv_);
+  const Tensor& qkv = lin[0];
   std::vector<Tensor> mixed_rows;
   for (size_t r = 0; r < s.rows(); ++r) {
     Tensor& conv_state = caches[r]->conv_state(spec_.conv_kernel - 1, conv_w_.dim(0), x.device());
@@ -73,7 +77,7 @@ Tensor GatedDeltaNet::forward_rows(const Tensor& x, const RowSpans& s, const std
   const Tensor v = mixed.slice(1, 2 * key_dim, mixed.dim(1)).contiguous().reshape({N, Hv, Dv});
   scale_inplace(q, 1.0f / std::sqrt(static_cast<float>(Dk)));
   Tensor g, beta;
-  delta_gates(proj(in_a_), proj(in_b_), neg_a_, dt_bias_, g, beta);
+  delta_gates(lin[2], lin[3], neg_a_, dt_bias_, g, beta);
   std::vector<Tensor> ys;
   for (size_t r = 0; r < s.rows(); ++r) {
     Tensor& state = caches[r]->recurrent_state(Hv, Dv, Dk, x.device());
@@ -81,7 +85,7 @@ Tensor GatedDeltaNet::forward_rows(const Tensor& x, const RowSpans& s, const std
                                   row_part(beta, s, r), state));
     caches[r]->advance(s.len[r]);
   }
-  const Tensor z = proj(in_z_).reshape({N, Hv, Dv});
+  const Tensor z = lin[1].reshape({N, Hv, Dv});
   const Tensor n =
       convert(rms_norm_gated(concat_rows(ys), z, norm_w_, spec_.norm_eps).reshape({N, Hv * Dv}), x.dtype());
   return linear(n, out_.w, nullptr, /*f32_out=*/true);

@@ -34,6 +34,8 @@ class GatedDeltaNet {
   bool fast_exp() const { return in_qkv_.w.quantized && in_qkv_.w.q.cpu_packed; }
 
  private:
+  // The input projections qkv, z, a, b over x, F32 (x quantized once for all on the CPU).
+  std::vector<Tensor> project_in(const Tensor& x) const;
   GatedDeltaSpec spec_;
   Linear in_qkv_, in_z_, in_a_, in_b_, out_;
   Tensor conv_w_;           // [C, K] f32 (on the CPU a view of [K, C] storage)

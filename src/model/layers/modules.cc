@@ -19,6 +19,33 @@ Linear bind_row_slice(WeightBinder& b, const Weight& stacked, const std::string&
   return l;
 }
 
+std::vector<Tensor> apply_linears(const Tensor& x, std::initializer_list<const Linear*> ls, bool f32_out) {
+  std::vector<Tensor> ys;
+  ys.reserve(ls.size());
+  if (x.device() != Device::CPU) {
+    for (const Linear* l : ls) ys.push_back((*l)(x, f32_out));
+    return ys;
+  }
+  std::vector<const Weight*> ws;
+  std::vector<const Tensor*> biases;
+  for (const Linear* l : ls) {
+    ws.push_back(&l->w);
+    biases.push_back(l->bias.defined() ? &l->bias : nullptr);
+  }
+  // Off the device route begin_residual does nothing and finish_residual adds the site's residual to its own
+  // output: the same as each Linear's operator().
+  ys = linear_many(x, ws, biases, f32_out);
+  size_t i = 0;
+  for (const Linear* l : ls) {
+    if (l->lora_site >= 0) {
+      const lora::PendingResidual r = lora::begin_residual(lora::site_group(l->lora_site, l->w.out_features()), x);
+      lora::finish_residual(r, x, ys[i]);
+    }
+    ++i;
+  }
+  return ys;
+}
+
 Activation parse_activation(const std::string& name) {
   if (name == "silu" || name == "swish") return Activation::SiLU;
   if (name == "gelu_pytorch_tanh" || name == "gelu_tanh" || name == "gelu_new" || name == "gelu_approx")
@@ -32,8 +59,8 @@ Tensor GatedMLP::operator()(const Tensor& x, bool f32_out) const {
   Tensor g, u;
   // One token, or any rows on a device: one matmul over the stacked gate|up (a device's gated kernel reads the
   // two column halves in place; a 64-row Qwen3-4B decode step makes 36 cuBLAS calls fewer). CPU prefill: a GEMM
-  // per row view (contiguous outputs). LoRA residuals on gate or up are added to the fused output on the device
-  // (gathered kernels), else the per-module route's Linears add them.
+  // per row view (contiguous outputs) over one shared quantization of x. LoRA residuals on gate or up are added to the
+  // fused output on the device (gathered kernels), else the per-module route's Linears add them.
   const int64_t I = gate.w.out_features();
   const LoraGroup lg = stacked_lora_group({&gate, &up});
   if (fused && (x.dim(0) == 1 || x.device() != Device::CPU) && lora::group_fusable(lg, x)) {
@@ -43,8 +70,9 @@ Tensor GatedMLP::operator()(const Tensor& x, bool f32_out) const {
     g = gu.slice(1, 0, I);
     u = gu.slice(1, I, 2 * I);
   } else {
-    g = gate(x);
-    u = up(x);
+    std::vector<Tensor> gu = apply_linears(x, {&gate, &up});
+    g = std::move(gu[0]);
+    u = std::move(gu[1]);
   }
   // The default CPU path (weights packed for the int8 kernels) also takes the polynomial exp; --exact keeps libm's.
   const bool fast_exp = down.w.quantized && down.w.q.cpu_packed;

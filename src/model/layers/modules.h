@@ -2,6 +2,7 @@
 #pragma once
 #include <initializer_list>
 #include <string>
+#include <vector>
 
 #include "lora/forward_context.h"
 #include "model/weights.h"
@@ -23,6 +24,10 @@ struct Linear {
     return y;
   }
 };
+
+// Each Linear of ls over the same x, as its operator() would give it (bias, LoRA residual), in order. On the CPU
+// x is quantized once for all of them (linear_many); a device runs them one by one.
+std::vector<Tensor> apply_linears(const Tensor& x, std::initializer_list<const Linear*> ls, bool f32_out = false);
 
 // The LoRA group of Linears whose outputs sit side by side in one stacked projection (q|k|v, gate|up), in
 // that order: each adaptable one's site over its columns.

@@ -90,4 +90,19 @@ std::shared_ptr<const PackedQuant> pack_quantized(const QuantizedMatrix& q, int 
 // y[M, N] for rows [row0, row0 + N) of the packed matrix; x is [M, cols] f32 row-major, y [M, N].
 void linear_packed(const float* x, int64_t M, const PackedQuant& p, int64_t row0, int64_t N, float* y);
 
+// One weight of linear_packed_many: rows [row0, row0 + N) of *p into y[M, N].
+struct PackedLinear {
+  const PackedQuant* p = nullptr;
+  int64_t row0 = 0, N = 0;
+  float* y = nullptr;
+};
+// linear_packed for several weights over the same x (q|k|v, gate|up), which must share cols, group_size and
+// act_bits: x is quantized once (a row's int8 form depends only on the row and the group size) and every
+// weight's blocks go through one parallel region, so each y is bitwise its own linear_packed call's.
+void linear_packed_many(const float* x, int64_t M, const PackedLinear* calls, int n);
+// Whether linear_packed_many may take a and b together.
+inline bool packed_share_input(const PackedQuant& a, const PackedQuant& b) {
+  return a.cols == b.cols && a.group_size == b.group_size && a.act_bits == b.act_bits;
+}
+
 }  // namespace lathe::cpu

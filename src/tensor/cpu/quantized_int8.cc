@@ -96,6 +96,9 @@ float dot_row_scalar(const PackedQuant& p, int64_t n, const XRow& x) {
   return acc;
 }
 
+// Blocks [b0, b1) for M activation rows, writing y[M, N] for rows [row0, row0 + N) (the x86 SIMD kernels).
+using RowsFn = void (*)(const PackedQuant&, int64_t, int64_t, const XRow*, int64_t, int64_t, int64_t, float*);
+
 #ifdef LATHE_X86
 // max |x| over one group (a multiple of 8 values).
 LATHE_AVX2_FN float absmax_avx2(const float* xg, int gs) {
@@ -164,9 +167,6 @@ LATHE_AVX2_FN void quantize_row_split_avx2(const float* x, int64_t K, int gs, in
   group_sums(hi, K, gs, dhi, shi, ihi);
   group_sums(lo, K, gs, dlo, slo, ilo);
 }
-
-// Blocks [b0, b1) for M activation rows, writing y[M, N] for rows [row0, row0 + N).
-using RowsFn = void (*)(const PackedQuant&, int64_t, int64_t, const XRow*, int64_t, int64_t, int64_t, float*);
 
 namespace i8_avx2 {
 #define LATHE_I8_FN __attribute__((target("avx2,fma,f16c")))
@@ -283,15 +283,30 @@ struct Scratch {
   std::vector<float> y2;  // 16-bit activations: the hi and lo rows' outputs before they are added
 };
 
-// y[M, N] for rows [row0, row0 + N) from M quantized activation rows, on the best kernel for isa. With pair_sum
-// (16-bit activations: rows 2m and 2m + 1 are one row's hi and lo) each task also writes
-// pair_sum[m, n] = y[2m, n] + y[2m + 1, n] for its own columns, while they are in cache.
-void run_rows(const PackedQuant& p, const XRow* xr, int64_t M, int64_t row0, int64_t N, float* y, Isa isa,
-              float* pair_sum = nullptr);
+// One weight of a call: rows [row0, row0 + N) into y[XM, N]; with pair_sum (16-bit activations: rows 2m and
+// 2m + 1 of y are one row's hi and lo) its tasks also write pair_sum[m, n] = y[2m, n] + y[2m + 1, n] for their
+// own columns, while they are in cache.
+struct Job {
+  const PackedQuant* p;
+  int64_t row0, N;
+  float* y;
+  float* pair_sum;
+};
+
+// The jobs' outputs from XM quantized activation rows, on the best kernel for isa: the blocks of all jobs in
+// one parallel region (one barrier for q|k|v instead of three).
+void run_jobs(const Job* jobs, int n, const XRow* xr, int64_t XM, Isa isa);
 
 }  // namespace
 
 void linear_packed(const float* x, int64_t M, const PackedQuant& p, int64_t row0, int64_t N, float* y) {
+  const PackedLinear call{&p, row0, N, y};
+  linear_packed_many(x, M, &call, 1);
+}
+
+void linear_packed_many(const float* x, int64_t M, const PackedLinear* calls, int n) {
+  if (n <= 0) return;
+  const PackedQuant& p = *calls[0].p;
   const int64_t K = p.cols, G = p.groups;
   [[maybe_unused]] const Isa isa = active_isa();  // the SIMD kernels' (x86, Arm); the scalar rows otherwise
   thread_local Scratch sc;
@@ -332,63 +347,82 @@ void linear_packed(const float* x, int64_t M, const PackedQuant& p, int64_t row0
   });
   for (int64_t m = 0; m < XM; ++m)
     sc.rows[static_cast<size_t>(m)] = XRow{qb + m * K, db + m * G, sb + m * G, ib + m * G};
+  Job jobs[8];
+  float* y2 = nullptr;
   if (split) {
     // The 2M int8 rows through the int8 kernels (one weight pass), each row's two halves added by the same tasks.
-    sc.y2.resize(static_cast<size_t>(XM * N));
-    run_rows(p, sc.rows.data(), XM, row0, N, sc.y2.data(), isa, y);
-    return;
+    int64_t cols = 0;
+    for (int i = 0; i < n; ++i) cols += calls[i].N;
+    sc.y2.resize(static_cast<size_t>(XM * cols));
+    y2 = sc.y2.data();
   }
-  run_rows(p, sc.rows.data(), M, row0, N, y, isa);
+  for (int at = 0; at < n; at += 8) {  // 8 weights a region (callers pass at most 4)
+    const int k = std::min(8, n - at);
+    for (int i = 0; i < k; ++i) {
+      const PackedLinear& c = calls[at + i];
+      jobs[i] = split ? Job{c.p, c.row0, c.N, y2, c.y} : Job{c.p, c.row0, c.N, c.y, nullptr};
+      if (split) y2 += XM * c.N;
+    }
+    run_jobs(jobs, k, sc.rows.data(), XM, isa);
+  }
 }
 
 namespace {
 
-void run_rows(const PackedQuant& p, const XRow* xr, int64_t M, int64_t row0, int64_t N, float* y,
-              [[maybe_unused]] Isa isa, float* pair_sum) {
+void run_jobs(const Job* jobs, int n, const XRow* xr, int64_t M, [[maybe_unused]] Isa isa) {
   constexpr int64_t R = PackedQuant::kBlockRows;
-  [[maybe_unused]] const int64_t first = row0 / R, last = (row0 + N + R - 1) / R;  // the blocks holding the call's rows
-  // Columns [c0, c1) of the call: each row pair's sum.
-  auto add_pairs = [&](int64_t c0, int64_t c1) {
-    if (!pair_sum) return;
+  // Job j's blocks, from first[j] of its weight on, are [start[j], start[j + 1]) of the region's range.
+  int64_t first[8], start[9];
+  start[0] = 0;
+  for (int j = 0; j < n; ++j) {
+    first[j] = jobs[j].row0 / R;
+    start[j + 1] = start[j] + (jobs[j].row0 + jobs[j].N + R - 1) / R - first[j];
+  }
+  [[maybe_unused]] RowsFn fns[8] = {};
+  bool simd = false;
+#ifdef LATHE_X86
+  simd = true;
+  for (int j = 0; j < n; ++j) simd = simd && (fns[j] = pick_simd(isa, *jobs[j].p)) != nullptr;
+#endif
+#if defined(__aarch64__)
+  simd = isa == Isa::NeonDot;
+#endif
+  // Blocks [b0, b1) of job j, then their columns' pair sums.
+  auto blocks = [&](const Job& jb, [[maybe_unused]] RowsFn fn, int64_t b0, int64_t b1) {
+    const PackedQuant& p = *jb.p;
+    const int64_t row0 = jb.row0, N = jb.N;
+    float* y = jb.y;
+    const int64_t c0 = std::max(row0, b0 * R) - row0, c1 = std::min(row0 + N, b1 * R) - row0;
+    if (simd) {
+#ifdef LATHE_X86
+      fn(p, b0, b1, xr, M, row0, N, y);
+#endif
+#if defined(__aarch64__)
+      rows_neon_dot(p, b0, b1, xr, M, row0, N, y);
+#endif
+    } else {
+      for (int64_t c = c0; c < c1; ++c)
+        for (int64_t m = 0; m < M; ++m) y[m * N + c] = dot_row_scalar(p, row0 + c, xr[m]);
+    }
+    if (!jb.pair_sum) return;
     for (int64_t m = 0; m < M / 2; ++m) {
       const float* __restrict a = y + 2 * m * N;
       const float* __restrict b = a + N;
-      float* __restrict out = pair_sum + m * N;
+      float* __restrict out = jb.pair_sum + m * N;
       for (int64_t c = c0; c < c1; ++c) out[c] = a[c] + b[c];
     }
   };
-  // The call's columns held by blocks [b0, b1).
-  [[maybe_unused]] auto block_cols = [&](int64_t b0, int64_t b1) {
-    add_pairs(std::max(row0, b0 * R) - row0, std::min(row0 + N, b1 * R) - row0);
-  };
-#ifdef LATHE_X86
-  if (const RowsFn fn = pick_simd(isa, p)) {
-    // Prefill calls (more than 4 rows) take two ranges per thread: a thread that starts late then holds up
-    // the other less (128-token prefill ~3% faster than one range per thread); decode rows take the default one.
-    parallel_for(
-        last - first, 1,
-        [&](int64_t a, int64_t b) {
-          fn(p, first + a, first + b, xr, M, row0, N, y);
-          block_cols(first + a, first + b);
-        },
-        M <= 4 ? 1 : 2);
-    return;
-  }
-#endif
-#if defined(__aarch64__)
-  if (isa == Isa::NeonDot) {
-    parallel_for(last - first, 1, [&](int64_t a, int64_t b) {
-      rows_neon_dot(p, first + a, first + b, xr, M, row0, N, y);
-      block_cols(first + a, first + b);
-    });
-    return;
-  }
-#endif
-  parallel_for(N, 16, [&](int64_t a, int64_t b) {
-    for (int64_t n = row0 + a; n < row0 + b; ++n)
-      for (int64_t m = 0; m < M; ++m) y[m * N + (n - row0)] = dot_row_scalar(p, n, xr[m]);
-    add_pairs(a, b);
-  });
+  // Prefill calls (more than 4 rows) take two ranges per thread: a thread that starts late then holds up
+  // the other less (128-token prefill ~3% faster than one range per thread); decode rows take the default one.
+  parallel_for(
+      start[n], 1,
+      [&](int64_t a, int64_t b) {
+        for (int j = 0; j < n; ++j) {
+          const int64_t lo = std::max(a, start[j]), hi = std::min(b, start[j + 1]);
+          if (lo < hi) blocks(jobs[j], fns[j], first[j] + lo - start[j], first[j] + hi - start[j]);
+        }
+      },
+      M <= 4 ? 1 : 2);
 }
 
 }  // namespace
