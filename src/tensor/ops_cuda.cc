@@ -9,8 +9,10 @@
 #include <cstring>
 
 #include "common/error.h"
+#include "tensor/cuda/decode_attention.h"
 #include "tensor/cuda/gemv_mma.h"
 #include "tensor/cuda/kernels.h"
+#include "tensor/cuda/kernels_models.h"
 #include "tensor/dense_weights.h"
 #include "tensor/device_memory.h"
 #include "tensor/ops_cuda_check.h"
@@ -146,6 +148,38 @@ void rope_inplace(Tensor& x, const RopeTable& rope, int64_t pos0) {
              pos0);
 }
 
+namespace {
+// q's side of an attention launch and p's scale, masking and positions (pos: the ring's key positions uploaded,
+// kept alive by the caller until the launch is queued). K/V and their shapes are the caller's.
+cuda::AttentionArgs query_args(const Tensor& q, const Tensor& out, const AttentionParams& p, int64_t S, Tensor& pos) {
+  cuda::AttentionArgs a;
+  a.q = q.raw();
+  a.out = const_cast<void*>(out.raw());
+  a.t = q.dtype();
+  a.T = q.dim(0);
+  a.Hq = q.dim(1);
+  a.D = q.dim(2);
+  a.S = S;
+  a.q_s0 = q.stride(0);
+  a.q_s1 = q.stride(1);
+  a.scale = p.scale;
+  a.softcap = p.softcap;
+  a.window = p.window;
+  a.causal = p.causal;
+  a.q_pos0 = p.q_pos0;
+  a.k_pos0 = p.k_pos0;
+  if (p.k_pos) {  // ring-buffer caches: explicit key positions
+    pos = Tensor::empty({S}, DType::I64);
+    std::copy(p.k_pos->begin(), p.k_pos->end(), pos.data<int64_t>());
+    pos = pos.to(Device::CUDA);
+    a.k_pos = pos.data<int64_t>();
+  } else {
+    a.delta = cuda::step_delta();  // linear positions: a replayed step shifts them on the device
+  }
+  return a;
+}
+}  // namespace
+
 Tensor attention(const Tensor& q_in, const Tensor& k, const Tensor& v, const AttentionParams& p) {
   require_act(q_in, "attention");
   require_act(k, "attention");
@@ -153,41 +187,77 @@ Tensor attention(const Tensor& q_in, const Tensor& k, const Tensor& v, const Att
   LATHE_CHECK(k.dtype() == q_in.dtype() && v.dtype() == q_in.dtype(), "attention: q/k/v types differ");
   const Tensor q = q_in.contiguous();
   Tensor out = Tensor::empty({q.dim(0), q.dim(1), v.dim(2)}, q.dtype(), Device::CUDA);
-  cuda::AttentionArgs a;
-  a.q = q.raw();
+  Tensor pos;
+  cuda::AttentionArgs a = query_args(q, out, p, k.dim(0), pos);
   a.k = k.raw();
   a.v = v.raw();
-  a.out = out.raw();
-  a.t = q.dtype();
-  a.T = q.dim(0);
-  a.Hq = q.dim(1);
-  a.D = q.dim(2);
-  a.S = k.dim(0);
   a.Hkv = k.dim(1);
   a.Dv = v.dim(2);
-  a.q_s0 = q.stride(0);
-  a.q_s1 = q.stride(1);
   a.k_s0 = k.stride(0);
   a.k_s1 = k.stride(1);
   a.v_s0 = v.stride(0);
   a.v_s1 = v.stride(1);
-  a.scale = p.scale;
-  a.softcap = p.softcap;
-  a.window = p.window;
-  a.causal = p.causal;
-  a.q_pos0 = p.q_pos0;
-  a.k_pos0 = p.k_pos0;
-  Tensor pos;
-  if (p.k_pos) {  // ring-buffer caches: explicit key positions
-    pos = Tensor::empty({a.S}, DType::I64);
-    std::copy(p.k_pos->begin(), p.k_pos->end(), pos.data<int64_t>());
-    pos = pos.to(Device::CUDA);
-    a.k_pos = pos.data<int64_t>();
-  } else {
-    a.delta = cuda::step_delta();  // linear positions: a replayed step shifts them on the device
-  }
   cuda::attention(a);
   return out;
+}
+
+bool quantized_kv_args(cuda::AttentionArgs& a, const QuantizedMatrix& k, const QuantizedMatrix& v, int64_t kv_heads) {
+  const auto fits = [](const QuantizedMatrix& m) {
+    return m.w.device() == Device::CUDA && m.w.dtype() == DType::U32 && m.w.ndim() == 2 && m.w.stride(1) == 1 &&
+           m.scales.dtype() == DType::BF16 && m.biases.dtype() == DType::BF16 && m.scales.ndim() == 2 &&
+           m.scales.stride(1) == 1 && m.biases.stride(1) == 1 && m.biases.stride(0) == m.scales.stride(0) &&
+           m.scales.dim(0) == m.w.dim(0) && m.group_size > 0 && m.scales.dim(1) * m.group_size == m.cols();
+  };
+  if (kv_heads <= 0 || k.bits != v.bits || !fits(k) || !fits(v) || k.rows() != v.rows() || k.rows() % kv_heads != 0)
+    return false;
+  a.kv_bits = k.bits;
+  a.k = k.w.raw();
+  a.v = v.w.raw();
+  a.S = k.rows() / kv_heads;
+  a.Hkv = kv_heads;
+  a.D = k.cols();
+  a.Dv = v.cols();
+  // A row of the matrices is one token's head: strides in values (codes) and in groups.
+  a.k_s1 = k.w.stride(0) * 32 / k.bits;
+  a.k_s0 = kv_heads * a.k_s1;
+  a.v_s1 = v.w.stride(0) * 32 / v.bits;
+  a.v_s0 = kv_heads * a.v_s1;
+  a.k_scales = k.scales.raw();
+  a.k_biases = k.biases.raw();
+  a.v_scales = v.scales.raw();
+  a.v_biases = v.biases.raw();
+  a.k_gs = k.group_size;
+  a.v_gs = v.group_size;
+  a.ksb_s1 = k.scales.stride(0);
+  a.ksb_s0 = kv_heads * a.ksb_s1;
+  a.vsb_s1 = v.scales.stride(0);
+  a.vsb_s0 = kv_heads * a.vsb_s1;
+  return true;
+}
+
+Tensor attention_quantized(const Tensor& q_in, const QuantizedMatrix& k, const QuantizedMatrix& v, int64_t kv_heads,
+                           const AttentionParams& p) {
+  require_act(q_in, "attention_quantized");
+  const Tensor q = q_in.contiguous();
+  // A decode step reads the codes in place (no per-step dequantized copy of the whole cache), bitwise the same.
+  if (q.dim(0) == 1 && kv_heads > 0 && k.rows() % kv_heads == 0 && !cuda::decode_attention_off() &&
+      cuda::kv_in_place_on()) {
+    const int64_t S = k.rows() / kv_heads;
+    LATHE_CHECK(!p.k_pos || static_cast<int64_t>(p.k_pos->size()) == S, "attention_quantized: key positions");
+    Tensor out = Tensor::empty({1, q.dim(1), v.cols()}, q.dtype(), Device::CUDA);
+    Tensor pos;
+    cuda::AttentionArgs a = query_args(q, out, p, S, pos);
+    if (quantized_kv_args(a, k, v, kv_heads) && cuda::decode_attention_applies(a)) {
+      cuda::attention(a);
+      return out;
+    }
+  }
+  const int64_t S = k.rows() / kv_heads;
+  Tensor kd = Tensor::empty({S, kv_heads, k.cols()}, q.dtype(), Device::CUDA);
+  Tensor vd = Tensor::empty({S, kv_heads, v.cols()}, q.dtype(), Device::CUDA);
+  cuda::dequantize_any(view(k), kd.raw(), q.dtype());
+  cuda::dequantize_any(view(v), vd.raw(), q.dtype());
+  return gpu::attention(q, kd, vd, p);
 }
 
 Tensor gated(const Tensor& gate, const Tensor& up, bool gelu) {

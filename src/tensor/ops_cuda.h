@@ -11,6 +11,9 @@ struct QkvStep;     // ops_extra.h
 struct AppendSlot;  // ops_extra.h
 struct DecodeKV;    // ops_extra.h
 struct GraphTable;  // ops_extra.h
+namespace cuda {
+struct AttentionArgs;  // cuda/kernels.h
+}
 }  // namespace lathe
 
 namespace lathe::gpu {
@@ -21,6 +24,9 @@ Tensor dequantize(const QuantizedMatrix& q, int64_t row0, int64_t n, DType out);
 Tensor rms_norm(const Tensor& x, const Tensor& weight, float eps, bool plus_one, DType out);
 void rope_inplace(Tensor& x, const RopeTable& rope, int64_t pos0);
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionParams& p);
+// Decode steps read the codes in place (cuda/decode_attention.cu); else the cache is dequantized to q's type.
+Tensor attention_quantized(const Tensor& q, const QuantizedMatrix& k, const QuantizedMatrix& v, int64_t kv_heads,
+                           const AttentionParams& p);
 Tensor gated(const Tensor& gate, const Tensor& up, bool gelu);
 void add_inplace(Tensor& a, const Tensor& b);
 void scale_inplace(Tensor& x, float s);
@@ -58,8 +64,8 @@ Tensor attention_decode_rows(const std::vector<DecodeKV>& rows, const AttentionP
 // dense copies serve the wider steps (8), or LATHE_CUDA_GEMV_ROWS. Wider steps' attention takes the
 // one-block-per-row kernel (tensor/cuda/decode_attention_wide.h).
 int64_t exact_decode_rows();
-// Dequantizes the cached K/V (q's type) and runs attention() over them.
-Tensor attention_quantized(const Tensor& q, const QuantizedMatrix& k, const QuantizedMatrix& v, int64_t kv_heads,
-                           const AttentionParams& p);
+// A decode launch's K/V fields for quantized caches (rows token·kv_heads + head, codes read in place); false where
+// the matrices' layout cannot be described (the caller then dequantizes).
+bool quantized_kv_args(cuda::AttentionArgs& a, const QuantizedMatrix& k, const QuantizedMatrix& v, int64_t kv_heads);
 
 }  // namespace lathe::gpu

@@ -30,9 +30,14 @@ Tensor attention_decode_rows(const std::vector<DecodeKV>& rows, const AttentionP
     const Tensor& q = row.q;
     if (q.device() != Device::CUDA || q.dtype() != DType::BF16 || q.ndim() != 3 || q.dim(0) != 1 || !q.is_contiguous())
       return Tensor();
+    cuda::AttentionArgs ai;
+    // Quantized rows of a step the bitwise kernel serves are read in place; a wider step dequantizes them (to
+    // q's type, as attention_quantized's fallback) for the one-block-per-row kernel.
+    const bool in_place =
+        row.quantized && !table && static_cast<int64_t>(B) <= exact_decode_rows() && cuda::kv_in_place_on();
     const Tensor* kp = row.k;
     const Tensor* vp = row.v;
-    if (row.quantized) {  // as attention_quantized: the whole cache dequantized to q's type
+    if (row.quantized && !in_place) {
       if (table || row.kv_heads <= 0 || !row.qk || !row.qv) return Tensor();
       const int64_t S = row.qk->rows() / row.kv_heads;
       keep.push_back(Tensor::empty({S, row.kv_heads, row.qk->cols()}, q.dtype(), Device::CUDA));
@@ -42,31 +47,35 @@ Tensor attention_decode_rows(const std::vector<DecodeKV>& rows, const AttentionP
       cuda::dequantize_any(view(*row.qk), kp->raw(), q.dtype());
       cuda::dequantize_any(view(*row.qv), vp->raw(), q.dtype());
     }
-    if (!kp || !vp) return Tensor();
-    const Tensor& k = *kp;
-    const Tensor& v = *vp;
-    if (k.device() != Device::CUDA || v.device() != Device::CUDA || k.dtype() != q.dtype() || v.dtype() != q.dtype() ||
-        k.ndim() != 3 || v.ndim() != 3 || k.stride(2) != 1 || v.stride(2) != 1 || k.dim(0) != v.dim(0) ||
-        k.dim(1) != v.dim(1) || k.dim(2) != q.dim(2) || k.dim(0) == 0)
-      return Tensor();
-    if (row.k_pos && (table || static_cast<int64_t>(row.k_pos->size()) != k.dim(0))) return Tensor();
-    cuda::AttentionArgs ai;
+    if (in_place) {
+      if (!row.qk || !row.qv || !quantized_kv_args(ai, *row.qk, *row.qv, row.kv_heads) || ai.D != q.dim(2))
+        return Tensor();
+    } else {
+      if (!kp || !vp) return Tensor();
+      const Tensor& k = *kp;
+      const Tensor& v = *vp;
+      if (k.device() != Device::CUDA || v.device() != Device::CUDA || k.dtype() != q.dtype() ||
+          v.dtype() != q.dtype() || k.ndim() != 3 || v.ndim() != 3 || k.stride(2) != 1 || v.stride(2) != 1 ||
+          k.dim(0) != v.dim(0) || k.dim(1) != v.dim(1) || k.dim(2) != q.dim(2) || k.dim(0) == 0)
+        return Tensor();
+      ai.k = k.raw();
+      ai.v = v.raw();
+      ai.S = k.dim(0);
+      ai.Hkv = k.dim(1);
+      ai.Dv = v.dim(2);
+      ai.k_s0 = k.stride(0);
+      ai.k_s1 = k.stride(1);
+      ai.v_s0 = v.stride(0);
+      ai.v_s1 = v.stride(1);
+    }
+    if (ai.S == 0 || (row.k_pos && (table || static_cast<int64_t>(row.k_pos->size()) != ai.S))) return Tensor();
     ai.q = q.raw();
-    ai.k = k.raw();
-    ai.v = v.raw();
     ai.t = q.dtype();
     ai.T = 1;
     ai.Hq = q.dim(1);
     ai.D = q.dim(2);
-    ai.S = k.dim(0);
-    ai.Hkv = k.dim(1);
-    ai.Dv = v.dim(2);
     ai.q_s0 = q.stride(0);
     ai.q_s1 = q.stride(1);
-    ai.k_s0 = k.stride(0);
-    ai.k_s1 = k.stride(1);
-    ai.v_s0 = v.stride(0);
-    ai.v_s1 = v.stride(1);
     ai.scale = p.scale;
     ai.softcap = p.softcap;
     ai.window = p.window;
@@ -75,10 +84,13 @@ Tensor attention_decode_rows(const std::vector<DecodeKV>& rows, const AttentionP
     if (r == 0) {
       a = ai;
     } else if (ai.Hq != a.Hq || ai.D != a.D || ai.Hkv != a.Hkv || ai.Dv != a.Dv || ai.k_s0 != a.k_s0 ||
-               ai.k_s1 != a.k_s1 || ai.v_s0 != a.v_s0 || ai.v_s1 != a.v_s1 || ai.q_s1 != a.q_s1) {
+               ai.k_s1 != a.k_s1 || ai.v_s0 != a.v_s0 || ai.v_s1 != a.v_s1 || ai.q_s1 != a.q_s1 ||
+               ai.kv_bits != a.kv_bits || ai.k_gs != a.k_gs || ai.v_gs != a.v_gs || ai.ksb_s0 != a.ksb_s0 ||
+               ai.ksb_s1 != a.ksb_s1 || ai.vsb_s0 != a.vsb_s0 || ai.vsb_s1 != a.vsb_s1) {
       return Tensor();
     }
-    host[r] = {q.raw(), k.raw(), v.raw(), nullptr, ai.S, row.q_pos0, row.k_pos0};
+    host[r] = {q.raw(),    ai.k,        ai.v,        nullptr,     ai.S,       row.q_pos0,
+               row.k_pos0, ai.k_scales, ai.k_biases, ai.v_scales, ai.v_biases};
     if (row.k_pos) {
       pos_at[r] = static_cast<int64_t>(positions.size());
       positions.insert(positions.end(), row.k_pos->begin(), row.k_pos->end());

@@ -143,16 +143,5 @@ QuantizedMatrix quantize_kv(const Tensor& x_in, int bits, int group_size) {
   return q;
 }
 
-Tensor attention_quantized(const Tensor& q, const QuantizedMatrix& k, const QuantizedMatrix& v, int64_t kv_heads,
-                           const AttentionParams& p) {
-  require_act(q, "attention_quantized");
-  const int64_t S = k.rows() / kv_heads;
-  Tensor kd = Tensor::empty({S, kv_heads, k.cols()}, q.dtype(), Device::CUDA);
-  Tensor vd = Tensor::empty({S, kv_heads, v.cols()}, q.dtype(), Device::CUDA);
-  cuda::dequantize_any(view(k), kd.raw(), q.dtype());
-  cuda::dequantize_any(view(v), vd.raw(), q.dtype());
-  return gpu::attention(q, kd, vd, p);
-}
-
 }  // namespace lathe::gpu
 #endif

@@ -164,12 +164,23 @@ bool decode_attention_off() {  // LATHE_CUDA_DECODE_ATTN=0: the per-head kernel 
   return off;
 }
 
+bool kv_in_place_on() {
+  static const bool on = [] {
+    const char* e = std::getenv("LATHE_CUDA_KV_IN_PLACE");
+    return e && e[0] == '1';
+  }();
+  return on;
+}
+
 void attention(const AttentionArgs& a) {
   if (a.T == 0) return;
   const int64_t group = a.Hq / a.Hkv;
   if (group * 32 > 1024 || a.Dv > 32 * kMaxDvPerLane)
     throw Error(ErrorKind::Unsupported, "CUDA attention: more than 32 query heads per kv head or head size > 256");
-  if (attention_flash(a)) return;
+  // Quantized K/V are read in place by the decode kernel alone (the others read bf16 or f32 rows).
+  if (a.kv_bits && (!decode_attention_applies(a) || decode_attention_off()))
+    throw Error(ErrorKind::Unsupported, "CUDA attention: quantized K/V outside the decode kernel");
+  if (!a.kv_bits && attention_flash(a)) return;
   if (decode_attention_applies(a) && !decode_attention_off()) {
     const int splits = decode_attention_splits(a);
     const size_t part_bytes = static_cast<size_t>(a.Hq * splits * (a.Dv + 4)) * sizeof(float);

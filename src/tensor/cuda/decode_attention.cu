@@ -41,9 +41,98 @@ __host__ __device__ __forceinline__ int split_chunk(int S, int splits) {
 }
 __host__ __device__ __forceinline__ int active_splits(int S, int chunk) { return (S + chunk - 1) / chunk; }
 
+// Where a thread reads its 8 consecutive features of every K (or V) row of its kv head: bf16 values (kBits 0),
+// or MLX codes (kBits 4 or 8) with the bf16 scale and bias of the group holding those features. A row's 8
+// features never straddle a group (groups are multiples of 8).
+template <int kBits>
+struct KvSrc {
+  const char* base = nullptr;                      // feature f0 of row 0
+  const __nv_bfloat16 *s = nullptr, *b = nullptr;  // its group's scale and bias in row 0
+  int64_t row = 0, sb_row = 0;                     // row strides: values, groups
+};
+// Raw loads of one row's 8 features, issued before any of their math (several rows in flight per thread).
+template <int kBits>
+struct KvRaw {
+  uint4 w;
+};
+template <>
+struct KvRaw<8> {
+  uint2 w;
+  __nv_bfloat16 s, b;
+};
+template <>
+struct KvRaw<4> {
+  uint32_t w;
+  __nv_bfloat16 s, b;
+};
+
+// head: the kv head's first value in row 0 (head_sb: its first group); f: the thread's first feature.
+template <int kBits>
+__device__ __forceinline__ KvSrc<kBits> kv_src(const void* data, const void* scales, const void* biases, int64_t head,
+                                               int f, int64_t row, int64_t gs, int64_t head_sb, int64_t sb_row) {
+  KvSrc<kBits> src;
+  src.base = static_cast<const char*>(data) + (head + f) * (kBits ? kBits : 16) / 8;
+  src.row = row;
+  if constexpr (kBits != 0) {
+    src.s = static_cast<const __nv_bfloat16*>(scales) + head_sb + f / gs;
+    src.b = static_cast<const __nv_bfloat16*>(biases) + head_sb + f / gs;
+    src.sb_row = sb_row;
+  }
+  return src;
+}
+
+template <int kBits>
+__device__ __forceinline__ KvRaw<kBits> kv_load(const KvSrc<kBits>& src, int64_t j) {
+  KvRaw<kBits> r;
+  if constexpr (kBits == 0) {
+    r.w = *reinterpret_cast<const uint4*>(src.base + j * src.row * 2);
+  } else {
+    if constexpr (kBits == 8)
+      r.w = *reinterpret_cast<const uint2*>(src.base + j * src.row);
+    else
+      r.w = *reinterpret_cast<const uint32_t*>(src.base + j * src.row / 2);
+    r.s = src.s[j * src.sb_row];
+    r.b = src.b[j * src.sb_row];
+  }
+  return r;
+}
+
+template <int kBits>
+__device__ __forceinline__ KvRaw<kBits> kv_zero() {
+  KvRaw<kBits> r;
+  if constexpr (kBits == 0) {
+    r.w = make_uint4(0, 0, 0, 0);
+  } else {
+    r.w = {};
+    r.s = r.b = __float2bfloat16_rn(0.f);
+  }
+  return r;
+}
+
+// The 8 features as floats. Codes go through dequantize_any's arithmetic (fmaf(scale, code, bias), rounded to
+// the activations' bf16), which is what keeps the result bitwise that of attending over a dequantized copy.
+template <int kBits>
+__device__ __forceinline__ void kv_floats(const KvRaw<kBits>& r, float f[8]) {
+  if constexpr (kBits == 0) {
+    bf16x8(r.w, f);
+  } else {
+    const float sc = __bfloat162float(r.s), bi = __bfloat162float(r.b);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      uint32_t code;
+      if constexpr (kBits == 8)
+        code = ((e < 4 ? r.w.x : r.w.y) >> (8 * (e & 3))) & 0xffu;
+      else
+        code = (r.w >> (4 * e)) & 0xfu;
+      f[e] = __bfloat162float(__float2bfloat16_rn(fmaf(sc, static_cast<float>(code), bi)));
+    }
+  }
+}
+
 // kG: the largest group this instantiation serves (2, 4 or 8): the per-head register arrays are sized by it,
 // and smaller groups leave registers for more keys in flight per thread (kBatch, the p·V unroll).
-template <int kG>
+// kBits: 0 for bf16 K/V, else the codes' width.
+template <int kG, int kBits>
 __global__ void __launch_bounds__(kThreads)
     attn_decode_kernel(const AttentionArgs a, const DecodeRow* __restrict__ rows, int splits, float* __restrict__ part,
                        int* __restrict__ counters) {
@@ -64,6 +153,7 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t dl = a.delta ? *a.delta : 0;
   const void *q_ptr = a.q, *k_ptr = a.k, *v_ptr = a.v;
   void* out_ptr = a.out;
+  const void *ks_ptr = a.k_scales, *kb_ptr = a.k_biases, *vs_ptr = a.v_scales, *vb_ptr = a.v_biases;
   const int64_t* k_pos = a.k_pos;
   int64_t S_row = a.S, q_pos0 = a.q_pos0, k_pos0 = a.k_pos0;
   if (rows) {  // batched: this row's tensors and positions; outputs and merge state at the row's offset
@@ -71,6 +161,10 @@ __global__ void __launch_bounds__(kThreads)
     q_ptr = d.q;
     k_ptr = d.k;
     v_ptr = d.v;
+    ks_ptr = d.k_scales;
+    kb_ptr = d.k_biases;
+    vs_ptr = d.v_scales;
+    vb_ptr = d.v_biases;
     k_pos = d.k_pos;
     S_row = d.S;
     q_pos0 = d.q_pos0;
@@ -90,7 +184,6 @@ __global__ void __launch_bounds__(kThreads)
     if (a.causal && last < j1) j1 = static_cast<int>(last > 0 ? last : 0);
     if (a.window > 0 && first > j0) j0 = static_cast<int>(first);
   }
-  const int k_s0 = static_cast<int>(a.k_s0), v_s0 = static_cast<int>(a.v_s0);  // row strides (elements)
 
   const auto* qb = static_cast<const __nv_bfloat16*>(q_ptr) + kh * G * a.q_s1 + (lane % L) * 8;
   float q[kG][8];
@@ -111,8 +204,10 @@ __global__ void __launch_bounds__(kThreads)
   for (int h = 0; h < kG; ++h)
 #pragma unroll
     for (int e = 0; e < 8; ++e) acc[h][e] = 0.f;
-  const auto* kb = static_cast<const __nv_bfloat16*>(k_ptr) + kh * a.k_s1 + (lane % L) * 8;
-  const auto* vb = static_cast<const __nv_bfloat16*>(v_ptr) + kh * a.v_s1 + c * 8;
+  const KvSrc<kBits> kb =
+      kv_src<kBits>(k_ptr, ks_ptr, kb_ptr, kh * a.k_s1, (lane % L) * 8, a.k_s0, a.k_gs, kh * a.ksb_s1, a.ksb_s0);
+  const KvSrc<kBits> vb =
+      kv_src<kBits>(v_ptr, vs_ptr, vb_ptr, kh * a.v_s1, c * 8, a.v_s0, a.v_gs, kh * a.vsb_s1, a.vsb_s0);
 
   for (int base = j0; base < j1; base += kSub) {
     const int n = min(kSub, j1 - base);
@@ -120,18 +215,17 @@ __global__ void __launch_bounds__(kThreads)
     // kBatch keys per lane in flight: their loads are issued before any of their math.
     constexpr int kBatch = kG <= 4 ? 8 : 4;
     for (int jb = warp * kpw; jb < n; jb += kBatch * kWarps * kpw) {
-      uint4 kr[kBatch];
+      KvRaw<kBits> kr[kBatch];
 #pragma unroll
       for (int i = 0; i < kBatch; ++i) {
         const int jj = jb + i * kWarps * kpw + lane / L;
-        kr[i] = jj < n ? *reinterpret_cast<const uint4*>(kb + static_cast<int64_t>(base + jj) * k_s0)
-                       : make_uint4(0, 0, 0, 0);
+        kr[i] = jj < n ? kv_load(kb, base + jj) : kv_zero<kBits>();
       }
 #pragma unroll
       for (int i = 0; i < kBatch; ++i) {
         const int jj = jb + i * kWarps * kpw + lane / L;
         float kf[8], dot[kG];
-        bf16x8(kr[i], kf);
+        kv_floats(kr[i], kf);
 #pragma unroll
         for (int h = 0; h < kG; ++h) {
           dot[h] = 0.f;
@@ -196,7 +290,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll(kG <= 4 ? 8 : 4)
     for (int jj = ks; jj < n; jj += KS) {
       float vf[8];
-      bf16x8(*reinterpret_cast<const uint4*>(vb + static_cast<int64_t>(base + jj) * v_s0), vf);
+      kv_floats(kv_load(vb, base + jj), vf);
 #pragma unroll
       for (int h = 0; h < kG; ++h) {
         if (h < G) {
@@ -299,16 +393,27 @@ int* split_counters() {
 }
 
 bool pow2(int64_t v) { return v > 0 && (v & (v - 1)) == 0; }
-bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+bool aligned(const void* p, uintptr_t bytes) { return (reinterpret_cast<uintptr_t>(p) & (bytes - 1)) == 0; }
+
+// Quantized K/V: 4/8-bit codes, a lane's 8 values in one group (and one 4- or 8-byte load), bf16 scales.
+bool quantized_kv_applies(const AttentionArgs& a) {
+  if (a.kv_bits == 0) return true;
+  const auto group_ok = [](int64_t gs, int64_t head_size) { return gs >= 8 && gs % 8 == 0 && head_size % gs == 0; };
+  return (a.kv_bits == 4 || a.kv_bits == 8) && a.k_scales && a.k_biases && a.v_scales && a.v_biases &&
+         group_ok(a.k_gs, a.D) && group_ok(a.v_gs, a.Dv) && a.ksb_s0 < (int64_t{1} << 31) &&
+         a.vsb_s0 < (int64_t{1} << 31);
+}
 
 }  // namespace
 
 bool decode_attention_applies(const AttentionArgs& a) {
   const int64_t G = a.Hkv > 0 ? a.Hq / a.Hkv : 0;
+  const uintptr_t kv_align = a.kv_bits ? static_cast<uintptr_t>(a.kv_bits) : 16;  // bytes of 8 values
   return a.T == 1 && a.t == DType::BF16 && a.Hkv <= kMaxCounters && G >= 1 && G <= kMaxGroup && G * a.Hkv == a.Hq &&
          pow2(a.D) && a.D >= 8 && a.D <= 256 && pow2(a.Dv) && a.Dv >= 8 && a.Dv <= 1024 && a.q_s1 % 8 == 0 &&
          a.S < (int64_t{1} << 30) && a.k_s0 < (int64_t{1} << 31) && a.v_s0 < (int64_t{1} << 31) && a.k_s0 % 8 == 0 &&
-         a.k_s1 % 8 == 0 && a.v_s0 % 8 == 0 && a.v_s1 % 8 == 0 && aligned16(a.q) && aligned16(a.k) && aligned16(a.v);
+         a.k_s1 % 8 == 0 && a.v_s0 % 8 == 0 && a.v_s1 % 8 == 0 && aligned(a.q, 16) && aligned(a.k, kv_align) &&
+         aligned(a.v, kv_align) && quantized_kv_applies(a);
 }
 
 int decode_attention_splits(const AttentionArgs& a) {
@@ -317,6 +422,17 @@ int decode_attention_splits(const AttentionArgs& a) {
 }
 
 namespace {
+template <int kG>
+void launch_bits(const AttentionArgs& a, dim3 grid, size_t smem, const DecodeRow* rows, int splits, float* part,
+                 int* counters) {
+  if (a.kv_bits == 8)
+    attn_decode_kernel<kG, 8><<<grid, kThreads, smem, stream()>>>(a, rows, splits, part, counters);
+  else if (a.kv_bits == 4)
+    attn_decode_kernel<kG, 4><<<grid, kThreads, smem, stream()>>>(a, rows, splits, part, counters);
+  else
+    attn_decode_kernel<kG, 0><<<grid, kThreads, smem, stream()>>>(a, rows, splits, part, counters);
+}
+
 // blocks_y ≤ splits: the splits that get blocks (those past every row's context would exit at once).
 void launch(const AttentionArgs& a, const DecodeRow* rows, int64_t n_rows, int splits, int blocks_y, float* part) {
   const int64_t G = a.Hq / a.Hkv;
@@ -324,11 +440,11 @@ void launch(const AttentionArgs& a, const DecodeRow* rows, int64_t n_rows, int s
   const dim3 grid(static_cast<unsigned>(a.Hkv), static_cast<unsigned>(blocks_y), static_cast<unsigned>(n_rows));
   int* counters = splits > 1 ? split_counters() : nullptr;
   if (G <= 2)
-    attn_decode_kernel<2><<<grid, kThreads, smem, stream()>>>(a, rows, splits, part, counters);
+    launch_bits<2>(a, grid, smem, rows, splits, part, counters);
   else if (G <= 4)
-    attn_decode_kernel<4><<<grid, kThreads, smem, stream()>>>(a, rows, splits, part, counters);
+    launch_bits<4>(a, grid, smem, rows, splits, part, counters);
   else
-    attn_decode_kernel<8><<<grid, kThreads, smem, stream()>>>(a, rows, splits, part, counters);
+    launch_bits<8>(a, grid, smem, rows, splits, part, counters);
   check_launch("decode_attention");
 }
 }  // namespace

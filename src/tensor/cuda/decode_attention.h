@@ -6,7 +6,9 @@
 namespace lathe::cuda {
 
 // Whether the kernel covers these arguments (one query, bf16, ≤ 8 query heads per kv head, power-of-two head
-// sizes, 16-byte aligned rows).
+// sizes, aligned rows; K/V bf16, or 4/8-bit codes with bf16 scales and biases in groups of a multiple of 8).
+// Quantized K/V are dequantized in registers with the arithmetic of dequantize_any, so the result is bitwise
+// that of dequantizing the cache to bf16 first and attending over it.
 bool decode_attention_applies(const AttentionArgs& a);
 // Splits of the key range (from the kv-head count alone, so a captured step stays valid as the context grows).
 int decode_attention_splits(const AttentionArgs& a);
@@ -19,6 +21,8 @@ struct DecodeRow {
   const void *q = nullptr, *k = nullptr, *v = nullptr;
   const int64_t* k_pos = nullptr;
   int64_t S = 0, q_pos0 = 0, k_pos0 = 0;
+  // With AttentionArgs::kv_bits: the row's scales and biases (k and v are then its codes).
+  const void *k_scales = nullptr, *k_biases = nullptr, *v_scales = nullptr, *v_biases = nullptr;
 };
 // Rows one launch may carry (the split counters are per row and kv head).
 int64_t decode_attention_max_rows(const AttentionArgs& a);
@@ -33,5 +37,9 @@ void decode_attention_rows(const AttentionArgs& a, const DecodeRow* rows, int64_
 int decode_attention_active_splits(int64_t S, int splits);
 // LATHE_CUDA_DECODE_ATTN=0: decode steps take the per-head kernel (attention.cu), for comparisons.
 bool decode_attention_off();
+// Whether decode attention reads quantized caches in place. Opt-in (LATHE_CUDA_KV_IN_PLACE=1) until a device
+// run has verified it (written in session 24 without a device; the CUDA tests turn it on): otherwise quantized
+// caches are dequantized for every decode step, as before.
+bool kv_in_place_on();
 
 }  // namespace lathe::cuda

@@ -232,7 +232,7 @@ size_t smem_bytes(const AttentionArgs& a) {
 bool decode_attention_wide_applies(const AttentionArgs& a, int64_t n_rows) {
   const int64_t G = a.Hkv > 0 ? a.Hq / a.Hkv : 0;
   // Enough (row, kv head) blocks to cover the chip; fewer leave it idle and the split kernel does better.
-  return n_rows * a.Hkv >= sm_count() && n_rows <= 65535 && a.t == DType::BF16 && G >= 1 && G <= 8 &&
+  return n_rows * a.Hkv >= sm_count() && n_rows <= 65535 && a.t == DType::BF16 && a.kv_bits == 0 && G >= 1 && G <= 8 &&
          G * a.Hkv == a.Hq && a.D % 8 == 0 && a.D >= 8 && a.D <= 256 && (a.Dv == 64 || a.Dv == 128 || a.Dv == 256) &&
          a.q_s1 % 8 == 0 && a.k_s0 % 8 == 0 && a.k_s1 % 8 == 0 && a.v_s0 % 8 == 0 && a.v_s1 % 8 == 0 &&
          a.k_s0 < (int64_t{1} << 31) && a.v_s0 < (int64_t{1} << 31);

@@ -109,6 +109,12 @@ struct AttentionArgs {
   int64_t q_pos0 = 0, k_pos0 = 0;
   const int64_t* k_pos = nullptr;  // device array [S] or null
   const int64_t* delta = nullptr;  // with linear positions: added to S and q_pos0 (graph replays)
+  // Quantized K/V, read in place by the decode kernel (decode_attention.cu) only: kv_bits 4 or 8 makes k and v
+  // the MLX codes, their strides above counted in values; each group of k_gs / v_gs values of a row has one
+  // bf16 scale and bias, strides in groups.
+  int kv_bits = 0;
+  const void *k_scales = nullptr, *k_biases = nullptr, *v_scales = nullptr, *v_biases = nullptr;
+  int64_t k_gs = 0, v_gs = 0, ksb_s0 = 0, ksb_s1 = 0, vsb_s0 = 0, vsb_s1 = 0;
 };
 void attention(const AttentionArgs& a);
 // The tensor-core prefill path (BF16, head dims 64/128/256, linear key positions); false when it does not apply.

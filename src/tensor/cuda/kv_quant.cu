@@ -61,7 +61,8 @@ __global__ void dequant_any_kernel(const QuantView q, TO* __restrict__ out) {
   const uint32_t word = q.w[r * q.w_stride + c / epw];
   const uint32_t code = (word >> (q.bits * (c % epw))) & ((1u << q.bits) - 1u);
   const int64_t g = r * q.sb_stride + c / q.group_size;
-  out[i] = from_f<TO>(load_s(q.scales, q.sb_bf16, g) * static_cast<float>(code) + load_s(q.biases, q.sb_bf16, g));
+  // One fused multiply-add, as the decode attention's in-register dequantization (decode_attention.cu) does.
+  out[i] = from_f<TO>(fmaf(load_s(q.scales, q.sb_bf16, g), static_cast<float>(code), load_s(q.biases, q.sb_bf16, g)));
 }
 
 }  // namespace

@@ -1,0 +1,147 @@
+// Decode attention over a quantized KV cache reads the 4/8-bit codes in place (tensor/cuda/decode_attention.cu)
+// instead of dequantizing the whole cache every step. The contract: bitwise the output of dequantizing the cache
+// to bf16 (dequantize_any) and attending over that, for every group geometry, context length (one split to
+// many), GQA group, window, softcap and ring (explicit key positions) the kernel serves.
+#include <cmath>
+#include <cstdlib>
+
+#include "cuda/cuda_test_util.h"
+#include "tensor/cuda/decode_attention.h"
+#include "tensor/cuda/kernels.h"
+#include "tensor/cuda/kernels_models.h"
+#include "tensor/ops.h"
+#include "tensor/ops_cuda.h"
+#include "tensor/ops_cuda_check.h"
+#include "tensor/ops_extra.h"
+
+namespace lathe {
+namespace {
+using namespace testing_cuda;
+
+// The in-place reads are opt-in until verified on a device (cuda/decode_attention.h): every test of this binary
+// runs with them on, so the model and batched tests cover them too. Set before any test reads the switch.
+class InPlaceKv : public ::testing::Environment {
+ public:
+  void SetUp() override { setenv("LATHE_CUDA_KV_IN_PLACE", "1", 1); }
+};
+[[maybe_unused]] ::testing::Environment* const kInPlaceKv = ::testing::AddGlobalTestEnvironment(new InPlaceKv);
+
+struct Case {
+  int bits, group;
+  int64_t Hq, Hkv, D, S;
+  int64_t window = 0;
+  float softcap = 0.f;
+  bool ring = false;
+};
+
+Tensor dequantized(const QuantizedMatrix& m, int64_t S, int64_t H) {
+  Tensor out = Tensor::empty({S, H, m.cols()}, DType::BF16, Device::CUDA);
+  cuda::dequantize_any(gpu::view(m), out.raw(), DType::BF16);
+  return out;
+}
+
+void check(const Case& c, uint32_t seed) {
+  SCOPED_TRACE(testing::Message() << c.bits << "-bit group " << c.group << ", Hq " << c.Hq << " Hkv " << c.Hkv << " D "
+                                  << c.D << " S " << c.S << " window " << c.window << " ring " << c.ring);
+  // As the cache stores them: [S·Hkv, D] rows, a head narrower than the group is one group.
+  const int gs = c.D < c.group ? static_cast<int>(c.D) : c.group;
+  const auto rows = [&](uint32_t s) {
+    return Tensor::from_floats(random_floats(static_cast<size_t>(c.S * c.Hkv * c.D), s, -3.f, 3.f), {c.S * c.Hkv, c.D})
+        .to(DType::BF16)
+        .to(Device::CUDA);
+  };
+  const QuantizedMatrix qk = quantize_kv(rows(seed), c.bits, gs), qv = quantize_kv(rows(seed + 1), c.bits, gs);
+  const Tensor q =
+      Tensor::from_floats(random_floats(static_cast<size_t>(c.Hq * c.D), seed + 2, -2.f, 2.f), {1, c.Hq, c.D})
+          .to(DType::BF16)
+          .to(Device::CUDA);
+  AttentionParams p;
+  p.scale = 1.0f / std::sqrt(static_cast<float>(c.D));
+  p.softcap = c.softcap;
+  p.window = c.window;
+  p.q_pos0 = c.S + 2;
+  p.k_pos0 = 3;
+  std::vector<int64_t> positions;
+  if (c.ring) {
+    for (int64_t s = 0; s < c.S; ++s) positions.push_back(p.k_pos0 + (s * 7 + 5) % c.S);
+    p.k_pos = &positions;
+  }
+  // The in-place path must really be the one taken (else the comparison below would hold trivially).
+  ASSERT_TRUE(cuda::kv_in_place_on());
+  cuda::AttentionArgs a;
+  a.t = DType::BF16;
+  a.T = 1;
+  a.Hq = c.Hq;
+  a.q_s1 = c.D;
+  a.q = q.raw();
+  ASSERT_TRUE(gpu::quantized_kv_args(a, qk, qv, c.Hkv));
+  a.D = c.D;
+  ASSERT_TRUE(cuda::decode_attention_applies(a));
+
+  const std::vector<float> got = attention_quantized(q, qk, qv, c.Hkv, p).to_floats();
+  const std::vector<float> want = attention(q, dequantized(qk, c.S, c.Hkv), dequantized(qv, c.S, c.Hkv), p).to_floats();
+  ASSERT_EQ(got.size(), want.size());
+  EXPECT_EQ(got, want);
+  EXPECT_GT(max_abs(got), 0.f);
+}
+
+TEST(CudaQuantizedKvAttention, InPlaceEqualsDequantizedBitwise) {
+  LATHE_REQUIRE_GPU();
+  uint32_t seed = 1;
+  for (int bits : {4, 8}) {
+    for (int group : {32, 64}) {
+      // Qwen3-4B's heads at one key, one split, several splits (the last-block merge) and a long context.
+      for (int64_t S : {1, 15, 200, 3000}) check({bits, group, 32, 8, 128, S}, seed++);
+      check({bits, group, 16, 2, 64, 300, 40, 30.f, true}, seed++);  // GQA 8, window, softcap, ring positions
+      check({bits, group, 8, 1, 256, 700, 512}, seed++);             // head 256, window over linear positions
+      check({bits, group, 4, 4, 16, 50}, seed++);                    // a 16-wide head: one 16-value group
+    }
+  }
+}
+
+// The batched launch (one per layer for all rows) reads quantized rows in place too, each row bitwise its solo.
+TEST(CudaQuantizedKvAttention, BatchedRowsEqualSolo) {
+  LATHE_REQUIRE_GPU();
+  const int64_t Hq = 32, Hkv = 8, D = 128;
+  for (int bits : {4, 8}) {
+    std::vector<QuantizedMatrix> qk, qv;
+    std::vector<DecodeKV> rows;
+    std::vector<std::vector<float>> solo;
+    AttentionParams p;
+    p.scale = 1.0f / std::sqrt(static_cast<float>(D));
+    const std::vector<int64_t> lengths = {1, 40, 129, 2100};
+    qk.reserve(lengths.size());
+    qv.reserve(lengths.size());
+    uint32_t seed = 50;
+    for (int64_t S : lengths) {
+      const auto kv = [&](uint32_t s) {
+        return Tensor::from_floats(random_floats(static_cast<size_t>(S * Hkv * D), s), {S * Hkv, D})
+            .to(DType::BF16)
+            .to(Device::CUDA);
+      };
+      qk.push_back(quantize_kv(kv(seed++), bits, 64));
+      qv.push_back(quantize_kv(kv(seed++), bits, 64));
+      DecodeKV d;
+      d.q = Tensor::from_floats(random_floats(static_cast<size_t>(Hq * D), seed++, -2.f, 2.f), {1, Hq, D})
+                .to(DType::BF16)
+                .to(Device::CUDA);
+      d.quantized = true;
+      d.kv_heads = Hkv;
+      d.qk = &qk.back();
+      d.qv = &qv.back();
+      d.q_pos0 = S - 1;
+      AttentionParams pr = p;
+      pr.q_pos0 = d.q_pos0;
+      solo.push_back(attention_quantized(d.q, qk.back(), qv.back(), Hkv, pr).to_floats());
+      rows.push_back(d);
+    }
+    const Tensor out = attention_decode_rows(rows, p);
+    ASSERT_TRUE(out.defined());
+    for (size_t r = 0; r < rows.size(); ++r)
+      EXPECT_EQ(out.slice(0, static_cast<int64_t>(r), static_cast<int64_t>(r) + 1).to_floats(), solo[r])
+          << bits << "-bit row " << r;
+  }
+}
+
+}  // namespace
+}  // namespace lathe
