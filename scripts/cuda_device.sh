@@ -4,7 +4,7 @@
 # [ENV=VAL ..] [cuda_e2e args ..]|ktrace LIKE BITS GS ROWS [cuda_e2e args ..]|serve LIKE BITS GS N,N.. [serve_load args]|kvq LIKE BITS GS|peer LIKE ...|
 # lora LIKE BITS GS ["RANKS"] [REPS] [SERVE_REPS]|cache LIKE BITS GS T,T.. [serve_cache args]|
 # llama-build SRC.tar.xz|peer-gguf LIKE SRC.tar.xz [BIN.tar.xz]|peer-serve LIKE N,N.. [SLOTS [ARG..]]|
-# peer-probe LIKE LABEL [ARGS];
+# peer-probe LIKE LABEL [ARGS]|kvq-ab LIKE BITS GS CTX,CTX [ROUNDS];
 # results go to $OUT
 # (or ./out).
 set -uo pipefail
@@ -105,6 +105,18 @@ case "$1" in
       d=$(synth "$1" "$2" "$3")
       "$dev/bin/cuda_kv_quant" --model "$d" | tee -a "$out/kv_quant.jsonl"
       shift 3
+    done
+    ;;
+  kvq-ab)  # kvq-ab LIKE BITS GS CTX,CTX [ROUNDS]: quantized-KV decode with the cache dequantized every step vs read in
+    # place (LATHE_CUDA_KV_IN_PLACE=0 / 1, alternated), bench/cuda_kv_quant at each context
+    d=$(synth "$2" "$3" "$4")
+    for ctx in ${5//,/ }; do
+      for ((r = 0; r < ${6:-2}; ++r)); do
+        for v in 0 1; do
+          echo "{\"ctx\": $ctx, \"in_place\": $v, \"result\": $(LATHE_CUDA_KV_IN_PLACE=$v "$dev/bin/cuda_kv_quant" --model "$d" --ctx "$ctx" --steps 64 | tr -d '\n')}" |
+            tee -a "$out/kvq_ab.jsonl"
+        done
+      done
     done
     ;;
   llama-build)  # llama-build SRC.tar.xz: llama.cpp's llama-server and llama-quantize, CUDA for sm_90, into /tmp/llama;

@@ -189,16 +189,21 @@ Tensor attention(const Tensor& q_in, const Tensor& k, const Tensor& v, const Att
   Tensor out = Tensor::empty({q.dim(0), q.dim(1), v.dim(2)}, q.dtype(), Device::CUDA);
   Tensor pos;
   cuda::AttentionArgs a = query_args(q, out, p, k.dim(0), pos);
+  dense_kv_args(a, k, v);
+  cuda::attention(a);
+  return out;
+}
+
+void dense_kv_args(cuda::AttentionArgs& a, const Tensor& k, const Tensor& v) {
   a.k = k.raw();
   a.v = v.raw();
+  a.S = k.dim(0);
   a.Hkv = k.dim(1);
   a.Dv = v.dim(2);
   a.k_s0 = k.stride(0);
   a.k_s1 = k.stride(1);
   a.v_s0 = v.stride(0);
   a.v_s1 = v.stride(1);
-  cuda::attention(a);
-  return out;
 }
 
 bool quantized_kv_args(cuda::AttentionArgs& a, const QuantizedMatrix& k, const QuantizedMatrix& v, int64_t kv_heads) {

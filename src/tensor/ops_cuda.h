@@ -67,5 +67,7 @@ int64_t exact_decode_rows();
 // A decode launch's K/V fields for quantized caches (rows token·kv_heads + head, codes read in place); false where
 // the matrices' layout cannot be described (the caller then dequantizes).
 bool quantized_kv_args(cuda::AttentionArgs& a, const QuantizedMatrix& k, const QuantizedMatrix& v, int64_t kv_heads);
+// The same fields for K [S, Hkv, D] and V [S, Hkv, Dv] in q's type (element strides).
+void dense_kv_args(cuda::AttentionArgs& a, const Tensor& k, const Tensor& v);
 
 }  // namespace lathe::gpu

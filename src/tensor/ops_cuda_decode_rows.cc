@@ -58,15 +58,7 @@ Tensor attention_decode_rows(const std::vector<DecodeKV>& rows, const AttentionP
           v.dtype() != q.dtype() || k.ndim() != 3 || v.ndim() != 3 || k.stride(2) != 1 || v.stride(2) != 1 ||
           k.dim(0) != v.dim(0) || k.dim(1) != v.dim(1) || k.dim(2) != q.dim(2) || k.dim(0) == 0)
         return Tensor();
-      ai.k = k.raw();
-      ai.v = v.raw();
-      ai.S = k.dim(0);
-      ai.Hkv = k.dim(1);
-      ai.Dv = v.dim(2);
-      ai.k_s0 = k.stride(0);
-      ai.k_s1 = k.stride(1);
-      ai.v_s0 = v.stride(0);
-      ai.v_s1 = v.stride(1);
+      dense_kv_args(ai, k, v);
     }
     if (ai.S == 0 || (row.k_pos && (table || static_cast<int64_t>(row.k_pos->size()) != ai.S))) return Tensor();
     ai.q = q.raw();
