@@ -149,9 +149,9 @@ void rope_inplace(Tensor& x, const RopeTable& rope, int64_t pos0) {
 }
 
 namespace {
-// q's side of an attention launch and p's scale, masking and positions (pos: the ring's key positions uploaded,
-// kept alive by the caller until the launch is queued). K/V and their shapes are the caller's.
-cuda::AttentionArgs query_args(const Tensor& q, const Tensor& out, const AttentionParams& p, int64_t S, Tensor& pos) {
+// q's side of an attention launch and p's scale and masking. K/V, their shapes and the key positions
+// (key_positions) are the caller's.
+cuda::AttentionArgs query_args(const Tensor& q, const Tensor& out, const AttentionParams& p, int64_t S) {
   cuda::AttentionArgs a;
   a.q = q.raw();
   a.out = const_cast<void*>(out.raw());
@@ -168,15 +168,21 @@ cuda::AttentionArgs query_args(const Tensor& q, const Tensor& out, const Attenti
   a.causal = p.causal;
   a.q_pos0 = p.q_pos0;
   a.k_pos0 = p.k_pos0;
-  if (p.k_pos) {  // ring-buffer caches: explicit key positions
-    pos = Tensor::empty({S}, DType::I64);
-    std::copy(p.k_pos->begin(), p.k_pos->end(), pos.data<int64_t>());
-    pos = pos.to(Device::CUDA);
-    a.k_pos = pos.data<int64_t>();
-  } else {
-    a.delta = cuda::step_delta();  // linear positions: a replayed step shifts them on the device
-  }
   return a;
+}
+
+// p's key positions for a launch of a.S keys; returns the ring's positions uploaded, which the caller keeps alive
+// until the launch is queued.
+Tensor key_positions(cuda::AttentionArgs& a, const AttentionParams& p) {
+  if (!p.k_pos) {
+    a.delta = cuda::step_delta();  // linear positions: a replayed step shifts them on the device
+    return Tensor();
+  }
+  Tensor pos = Tensor::empty({a.S}, DType::I64);  // ring-buffer caches: explicit key positions
+  std::copy(p.k_pos->begin(), p.k_pos->end(), pos.data<int64_t>());
+  pos = pos.to(Device::CUDA);
+  a.k_pos = pos.data<int64_t>();
+  return pos;
 }
 }  // namespace
 
@@ -187,9 +193,9 @@ Tensor attention(const Tensor& q_in, const Tensor& k, const Tensor& v, const Att
   LATHE_CHECK(k.dtype() == q_in.dtype() && v.dtype() == q_in.dtype(), "attention: q/k/v types differ");
   const Tensor q = q_in.contiguous();
   Tensor out = Tensor::empty({q.dim(0), q.dim(1), v.dim(2)}, q.dtype(), Device::CUDA);
-  Tensor pos;
-  cuda::AttentionArgs a = query_args(q, out, p, k.dim(0), pos);
+  cuda::AttentionArgs a = query_args(q, out, p, k.dim(0));
   dense_kv_args(a, k, v);
+  const Tensor pos = key_positions(a, p);
   cuda::attention(a);
   return out;
 }
@@ -250,9 +256,9 @@ Tensor attention_quantized(const Tensor& q_in, const QuantizedMatrix& k, const Q
     const int64_t S = k.rows() / kv_heads;
     LATHE_CHECK(!p.k_pos || static_cast<int64_t>(p.k_pos->size()) == S, "attention_quantized: key positions");
     Tensor out = Tensor::empty({1, q.dim(1), v.cols()}, q.dtype(), Device::CUDA);
-    Tensor pos;
-    cuda::AttentionArgs a = query_args(q, out, p, S, pos);
+    cuda::AttentionArgs a = query_args(q, out, p, S);
     if (quantized_kv_args(a, k, v, kv_heads) && cuda::decode_attention_applies(a)) {
+      const Tensor pos = key_positions(a, p);
       cuda::attention(a);
       return out;
     }

@@ -26,21 +26,22 @@ std::vector<Tensor> apply_linears(const Tensor& x, std::initializer_list<const L
     for (const Linear* l : ls) ys.push_back((*l)(x, f32_out));
     return ys;
   }
+  // Each Linear's operator() in three passes: the residuals begun, the matmuls (one shared quantization of x),
+  // the residuals added to their own outputs. (A device keeps operator()'s order per Linear, above: a begun
+  // shrink may run on a side stream that its own finish joins.)
   std::vector<const Weight*> ws;
   std::vector<const Tensor*> biases;
+  std::vector<lora::PendingResidual> pending;
   for (const Linear* l : ls) {
     ws.push_back(&l->w);
     biases.push_back(l->bias.defined() ? &l->bias : nullptr);
+    pending.push_back(l->lora_site >= 0 ? lora::begin_residual(lora::site_group(l->lora_site, l->w.out_features()), x)
+                                        : lora::PendingResidual{});
   }
-  // Off the device route begin_residual does nothing and finish_residual adds the site's residual to its own
-  // output: the same as each Linear's operator().
   ys = linear_many(x, ws, biases, f32_out);
   size_t i = 0;
   for (const Linear* l : ls) {
-    if (l->lora_site >= 0) {
-      const lora::PendingResidual r = lora::begin_residual(lora::site_group(l->lora_site, l->w.out_features()), x);
-      lora::finish_residual(r, x, ys[i]);
-    }
+    if (l->lora_site >= 0) lora::finish_residual(pending[i], x, ys[i]);
     ++i;
   }
   return ys;
