@@ -110,7 +110,13 @@ lora::AdapterInfo mount(ServerContext& ctx, const std::string& id_in, const std:
   const std::string dir = confined_dir(ctx, path);
   std::string id = id_in;
   if (id.empty()) id = fs::path(dir).filename().string();
-  return ctx.adapters().mount(id, dir);
+  try {
+    return ctx.adapters().mount(id, dir);
+  } catch (const Error& e) {
+    // The client chose these files: damaged ones are a bad request naming the fault, not a server error.
+    if (e.kind() == ErrorKind::Corrupt) throw ApiError(400, e.what(), "path");
+    throw;
+  }
 }
 
 // Every folder under the stores with adapter weights, what its config says, and whether it fits this model.

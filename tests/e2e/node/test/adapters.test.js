@@ -2,13 +2,34 @@
 // mount paths, per-request selection (`adapter`, `"model": "<adapter id>"`), interleaved requests with different
 // adapters each giving its solo output, and mounting/unmounting while another request streams.
 import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
 import { describe, test } from 'node:test';
 
 import { SOURCE_DIR, fixtureModel, openaiClient, request, useServer } from './harness.js';
 
 const STORE = path.join(SOURCE_DIR, 'tests/fixtures/adapters');
-const ctx = useServer({ model: fixtureModel('qwen3-q4g64'), args: ['--adapter-dir', STORE, '--accept-any-model'] });
+// A second store of damaged copies of qwen3-alpha: each must be refused with a 400 naming the fault.
+const DAMAGED = fs.mkdtempSync(path.join(os.tmpdir(), 'lathe-damaged-adapters-'));
+process.on('exit', () => fs.rmSync(DAMAGED, { recursive: true, force: true }));
+const damaged = (name, edit) => {
+  const dir = path.join(DAMAGED, name);
+  fs.cpSync(path.join(STORE, 'qwen3-alpha'), dir, { recursive: true });
+  edit(dir);
+};
+const weights = (dir) => path.join(dir, 'adapters.safetensors');
+damaged('truncated', (d) => fs.truncateSync(weights(d), fs.statSync(weights(d)).size - 100));
+damaged('config-not-json', (d) => fs.writeFileSync(path.join(d, 'adapter_config.json'), '{not json'));
+damaged('config-rank-0', (d) => {
+  const c = JSON.parse(fs.readFileSync(path.join(d, 'adapter_config.json'), 'utf8'));
+  c.lora_parameters.rank = 0;
+  fs.writeFileSync(path.join(d, 'adapter_config.json'), JSON.stringify(c));
+});
+const ctx = useServer({
+  model: fixtureModel('qwen3-q4g64'),
+  args: ['--adapter-dir', STORE, '--adapter-dir', DAMAGED, '--accept-any-model'],
+});
 const oai = () => openaiClient(ctx.server);
 const messages = [{ role: 'user', content: 'Write a haiku about the sea.' }];
 
@@ -47,6 +68,17 @@ describe('LoRA adapters over HTTP', () => {
     assert.equal(bad.status, 400);
     const list = await request(ctx.server, 'GET', '/v1/adapters');
     assert.deepEqual(list.json.data, []);
+  });
+
+  test('damaged adapter files are a 400 naming the fault, and mount nothing', async () => {
+    for (const [name, fault] of [['truncated', /run past the end of the file/], ['config-not-json', /not valid JSON/], ['config-rank-0', /rank 0 is outside/]]) {
+      const r = await request(ctx.server, 'POST', '/v1/adapters', { body: { path: name } });
+      assert.equal(r.status, 400, `${name}: ${r.text}`);
+      assert.equal(r.json.error.type, 'invalid_request_error');
+      assert.match(r.json.error.message, fault);
+      assert.doesNotMatch(r.json.error.message, /internal error/);
+    }
+    assert.deepEqual((await request(ctx.server, 'GET', '/v1/adapters')).json.data, []);
   });
 
   test('per-request adapters, interleaved, each equal to its solo output', async () => {
