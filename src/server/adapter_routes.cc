@@ -11,6 +11,7 @@
 #include "common/error.h"
 #include "lora/adapter_file.h"
 #include "server/http_server.h"
+#include "server/json_fields.h"
 
 namespace lathe::server {
 namespace {
@@ -20,17 +21,6 @@ namespace fs = std::filesystem;
 
 constexpr size_t kMaxScanEntries = 20000;  // directory entries one /available scan visits
 constexpr int kMaxScanDepth = 6;
-
-json parse_body(const httplib::Request& req) {
-  json j;
-  try {
-    j = json::parse(req.body);
-  } catch (const json::exception&) {
-    throw ApiError(400, "the request body is not valid JSON");
-  }
-  if (!j.is_object()) throw ApiError(400, "the request body must be a JSON object");
-  return j;
-}
 
 std::string string_field(const json& j, const char* name, bool required) {
   if (!j.contains(name) || j[name].is_null()) {
@@ -186,7 +176,7 @@ std::vector<Route> adapter_routes(ServerContext& ctx) {
                  write_json(res, {{"object", "list"}, {"data", data}, {"default", def}});
                }});
   r.push_back({"POST", "/v1/adapters", [&ctx](const httplib::Request& req, httplib::Response& res) {
-                 const json body = parse_body(req);
+                 const json body = parse_json_body(req.body);
                  const lora::AdapterInfo a =
                      mount(ctx, string_field(body, "id", false), string_field(body, "path", true));
                  if (body.contains("default") && body["default"].is_boolean() && body["default"].get<bool>())
@@ -204,13 +194,13 @@ std::vector<Route> adapter_routes(ServerContext& ctx) {
                /*prefix=*/true});
   // vLLM's runtime LoRA endpoints (plain-text answers, as vLLM gives).
   r.push_back({"POST", "/v1/load_lora_adapter", [&ctx](const httplib::Request& req, httplib::Response& res) {
-                 const json body = parse_body(req);
+                 const json body = parse_json_body(req.body);
                  const std::string name = string_field(body, "lora_name", true);
                  mount(ctx, name, string_field(body, "lora_path", true));
                  res.set_content("Success: LoRA adapter '" + name + "' added successfully.", "text/plain");
                }});
   r.push_back({"POST", "/v1/unload_lora_adapter", [&ctx](const httplib::Request& req, httplib::Response& res) {
-                 const json body = parse_body(req);
+                 const json body = parse_json_body(req.body);
                  const std::string name = string_field(body, "lora_name", true);
                  ctx.adapters().unmount(name);
                  res.set_content("Success: LoRA adapter '" + name + "' removed successfully.", "text/plain");

@@ -14,6 +14,7 @@
 #include "jobs/job_runner.h"
 #include "jobs/job_store.h"
 #include "server/http_server.h"
+#include "server/json_fields.h"
 #include "server/sse.h"
 
 namespace lathe::server {
@@ -109,13 +110,8 @@ std::vector<Route> jobs_routes(ServerContext& ctx) {
 
   std::vector<Route> r;
   r.push_back({"POST", "/api/jobs", [state](const httplib::Request& req, httplib::Response& res) {
-                 json body;
-                 try {
-                   body = json::parse(req.body);
-                 } catch (const json::parse_error& e) {
-                   throw ApiError(400, std::string("the request body is not valid JSON: ") + e.what());
-                 }
-                 if (!body.is_object() || !body.contains("kind") || !body["kind"].is_string())
+                 const json body = parse_json_body(req.body);
+                 if (!body.contains("kind") || !body["kind"].is_string())
                    throw ApiError(400, "send {\"kind\": \"...\", \"config\": {...}}", "kind");
                  const json config = body.value("config", json::object());
                  const jobs::JobRow row = state->get().submit(body["kind"].get<std::string>(), config);

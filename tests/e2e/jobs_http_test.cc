@@ -173,6 +173,15 @@ TEST(JobsHttp, AuthValidationReplayCrashAndCli) {
   r = c.Post("/api/jobs", "{not json", "application/json");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 400);
+  // Hostile JSON gets the request limits as on every other route (this nesting overflowed the stack).
+  const std::string deep = std::string(200000, '[') + std::string(200000, ']');
+  r = c.Post("/api/jobs", R"({"kind":"noop","config":)" + deep + "}", "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400);
+  EXPECT_NE(r->body.find("nested deeper than"), std::string::npos) << r->body;
+  r = c.Get("/health");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
   r = c.Get("/api/jobs/job_nope");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 404);

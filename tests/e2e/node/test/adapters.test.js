@@ -81,6 +81,16 @@ describe('LoRA adapters over HTTP', () => {
     assert.deepEqual((await request(ctx.server, 'GET', '/v1/adapters')).json.data, []);
   });
 
+  test('adapter routes hold their bodies to the request JSON limits', async () => {
+    const keys = Object.fromEntries(Array.from({ length: 10001 }, (_, i) => [`k${i}`, 1]));
+    for (const route of ['/v1/adapters', '/v1/load_lora_adapter', '/v1/unload_lora_adapter']) {
+      const r = await request(ctx.server, 'POST', route, { body: { path: 'qwen3-alpha', lora_name: 'x', lora_path: 'qwen3-alpha', ...keys } });
+      assert.equal(r.status, 400, `${route}: ${r.text}`);
+      assert.match(r.json.error.message, /keys/);
+    }
+    assert.deepEqual((await request(ctx.server, 'GET', '/v1/adapters')).json.data, []);
+  });
+
   test('per-request adapters, interleaved, each equal to its solo output', async () => {
     let r = await request(ctx.server, 'POST', '/v1/adapters', { body: { path: 'qwen3-alpha', id: 'alpha' } });
     assert.equal(r.status, 200, r.text);
