@@ -36,6 +36,13 @@ inline constexpr size_t kKeepAliveMaxRequests = 1000;
 inline constexpr int kKeepAliveIdleSec = 3;  // an idle keep-alive connection is closed after this (and at shutdown)
 inline constexpr int kShutdownTimeoutSecDefault = 10;
 
+// --- jobs (/api/jobs) ---
+// A job's config is paths and numbers; its row (and a failure message that may echo a path) is kept until
+// deleted and returned by every listing of up to 1,000 jobs.
+inline constexpr size_t kJobConfigMaxBytes = size_t{16} << 10;
+// Jobs waiting to run (they run one at a time): beyond, a submit is a 429.
+inline constexpr size_t kJobsMaxQueued = 256;
+
 // --- tokenizer files ---
 // Vocabulary ids: the largest real vocabularies are ~260k; ids index dense tables, so they are bounded.
 inline constexpr int64_t kTokenizerMaxId = int64_t{1} << 22;

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "common/error.h"
+#include "common/limits.h"
 #include "common/log.h"
 #include "jobs/event_log.h"
 #include "jobs/job_runner.h"
@@ -114,7 +115,19 @@ std::vector<Route> jobs_routes(ServerContext& ctx) {
                  if (!body.contains("kind") || !body["kind"].is_string())
                    throw ApiError(400, "send {\"kind\": \"...\", \"config\": {...}}", "kind");
                  const json config = body.value("config", json::object());
-                 const jobs::JobRow row = state->get().submit(body["kind"].get<std::string>(), config);
+                 if (const size_t bytes = config.dump().size(); bytes > limits::kJobConfigMaxBytes)
+                   throw ApiError(400,
+                                  "config is " + std::to_string(bytes) +
+                                      " bytes of JSON; a job's config may hold at most " +
+                                      std::to_string(limits::kJobConfigMaxBytes),
+                                  "config");
+                 jobs::JobRunner& runner = state->get();
+                 // Jobs run one at a time, so a queue without end only grows the table. Concurrent submits may
+                 // pass this check together: the overshoot is bounded by the HTTP workers.
+                 if (runner.store()->queued_ids().size() >= limits::kJobsMaxQueued)
+                   throw ApiError(429, std::to_string(limits::kJobsMaxQueued) +
+                                           " jobs are already queued; wait for them or cancel some");
+                 const jobs::JobRow row = runner.submit(body["kind"].get<std::string>(), config);
                  write_json(res, {{"ok", true}, {"job", jobs::to_json(row)}}, 201);
                }});
   r.push_back({"GET", "/api/jobs", [state](const httplib::Request& req, httplib::Response& res) {

@@ -15,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/limits.h"
 #include "support/job_test_util.h"
 
 namespace lathe {
@@ -179,6 +180,17 @@ TEST(JobsHttp, AuthValidationReplayCrashAndCli) {
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 400);
   EXPECT_NE(r->body.find("nested deeper than"), std::string::npos) << r->body;
+  // A config is paths and numbers: a megabyte of path would be kept in the row and in every listing.
+  r = c.Post("/api/jobs",
+             json{{"kind", "quantize"},
+                  {"config",
+                   {{"model", std::string(LATHE_SOURCE_DIR) + "/models/demo"},
+                    {"out", d.path.string() + "/" + std::string(1 << 20, 'a')}}}}
+                 .dump(),
+             "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400);
+  EXPECT_NE(r->body.find("a job's config may hold at most"), std::string::npos) << r->body;
   r = c.Get("/health");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 200);
@@ -295,6 +307,28 @@ TEST(JobsHttp, CancelOverHttpStopsARunningJob) {
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 200);
   EXPECT_EQ(c.Get("/api/jobs/" + id)->status, 404);
+}
+
+TEST(JobsHttp, TheQueueIsBounded) {
+  jobs::offer_test_job_kinds();
+  TempDir d("queue");
+  Server s(d.path.string());
+  ASSERT_GT(s.port, 0);
+  const json slow = {{"kind", "noop"}, {"config", {{"steps", 1}, {"step_ms", 600000}}}};
+  const std::string running = submit(s, slow);
+  ASSERT_FALSE(running.empty());
+  for (int i = 0; i < 500 && get_job(s, running)["status"] != "running"; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  std::string last;
+  for (size_t i = 0; i < limits::kJobsMaxQueued; ++i) ASSERT_FALSE((last = submit(s, slow)).empty()) << i;
+  auto c = s.client();
+  auto r = c.Post("/api/jobs", slow.dump(), "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 429);
+  EXPECT_NE(r->body.find("jobs are already queued"), std::string::npos) << r->body;
+  // Room again once one leaves the queue.
+  EXPECT_EQ(c.Post("/api/jobs/" + last + "/cancel", "", "application/json")->status, 202);
+  EXPECT_FALSE(submit(s, slow).empty());
 }
 
 }  // namespace
