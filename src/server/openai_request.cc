@@ -3,6 +3,7 @@
 #include <set>
 #include <string>
 
+#include "io/json_guard.h"
 #include "server/api_error.h"
 #include "server/json_fields.h"
 
@@ -51,8 +52,13 @@ ojson parse_tool_calls_field(const nlohmann::ordered_json& calls, const std::str
     ojson call = ojson(c);
     // Templates iterate arguments as a mapping; clients send them as a JSON string.
     if (fn.contains("arguments") && fn["arguments"].is_string()) {
+      const std::string& text = fn["arguments"].get_ref<const std::string&>();
+      // A string escapes the body's limits pass: its JSON gets the same limits before it becomes a value the
+      // template walks (200k nested brackets here overflowed the stack).
+      if (auto err = io::check_json_limits(text, io::request_json_limits()))
+        throw invalid_field(at + ".function.arguments", at + ".function.arguments is not valid JSON: " + *err);
       try {
-        call["function"]["arguments"] = ojson::parse(fn["arguments"].get<std::string>());
+        call["function"]["arguments"] = ojson::parse(text);
       } catch (const nlohmann::ordered_json::parse_error&) {
         throw invalid_field(at + ".function.arguments", at + ".function.arguments is not valid JSON");
       }

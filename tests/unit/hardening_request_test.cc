@@ -50,6 +50,30 @@ TEST(HardeningRequest, DeepNestingIsA400) {
   EXPECT_EQ(body_error(R"({"a":)" + nested("[", "]", limits::kJsonMaxDepth - 1, "1") + "}").status(), 0);
 }
 
+TEST(HardeningRequest, ToolCallArgumentsGetTheBodyLimits) {
+  // Arguments arrive as a JSON string, which the body's pass sees as flat text: 200k nested brackets in one
+  // crashed the server (SIGSEGV) once parsed and handed to the template.
+  auto status = [](const std::string& arguments) {
+    const json body = {
+        {"messages",
+         {{{"role", "user"}, {"content", "x"}},
+          {{"role", "assistant"},
+           {"tool_calls",
+            {{{"id", "c"}, {"type", "function"}, {"function", {{"name", "f"}, {"arguments", arguments}}}}}}}}}};
+    try {
+      parse_openai_chat(body, ServerDefaults{});
+    } catch (const ApiError& e) {
+      EXPECT_NE(std::string(e.what()).find("messages[1].tool_calls[0].function.arguments"), std::string::npos);
+      return e.status();
+    }
+    return 0;
+  };
+  EXPECT_EQ(status(nested("[", "]", 200000, "")), 400);
+  EXPECT_EQ(status(nested(R"({"a":)", "}", 200000, "1")), 400);
+  EXPECT_EQ(status(nested("[", "]", limits::kJsonMaxDepth - 1, "")), 0);
+  EXPECT_EQ(status(R"({"city":"Paris"})"), 0);
+}
+
 TEST(HardeningRequest, ManyKeysAreRefusedQuickly) {
   // 100k keys took 25.8 s of CPU in ordered_json's duplicate checks.
   std::string body = "{";
