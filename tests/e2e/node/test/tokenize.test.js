@@ -1,5 +1,6 @@
 // /tokenize and /detokenize (llama-server and vLLM shapes), Anthropic count_tokens and assistant prefill.
 import assert from 'node:assert/strict';
+import fs from 'node:fs';
 import { describe, test } from 'node:test';
 
 import { anthropicClient, request, useServer } from './harness.js';
@@ -26,6 +27,21 @@ describe('tokenize / detokenize', () => {
     assert.ok(m.json.count > t.json.count, 'the chat template adds its markup');
     const d = await request(ctx.server, 'POST', '/detokenize', { body: { model: 'demo', tokens: t.json.tokens } });
     assert.equal(d.json.prompt, 'hello world');
+  });
+
+  test('a long text answers in memory near its size, pieces and all', async () => {
+    // 2 MB of one-byte tokens with pieces: the answer held as a JSON DOM peaked ~1.3 GB above the start.
+    const peak = () => Number(/VmHWM:\s+(\d+) kB/.exec(fs.readFileSync(`/proc/${ctx.server.pid}/status`, 'utf8'))[1]) * 1024;
+    const before = peak();
+    const t = await request(ctx.server, 'POST', '/tokenize', { body: { content: 'a\n'.repeat(1 << 20), with_pieces: true } });
+    assert.equal(t.status, 200);
+    assert.equal(t.json.count, 2 << 20);
+    assert.deepEqual(t.json.tokens.slice(0, 2).map((x) => x.piece), ['a', '\n']);
+    const grew = peak() - before;
+    assert.ok(grew < 256 * 2 ** 20, `peak RSS grew ${(grew / 2 ** 20).toFixed(0)} MiB`);
+    // A piece that is part of a UTF-8 character alone reads as U+FFFD; together they make the text.
+    const e = await request(ctx.server, 'POST', '/tokenize', { body: { content: 'é', with_pieces: true } });
+    assert.ok(e.json.tokens.every((x) => Number.isInteger(x.id) && typeof x.piece === 'string'));
   });
 
   test('bad ids are a 400', async () => {
