@@ -31,6 +31,9 @@ inline constexpr size_t kStopSequencesMax = 16;
 inline constexpr int kHeaderReadTimeoutSec = 10;             // a new connection's first byte, and then its whole header
 inline constexpr size_t kHeaderMaxBytes = size_t{64} << 10;  // request line + headers (431 above)
 inline constexpr int kBodyReadTimeoutSec = 60;               // the whole body, once the header is in
+// Request bodies being read or handled, all connections together (declared lengths; at least 4 bodies of
+// --max-body-bytes): each is bounded, but a thousand connections each sending 16 MB held 16 GB.
+inline constexpr uint64_t kBodiesInFlightMaxBytes = uint64_t{256} << 20;
 inline constexpr int kWriteStallTimeoutSec = 30;  // a response write that sends nothing this long ends the connection
 inline constexpr size_t kKeepAliveMaxRequests = 1000;
 inline constexpr int kKeepAliveIdleSec = 3;  // an idle keep-alive connection is closed after this (and at shutdown)

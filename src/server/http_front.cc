@@ -147,7 +147,8 @@ struct HttpFront::Impl {
   asio::steady_timer accept_pause{ioc};  // out of descriptors: accept again after a pause, not in a spin
   std::optional<asio::executor_work_guard<asio::io_context::executor_type>> guard;
   WorkerPool pool;
-  bool stopping = false;  // I/O thread only
+  bool stopping = false;    // I/O thread only
+  uint64_t body_bytes = 0;  // declared body bytes of the requests read or handled now (I/O thread only)
   struct Session;
   std::unordered_set<Session*> sessions;  // I/O thread only
 
@@ -178,8 +179,9 @@ struct HttpFront::Impl::Session : std::enable_shared_from_this<Session> {
   size_t served = 0;
   bool busy = false;  // a worker owns the request (or a response is being written)
   bool closed = false;
-  std::string out;           // the bytes of a response being written asynchronously
-  asio::steady_timer pause;  // the drain's idle limit
+  std::string out;             // the bytes of a response being written asynchronously
+  uint64_t body_reserved = 0;  // this request's share of front.body_bytes
+  asio::steady_timer pause;    // the drain's idle limit
 
   Session(Impl& f, tcp::socket s) : front(f), stream(std::move(s)), pause(stream.get_executor()) {
     beast::error_code ec;
@@ -195,9 +197,15 @@ struct HttpFront::Impl::Session : std::enable_shared_from_this<Session> {
 
   int fd() { return stream.socket().native_handle(); }
 
+  void release_body() {
+    front.body_bytes -= body_reserved;
+    body_reserved = 0;
+  }
+
   void close() {
     if (closed) return;
     closed = true;
+    release_body();
     pause.cancel();
     beast::error_code ec;
     stream.socket().shutdown(tcp::socket::shutdown_both, ec);
@@ -255,6 +263,18 @@ struct HttpFront::Impl::Session : std::enable_shared_from_this<Session> {
       if (!close_after) return write_fixed(true);
       const auto len = parser->content_length();
       return drain(len ? std::min<uint64_t>(*len, kDrainLimit) : kDrainLimit);
+    }
+    // The body is held from here until the answer is sent: refused (and drained) when every connection's
+    // together would pass the budget.
+    if (const uint64_t len = parser->content_length().value_or(0); len > 0) {
+      if (front.body_bytes > 0 && front.body_bytes + len > front.options.max_body_bytes_in_flight) {
+        front.hooks.error(*req, *res, 503, "the server is busy reading other request bodies; retry");
+        res->status = 503;
+        res->set_header("Retry-After", "1");
+        return drain(parser->is_done() ? 0 : std::min<uint64_t>(len, kDrainLimit));
+      }
+      body_reserved = len;
+      front.body_bytes += len;
     }
     if (parser->is_done()) return dispatch();
     if (iequals(req->get_header_value("Expect"), "100-continue")) {
@@ -416,6 +436,7 @@ struct HttpFront::Impl::Session : std::enable_shared_from_this<Session> {
     busy = false;
     ++served;
     if (req) front.hooks.log(*req, *res);
+    release_body();
     req.reset();
     res.reset();  // a streamed response's releaser runs here, after the last byte
     out.clear();

@@ -34,6 +34,9 @@ struct FrontHooks {
 struct FrontOptions {
   size_t workers = 64;       // threads that run handlers (--http-threads)
   size_t max_pending = 256;  // fully read requests waiting for a worker before 503
+  // Declared body bytes of the requests being read or handled, all connections together; a request that would
+  // pass it gets 503 (one alone is always taken).
+  uint64_t max_body_bytes_in_flight = uint64_t{256} << 20;
 };
 
 class HttpFront {

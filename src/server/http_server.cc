@@ -181,6 +181,7 @@ HttpServer::HttpServer(ServerContext& ctx) : ctx_(ctx) {
   FrontOptions fo;
   fo.workers = std::clamp<size_t>(ctx_.options().http_threads, ctx_.options().max_queue + 8, 8192);
   fo.max_pending = std::max<size_t>(256, fo.workers);
+  fo.max_body_bytes_in_flight = std::max<uint64_t>(limits::kBodiesInFlightMaxBytes, 4 * uint64_t{max_body});
   front_ = std::make_unique<HttpFront>(fo, std::move(hooks));
 }
 

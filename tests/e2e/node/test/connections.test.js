@@ -92,6 +92,29 @@ describe('connections hold no worker', () => {
     assert.deepEqual(statuses(both), [200, 200], both);
   });
 
+  test('bodies in flight have a budget: beyond it a POST is a 503, and finished ones free it', async () => {
+    // 16 connections each declare a body of --max-body-bytes (16 MiB) and send none of it: 256 MiB held. A
+    // thousand such connections that did send held 16 GB before.
+    const post = (len) => `POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${len}\r\n\r\n`;
+    const hogs = await Promise.all(Array.from({ length: 16 }, () => connect(ctx.server.port)));
+    try {
+      for (const s of hogs) s.write(post(16 << 20));
+      await sleep(300);
+      const refused = await rawExchange(ctx.server.port, post(16 << 20), { timeoutMs: 5000 });
+      assert.deepEqual(statuses(refused), [503], refused);
+      assert.match(refused, /Retry-After: 1/);
+      assert.match(refused, /busy reading other request bodies/);
+      assert.equal((await request(ctx.server, 'GET', '/v1/models')).status, 200);
+    } finally {
+      for (const s of hogs) s.destroy();
+    }
+    await sleep(300);
+    const r = await request(ctx.server, 'POST', '/v1/chat/completions', {
+      body: { model: 'demo', messages: [{ role: 'user', content: 'hi' }], max_tokens: 4 },
+    });
+    assert.equal(r.status, 200, r.text);
+  });
+
   test('a request line or header that is never finished is dropped at the header deadline', async () => {
     // Not waited out here (10 s): the connection is still open after a second, and holds no worker meanwhile.
     const s = await connect(ctx.server.port);
