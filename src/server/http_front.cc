@@ -5,6 +5,7 @@
 #include <poll.h>
 #include <sys/socket.h>
 
+#include <array>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -426,9 +427,11 @@ struct HttpFront::Impl::Session : std::enable_shared_from_this<Session> {
     busy = true;
     const bool is_head = req && req->method == "HEAD";
     out = head(*res, res->status, keep, res->body.size());
-    if (!is_head) out += res->body;
+    // The body goes out from the response itself (alive until finished()), not copied behind the head.
+    const std::array<asio::const_buffer, 2> bytes{asio::buffer(out),
+                                                  is_head ? asio::const_buffer() : asio::buffer(res->body)};
     stream.expires_after(std::chrono::seconds(limits::kWriteStallTimeoutSec));
-    asio::async_write(stream, asio::buffer(out),
+    asio::async_write(stream, bytes,
                       [self = shared_from_this(), keep](beast::error_code ec, size_t) { self->finished(keep && !ec); });
   }
 

@@ -59,7 +59,8 @@ void tokenize(ServerContext& ctx, const httplib::Request& req, httplib::Response
   out +=
       "],\"count\":" + std::to_string(ids.size()) + ",\"max_model_len\":" + std::to_string(ctx.context_length()) + "}";
   res.status = 200;
-  res.set_content(std::move(out), "application/json");
+  res.body = std::move(out);  // set_content would copy it
+  res.set_header("Content-Type", "application/json");
 }
 
 void detokenize(ServerContext& ctx, const httplib::Request& req, httplib::Response& res) {
