@@ -85,6 +85,10 @@ PreparedGeneration prepare_completion(ServerContext& ctx, const nlohmann::ordere
     const int64_t vocab = ctx.session().model().config().vocab_size;
     for (size_t i = 0; i < prompt.size(); ++i) {
       const auto& id = prompt[i];
+      if (id.is_string() || id.is_array())  // OpenAI's batch forms
+        throw invalid_field("prompt", "prompt[" + std::to_string(i) +
+                                          "] is a prompt of its own: this server takes one prompt per request (a "
+                                          "string, or an array of token ids)");
       if (!id.is_number_integer() || id.get<int64_t>() < 0 || (vocab > 0 && id.get<int64_t>() >= vocab))
         throw invalid_field("prompt", "prompt[" + std::to_string(i) + "] is not a token id of this model (0.." +
                                           std::to_string(vocab - 1) + ")");

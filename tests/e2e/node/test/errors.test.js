@@ -94,6 +94,12 @@ describe('server with --max-body-bytes and --max-queue', () => {
     test('completions: prompt missing, wrong type', async () => {
       assertOpenAIError(await post('/v1/completions', {}), 400, 'prompt');
       assertOpenAIError(await post('/v1/completions', { prompt: { text: 'x' } }), 400, 'prompt');
+      // OpenAI's batch forms (strings, arrays of ids) were "prompt[0] is not a token id of this model".
+      for (const prompt of [['a', 'b'], [[1, 2], [3]]]) {
+        const r = await post('/v1/completions', { prompt });
+        assertOpenAIError(r, 400, 'prompt');
+        assert.match(r.json.error.message, /one prompt per request/);
+      }
       assertOpenAIError(await post('/v1/completions', { prompt: 'hi', max_tokens: 'ten' }), 400, 'max_tokens');
     });
 
