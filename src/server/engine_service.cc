@@ -10,6 +10,7 @@
 #include "cache/kv_block_pool.h"
 #include "common/log.h"
 #include "server/api_error.h"
+#include "tensor/host_buffer_cache.h"
 
 // bench/host_sampler (preloaded on the device) defines this: profile the engine thread rather than main.
 extern "C" void lathe_sample_this_thread() __attribute__((weak));
@@ -18,6 +19,7 @@ namespace lathe::server {
 namespace {
 
 void release_free_heap() {
+  trim_host_buffers(kIdleHostBufferBytes);  // a prefill's working set (up to a sixteenth of RAM) is cached until now
 #if defined(__GLIBC__)
   ::malloc_trim(0);  // every arena; pages in use stay, free ones are unmapped or madvise'd away
 #endif

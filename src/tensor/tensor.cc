@@ -3,14 +3,13 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
-#include <list>
-#include <mutex>
 #include <sstream>
 #include <utility>
 #include <vector>
 
 #include "common/error.h"
 #include "tensor/device_memory.h"
+#include "tensor/host_buffer_cache.h"
 
 namespace lathe {
 
@@ -42,66 +41,15 @@ Shape contiguous_strides(const Shape& shape) {
 
 namespace {
 
-// Freed CPU buffers of 64 KiB to 32 MiB, kept by size for the next tensor of that size (a forward pass allocates
-// the same shapes layer after layer), most recently freed first, at most kCap bytes in all. Left to glibc, the
-// small allocations that land between them (control blocks, shapes, parked in its per-thread cache, which never
-// coalesces) split the freed space: a 128-token prefill of Qwen3-0.6B grew the heap by 56 MB, every page a
-// first-touch fault (14k, ~15 ms of a ~190 ms first prefill at one thread, as much at two); recycled, ~10 MB.
-// Up to kCap bytes stay resident for the next request (glibc keeps its free heap resident as well).
-class BufferCache {
- public:
-  static constexpr size_t kMin = size_t{64} << 10, kMax = size_t{32} << 20, kCap = size_t{16} << 20;
-  static BufferCache& get() {
-    static BufferCache* c = new BufferCache;  // never destroyed: tensors may be freed during static destruction
-    return *c;
-  }
-  void* take(size_t bytes) {
-    const std::lock_guard<std::mutex> lock(mu_);
-    for (auto it = free_.begin(); it != free_.end(); ++it)
-      if (it->first == bytes) {
-        void* p = it->second;
-        cached_ -= bytes;
-        free_.erase(it);
-        return p;
-      }
-    return nullptr;
-  }
-  void give(void* p, size_t bytes) {
-    std::vector<void*> drop;
-    {
-      const std::lock_guard<std::mutex> lock(mu_);
-      free_.emplace_front(bytes, p);
-      cached_ += bytes;
-      while (cached_ > kCap) {
-        cached_ -= free_.back().first;
-        drop.push_back(free_.back().second);
-        free_.pop_back();
-      }
-    }
-    for (void* q : drop) std::free(q);
-  }
-
- private:
-  std::mutex mu_;
-  std::list<std::pair<size_t, void*>> free_;  // (bytes, buffer), most recently freed first
-  size_t cached_ = 0;
-};
-
 std::shared_ptr<Storage> make_storage(size_t bytes, Device device) {
   auto st = std::make_shared<Storage>();
   st->bytes = bytes;
   st->device = device;
   if (device == Device::CPU) {
-    const size_t rounded = std::max<size_t>((bytes + 63) / 64 * 64, 64);
-    const bool recycle = rounded >= BufferCache::kMin && rounded <= BufferCache::kMax;
-    void* p = recycle ? BufferCache::get().take(rounded) : nullptr;
-    if (!p) p = std::aligned_alloc(64, rounded);
-    if (!p) throw Error(ErrorKind::Io, "out of host memory allocating " + std::to_string(bytes) + " bytes");
+    size_t capacity = 0;
+    void* p = acquire_host_buffer(bytes, &capacity);
     st->data = p;
-    if (recycle)
-      st->owner = std::shared_ptr<void>(p, [rounded](void* q) { BufferCache::get().give(q, rounded); });
-    else
-      st->owner = std::shared_ptr<void>(p, [](void* q) { std::free(q); });
+    st->owner = std::shared_ptr<void>(p, [capacity](void* q) { release_host_buffer(q, capacity); });
   } else {
     st->data = device_alloc(bytes);
     st->owner = std::shared_ptr<void>(st->data, [](void* q) { device_free(q); });
