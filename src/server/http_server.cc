@@ -149,6 +149,10 @@ void dispatch(ServerContext& ctx, const std::vector<Route>& routes, size_t max_b
 
 }  // namespace
 
+size_t http_workers(const ServeOptions& options) {
+  return std::clamp<size_t>(options.http_threads, options.max_queue + 8, 8192);
+}
+
 HttpServer::HttpServer(ServerContext& ctx) : ctx_(ctx) {
   auto routes = std::make_shared<std::vector<Route>>();
   for (auto* make : {&openai_routes, &anthropic_routes, &info_routes, &jobs_routes, &adapter_routes, &cache_routes})
@@ -179,7 +183,7 @@ HttpServer::HttpServer(ServerContext& ctx) : ctx_(ctx) {
   // Only requests being handled hold a worker (streams for their whole length): enough for every queued and
   // running generation plus the quick routes beside them.
   FrontOptions fo;
-  fo.workers = std::clamp<size_t>(ctx_.options().http_threads, ctx_.options().max_queue + 8, 8192);
+  fo.workers = http_workers(ctx_.options());
   fo.max_pending = std::max<size_t>(256, fo.workers);
   fo.max_body_bytes_in_flight = std::max<uint64_t>(limits::kBodiesInFlightMaxBytes, 4 * uint64_t{max_body});
   front_ = std::make_unique<HttpFront>(fo, std::move(hooks));

@@ -42,6 +42,9 @@ std::vector<Route> cache_routes(ServerContext& ctx);  // GET /v1/cache
 std::shared_ptr<const lora::ForwardContext> select_adapters(ServerContext& ctx, const std::string& adapter,
                                                             const std::string& model);
 
+// The worker threads the HTTP front runs requests on: --http-threads, at least --max-queue + 8.
+size_t http_workers(const ServeOptions& options);
+
 void write_json(httplib::Response& res, const nlohmann::ordered_json& body, int status = 200);
 void write_error(httplib::Response& res, const ApiError& e, Surface surface);
 // The id of the request being handled on this thread (also sent back as X-Request-Id and used in logs).

@@ -4,6 +4,7 @@
 // data directory cannot be used (another server holds it) the routes answer 503 and serving goes on.
 #include <httplib.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <thread>
@@ -31,6 +32,10 @@ std::atomic<bool> g_streams_stopping{false};
 struct JobsState {
   std::unique_ptr<jobs::JobRunner> runner;
   std::string unavailable;  // why there is no runner
+  // A following event stream holds a worker for as long as the job runs: they may take half of what the
+  // generations (--max-queue) leave, so that they never starve the other routes.
+  size_t max_followers = 1;
+  std::atomic<size_t> followers{0};
 
   jobs::JobRunner& get() {
     if (!runner) throw ApiError(503, "the jobs API is unavailable: " + unavailable);
@@ -63,8 +68,18 @@ int parse_limit(const std::string& text) {
 // Streams the job's log: every event once, numbered by its line (the SSE id), from after `skip`.
 void stream_events(std::shared_ptr<JobsState> state, const jobs::JobRow& row, uint64_t skip, bool follow,
                    httplib::Response& res) {
+  // Taken only by a stream that will wait on a live job; given back when the response (its provider) goes.
+  std::shared_ptr<void> slot;
+  if (follow && !jobs::is_terminal(row.status)) {
+    if (state->followers.fetch_add(1) >= state->max_followers) {
+      state->followers.fetch_sub(1);
+      throw ApiError(429, std::to_string(state->max_followers) +
+                              " clients already follow job events; retry later or read them with ?follow=0");
+    }
+    slot = std::shared_ptr<void>(nullptr, [state](void*) { state->followers.fetch_sub(1); });
+  }
   set_sse_headers(res);
-  res.set_chunked_content_provider("text/event-stream", [state, row, skip, follow](size_t, httplib::DataSink& sink) {
+  const auto provider = [state, row, skip, follow, slot](size_t, httplib::DataSink& sink) {
     if (!sse_send(sink, "retry: 1500\n\n")) return false;
     uint64_t offset = 0, index = 0;
     while (true) {
@@ -90,7 +105,8 @@ void stream_events(std::shared_ptr<JobsState> state, const jobs::JobRow& row, ui
     sse_send(sink, sse_frame(json::object(), "end"));
     sink.done();
     return true;
-  });
+  };
+  res.set_chunked_content_provider("text/event-stream", provider);
 }
 
 }  // namespace
@@ -99,6 +115,8 @@ void stop_job_streams() { g_streams_stopping.store(true); }
 
 std::vector<Route> jobs_routes(ServerContext& ctx) {
   auto state = std::make_shared<JobsState>();
+  const size_t workers = http_workers(ctx.options()), generations = ctx.options().max_queue;
+  state->max_followers = std::max<size_t>(1, workers > generations ? (workers - generations) / 2 : 0);
   try {
     jobs::RunnerOptions o;
     o.data_dir = ctx.options().data_dir.empty() ? jobs::default_data_dir() : ctx.options().data_dir;

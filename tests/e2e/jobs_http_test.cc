@@ -2,8 +2,11 @@
 // validation before queuing, SSE replay with and without Last-Event-ID, a crash that leaves the server alive,
 // kill -9 of the server mid-job -> zombie with its log intact, a second server on the same data directory, and
 // `lathe jobs` against it.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -12,6 +15,7 @@
 #include <csignal>
 #include <filesystem>
 #include <thread>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -28,16 +32,21 @@ const std::string kKey = "sekret";
 struct Server {
   pid_t pid = -1;
   int port = 0;
-  Server(const std::string& data_dir) {
+  Server(const std::string& data_dir, const std::vector<std::string>& extra = {}) {
+    const std::string model = std::string(LATHE_SOURCE_DIR) + "/models/demo";
+    std::vector<std::string> args = {LATHE_BINARY, "serve",     "--model", model,        "--port",
+                                     "0",          "--api-key", kKey,      "--data-dir", data_dir};
+    args.insert(args.end(), extra.begin(), extra.end());
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
     int fds[2];
     if (::pipe(fds) != 0) return;
     pid = ::fork();
     if (pid == 0) {
       ::dup2(fds[1], 2);
       ::close(fds[0]);
-      const std::string model = std::string(LATHE_SOURCE_DIR) + "/models/demo";
-      ::execl(LATHE_BINARY, LATHE_BINARY, "serve", "--model", model.c_str(), "--port", "0", "--api-key", kKey.c_str(),
-              "--data-dir", data_dir.c_str(), static_cast<char*>(nullptr));
+      ::execv(LATHE_BINARY, argv.data());
       ::_exit(127);
     }
     ::close(fds[1]);
@@ -329,6 +338,67 @@ TEST(JobsHttp, TheQueueIsBounded) {
   // Room again once one leaves the queue.
   EXPECT_EQ(c.Post("/api/jobs/" + last + "/cancel", "", "application/json")->status, 202);
   EXPECT_FALSE(submit(s, slow).empty());
+}
+
+// A raw connection that asks to follow a job's events and reads until the stream has begun (or was refused).
+struct Follower {
+  int fd = -1;
+  std::string got;
+  Follower(int port, const std::string& id) {
+    fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(port));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) return;
+    const std::string req =
+        "GET /api/jobs/" + id + "/events HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + kKey + "\r\n\r\n";
+    if (::send(fd, req.data(), req.size(), 0) != static_cast<ssize_t>(req.size())) return;
+    char buf[4096];
+    while (got.find("retry: 1500") == std::string::npos && got.find("\r\n\r\n{") == std::string::npos) {
+      const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+      if (n <= 0) break;
+      got.append(buf, static_cast<size_t>(n));
+    }
+  }
+  ~Follower() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+TEST(JobsHttp, FollowingStreamsLeaveWorkersForTheOtherRoutes) {
+  jobs::offer_test_job_kinds();
+  TempDir d("follow");
+  // 16 workers, 8 of them for generations: 4 may follow job events.
+  Server s(d.path.string(), {"--http-threads", "16", "--max-queue", "8"});
+  ASSERT_GT(s.port, 0);
+  const std::string id = submit(s, {{"kind", "noop"}, {"config", {{"steps", 1}, {"step_ms", 600000}}}});
+  ASSERT_FALSE(id.empty());
+  std::vector<std::unique_ptr<Follower>> followers;
+  for (int i = 0; i < 4; ++i) {
+    followers.push_back(std::make_unique<Follower>(s.port, id));
+    EXPECT_NE(followers.back()->got.find("retry: 1500"), std::string::npos) << followers.back()->got;
+  }
+  // 300 of them took every worker: the other routes got 503 "every worker is taken".
+  Follower refused(s.port, id);
+  EXPECT_NE(refused.got.find("429"), std::string::npos) << refused.got;
+  EXPECT_NE(refused.got.find("clients already follow job events"), std::string::npos) << refused.got;
+  auto c = s.client();
+  auto r = c.Get("/api/jobs/" + id + "/events?follow=0");  // a replay still answers
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  r = c.Get("/v1/models");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  // A follower that leaves gives its place back.
+  followers.pop_back();
+  bool again = false;
+  for (int i = 0; i < 50 && !again; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    again = Follower(s.port, id).got.find("retry: 1500") != std::string::npos;
+  }
+  EXPECT_TRUE(again);
+  EXPECT_EQ(c.Post("/api/jobs/" + id + "/cancel", "", "application/json")->status, 202);
 }
 
 }  // namespace
