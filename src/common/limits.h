@@ -39,6 +39,11 @@ inline constexpr size_t kKeepAliveMaxRequests = 1000;
 inline constexpr int kKeepAliveIdleSec = 3;  // an idle keep-alive connection is closed after this (and at shutdown)
 inline constexpr int kShutdownTimeoutSecDefault = 10;
 
+// --- LoRA adapters mounted over HTTP ---
+// Each mount holds its own copy of the factors (one folder under two ids counts twice), so the mounted
+// adapters' files together may take a quarter of the memory available at start, and at least this much.
+inline constexpr uint64_t kMountedAdaptersMinBudgetBytes = uint64_t{256} << 20;
+
 // --- jobs (/api/jobs) ---
 // A job's config is paths and numbers; its row (and a failure message that may echo a path) is kept until
 // deleted and returned by every listing of up to 1,000 jobs.

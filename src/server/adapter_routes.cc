@@ -9,6 +9,8 @@
 #include <filesystem>
 
 #include "common/error.h"
+#include "common/limits.h"
+#include "engine/kv_budget.h"
 #include "lora/adapter_file.h"
 #include "server/http_server.h"
 #include "server/json_fields.h"
@@ -96,11 +98,23 @@ json info_json(const lora::AdapterInfo& a, const std::string& default_spec) {
           {"default", is_default}};
 }
 
-lora::AdapterInfo mount(ServerContext& ctx, const std::string& id_in, const std::string& path) {
+lora::AdapterInfo mount(ServerContext& ctx, uint64_t budget, const std::string& id_in, const std::string& path) {
   const std::string dir = confined_dir(ctx, path);
   std::string id = id_in;
   if (id.empty()) id = fs::path(dir).filename().string();
   try {
+    // 30 mounts of one 50 MB adapter under 30 ids held 1 GB. Two mounts at once may both pass: the overshoot is
+    // bounded by the requests in flight.
+    uint64_t mounted = 0;
+    for (const auto& a : ctx.adapters().list()) mounted += a.weights_bytes;
+    const uint64_t bytes = lora::read_adapter_config(dir).weights_bytes;
+    if (mounted + bytes > budget)
+      throw ApiError(409,
+                     "mounting '" + id + "' (" + std::to_string(bytes >> 20) +
+                         " MiB) would take the mounted adapters to " + std::to_string((mounted + bytes) >> 20) +
+                         " MiB, over their budget of " + std::to_string(budget >> 20) +
+                         " MiB (a quarter of the memory available at start); unmount some",
+                     "path");
     return ctx.adapters().mount(id, dir);
   } catch (const Error& e) {
     // The client chose these files: damaged ones are a bad request naming the fault, not a server error.
@@ -168,6 +182,8 @@ std::shared_ptr<const lora::ForwardContext> select_adapters(ServerContext& ctx, 
 }
 
 std::vector<Route> adapter_routes(ServerContext& ctx) {
+  const uint64_t budget = std::max<uint64_t>(limits::kMountedAdaptersMinBudgetBytes,
+                                             static_cast<uint64_t>(std::max<int64_t>(0, default_kv_cache_bytes())) / 2);
   std::vector<Route> r;
   r.push_back({"GET", "/v1/adapters", [&ctx](const httplib::Request&, httplib::Response& res) {
                  const std::string def = ctx.adapters().default_spec();
@@ -175,10 +191,10 @@ std::vector<Route> adapter_routes(ServerContext& ctx) {
                  for (const auto& a : ctx.adapters().list()) data.push_back(info_json(a, def));
                  write_json(res, {{"object", "list"}, {"data", data}, {"default", def}});
                }});
-  r.push_back({"POST", "/v1/adapters", [&ctx](const httplib::Request& req, httplib::Response& res) {
+  r.push_back({"POST", "/v1/adapters", [&ctx, budget](const httplib::Request& req, httplib::Response& res) {
                  const json body = parse_json_body(req.body);
                  const lora::AdapterInfo a =
-                     mount(ctx, string_field(body, "id", false), string_field(body, "path", true));
+                     mount(ctx, budget, string_field(body, "id", false), string_field(body, "path", true));
                  if (body.contains("default") && body["default"].is_boolean() && body["default"].get<bool>())
                    ctx.adapters().set_default(a.id);
                  write_json(res, info_json(a, ctx.adapters().default_spec()));
@@ -193,10 +209,10 @@ std::vector<Route> adapter_routes(ServerContext& ctx) {
                },
                /*prefix=*/true});
   // vLLM's runtime LoRA endpoints (plain-text answers, as vLLM gives).
-  r.push_back({"POST", "/v1/load_lora_adapter", [&ctx](const httplib::Request& req, httplib::Response& res) {
+  r.push_back({"POST", "/v1/load_lora_adapter", [&ctx, budget](const httplib::Request& req, httplib::Response& res) {
                  const json body = parse_json_body(req.body);
                  const std::string name = string_field(body, "lora_name", true);
-                 mount(ctx, name, string_field(body, "lora_path", true));
+                 mount(ctx, budget, name, string_field(body, "lora_path", true));
                  res.set_content("Success: LoRA adapter '" + name + "' added successfully.", "text/plain");
                }});
   r.push_back({"POST", "/v1/unload_lora_adapter", [&ctx](const httplib::Request& req, httplib::Response& res) {

@@ -26,6 +26,9 @@ damaged('config-rank-0', (d) => {
   c.lora_parameters.rank = 0;
   fs.writeFileSync(path.join(d, 'adapter_config.json'), JSON.stringify(c));
 });
+// A weights file far over the mounted adapters' memory budget (a quarter of the memory available at start),
+// sparse so that it costs no disk: the budget is checked from its size before anything is read.
+damaged('huge', (d) => fs.truncateSync(weights(d), 4 * 2 ** 40));
 const ctx = useServer({
   model: fixtureModel('qwen3-q4g64'),
   args: ['--adapter-dir', STORE, '--adapter-dir', DAMAGED, '--accept-any-model'],
@@ -77,6 +80,16 @@ describe('LoRA adapters over HTTP', () => {
       assert.equal(r.json.error.type, 'invalid_request_error');
       assert.match(r.json.error.message, fault);
       assert.doesNotMatch(r.json.error.message, /internal error/);
+    }
+    assert.deepEqual((await request(ctx.server, 'GET', '/v1/adapters')).json.data, []);
+  });
+
+  test('mounted adapters have a memory budget: beyond it a mount is a 409', async () => {
+    // Any one adapter could be mounted under ids without end (30 mounts of a 50 MB one held 1 GB).
+    for (const route of ['/v1/adapters', '/v1/load_lora_adapter']) {
+      const r = await request(ctx.server, 'POST', route, { body: { path: 'huge', lora_name: 'huge', lora_path: 'huge' } });
+      assert.equal(r.status, 409, `${route}: ${r.text}`);
+      assert.match(r.text, /over their budget of \d+ MiB/);
     }
     assert.deepEqual((await request(ctx.server, 'GET', '/v1/adapters')).json.data, []);
   });
