@@ -195,6 +195,25 @@ struct KvPagedRange {
         blocks[s] = copy;
       }
     }
+    populate(begin, end);
+  }
+  // A prefill chunk's rows are about to be written: the pages they wholly cover are made in one call instead of
+  // one fault each (a trap, costly in a VM: a 4,000-token prefill of the 0.6B shape spent ~0.7 s less in the
+  // kernel, 0.1 M faults fewer). Decode steps' single rows fault as before (a call per row would cost more than
+  // one fault every few rows). On a kernel without MADV_POPULATE_WRITE (before 5.14) the call fails: they fault.
+  void populate(int64_t begin, int64_t end) {
+#ifdef MADV_POPULATE_WRITE
+    constexpr int64_t kMinRows = 16;
+    if (end - begin < kMinRows) return;
+    static const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+    const uintptr_t lo = reinterpret_cast<uintptr_t>(base) + static_cast<uintptr_t>(begin) * row_bytes;
+    const uintptr_t hi = reinterpret_cast<uintptr_t>(base) + static_cast<uintptr_t>(end) * row_bytes;
+    const uintptr_t first = (lo + page - 1) / page * page, last = hi / page * page;  // pages wholly written
+    if (last > first) (void)madvise(reinterpret_cast<void*>(first), last - first, MADV_POPULATE_WRITE);
+#else
+    (void)begin;
+    (void)end;
+#endif
   }
   // Keeps the blocks holding the first `tokens` tokens.
   void keep(int64_t tokens) {

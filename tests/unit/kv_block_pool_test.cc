@@ -5,6 +5,7 @@
 // and reference counts say so), each reports the prefix as cached and produces exactly its cold output; a request that
 // arrives while another with the same prefix is running maps the running row's blocks.
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 
 #include <cstring>
 #include <fstream>
@@ -14,6 +15,7 @@
 
 #include "cache/kv_block_pool.h"
 #include "cache/quantized_kv_cache.h"
+#include "cache/row_tensors.h"
 #include "engine/scheduler.h"
 #include "support/fixtures.h"
 #include "support/sequence_recorder.h"
@@ -157,6 +159,40 @@ TEST(KvBlockPool, StateRoundTripsLikeTheContiguousCache) {
 
 // Each block is a kernel VMA: once the server knows its KV budget, blocks are long enough that the budget, filled
 // with caches of one shape, maps at most half of vm.max_map_count.
+// Room made for a prefill chunk's rows is backed by pages at once (MADV_POPULATE_WRITE: one call, not a fault per
+// page as the rows are written); a decode step's single row is left to fault. On a kernel without it, nothing to
+// check.
+TEST(KvBlockPool, RoomForAChunkIsPopulatedAtOnce) {
+#ifndef MADV_POPULATE_WRITE
+  GTEST_SKIP() << "no MADV_POPULATE_WRITE in these headers";
+#else
+  void* probe = mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(probe, MAP_FAILED);
+  const bool supported = madvise(probe, 4096, MADV_POPULATE_WRITE) == 0;
+  munmap(probe, 4096);
+  if (!supported) GTEST_SKIP() << "the kernel has no MADV_POPULATE_WRITE";
+  const int64_t H = 8, D = 128;  // 4 KiB rows (f32): a row is a page
+  RowTensors like;
+  like.parts = {Tensor::empty({1, H, D}, DType::F32), Tensor::empty({1, H, D}, DType::F32)};
+  std::unique_ptr<PagedRows> rows = PagedRows::create(like);
+  ASSERT_TRUE(rows);
+  auto resident_pages = [&](size_t part, int64_t begin, int64_t end) {
+    const auto* base = static_cast<const char*>(rows->rows().parts[part].raw());
+    std::vector<unsigned char> in(static_cast<size_t>(end - begin));
+    EXPECT_EQ(mincore(const_cast<char*>(base) + begin * 4096, static_cast<size_t>(end - begin) * 4096, in.data()), 0);
+    int64_t n = 0;
+    for (unsigned char c : in) n += c & 1;
+    return n;
+  };
+  rows->make_room(0, 300);  // a chunk: every page of K and V made now, before any row is written
+  EXPECT_EQ(resident_pages(0, 0, 300), 300);
+  EXPECT_EQ(resident_pages(1, 0, 300), 300);
+  rows->make_room(300, 301);  // a decode row: left to its first write
+  EXPECT_EQ(resident_pages(0, 300, 301), 0);
+  EXPECT_EQ(resident_pages(0, 301, 512), 0);  // nor rows no one asked room for
+#endif
+}
+
 TEST(KvBlockPool, BlockLengthFollowsTheBudget) {
   const int64_t bf16_06b = 2 * 8 * 128 * 2;  // K and V of a Qwen3-0.6B layer in bf16, bytes a token
   EXPECT_EQ(kv_block_tokens_for(0, bf16_06b, 2, 65530), kKvBlockTokens);                  // no budget known
