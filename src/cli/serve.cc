@@ -25,6 +25,7 @@
 #include "common/log.h"
 #include "engine/kv_budget.h"
 #include "engine/model_bundle.h"
+#include "server/host_check.h"
 #include "server/http_server.h"
 #include "server/server_context.h"
 
@@ -94,8 +95,6 @@ void resolve_api_key(ServeFlags& f) {
                 std::string(source) + " is empty: give a key, or leave it out to serve without authentication");
 }
 
-bool is_loopback(const std::string& host) { return host == "127.0.0.1" || host == "localhost" || host == "::1"; }
-
 int run_serve(ServeFlags& f) {
   resolve_api_key(f);
   const bool demo = f.model.empty();
@@ -157,7 +156,7 @@ int run_serve(ServeFlags& f) {
   server::HttpServer http(ctx);
   const int port = http.bind();
   if (demo) log::info("no --model given: serving the bundled demo model " + f.model + " (it answers in upper case)");
-  if (!is_loopback(o.host) && o.api_key.empty())
+  if (!server::is_loopback_host(o.host) && o.api_key.empty())
     log::warn("listening on " + o.host + " without --api-key: anyone who can reach this address can use the model");
   // First signal: stop accepting, let running generations finish for --shutdown-timeout, then cancel them
   // (their clients get an end frame saying why). A second signal exits at once.
@@ -241,6 +240,9 @@ Verb add_serve(CLI::App& app) {
       "require this key (Authorization: Bearer or x-api-key); visible in ps: prefer --api-key-file or LATHE_API_KEY");
   cmd->add_option("--cors-origin", f->server.cors.origins,
                   "browser origin allowed besides loopback ones (repeatable; * = any)");
+  cmd->add_option("--allowed-host", f->server.allowed_hosts,
+                  "Host header name answered besides localhost, 127.x.x.x and [::1] while bound to loopback "
+                  "(repeatable; * = any; guards against DNS rebinding)");
   cmd->add_option("--api-key-file", f->api_key_file, "read the API key from this file (trailing newline ignored)");
   cmd->add_option(
          "--http-threads", f->server.http_threads,

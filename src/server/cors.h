@@ -1,7 +1,8 @@
 // Cross-origin requests from browsers: a preflight OPTIONS on any path is answered here, before the API key is
 // checked (browsers never send credentials on a preflight), and every response to an allowed origin carries
 // Access-Control-Allow-Origin. By default loopback origins (http://localhost:*, 127.0.0.1, [::1]) are allowed,
-// as Ollama does; --cors-origin adds origins (repeatable; "*" allows any).
+// as Ollama does; --cors-origin adds origins (repeatable; "*" allows any). A request from any other origin is
+// refused before routing unless the API key authenticates it (pre_route in http_server.cc).
 #pragma once
 #include <string>
 #include <vector>

@@ -261,7 +261,7 @@ struct HttpFront::Impl::Session : std::enable_shared_from_this<Session> {
     req->remote_port = remote_port;
     if (front.hooks.pre_route(*req, *res)) {
       const bool close_after = iequals(res->get_header_value("Connection"), "close") || !parser->is_done();
-      if (!close_after) return write_fixed(true);
+      if (!close_after) return write_fixed(keep_alive());  // a refusal honours "Connection: close" too
       const auto len = parser->content_length();
       return drain(len ? std::min<uint64_t>(*len, kDrainLimit) : kDrainLimit);
     }

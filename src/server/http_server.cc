@@ -11,6 +11,7 @@
 #include "common/limits.h"
 #include "common/log.h"
 #include "server/cors.h"
+#include "server/host_check.h"
 #include "server/http_front.h"
 
 namespace lathe::server {
@@ -65,12 +66,42 @@ void write_error(httplib::Response& res, const ApiError& e, Surface surface) {
 
 namespace {
 
-// Runs before the body is read: CORS preflight, transfer and content codings, declared size, API key. A refusal
-// that sets "Connection: close" has the body drained by the front before the answer.
-bool pre_route(const std::string& key, size_t max_body, const CorsPolicy& cors, const httplib::Request& req,
-               httplib::Response& res) {
-  // CORS first: a preflight carries no API key, and a browser can only read errors that carry the headers.
-  if (apply_cors(cors, req, res)) return true;
+// What pre_route checks a request's headers against.
+struct Gate {
+  std::string key;
+  size_t max_body = 0;
+  CorsPolicy cors;
+  HostPolicy hosts;
+};
+
+// Runs before the body is read: Host (DNS rebinding), CORS preflight, foreign origins, transfer and content
+// codings, declared size, API key. A refusal that sets "Connection: close" has the body drained by the front
+// before the answer.
+bool pre_route(const Gate& gate, const httplib::Request& req, httplib::Response& res) {
+  if (req.get_header_value_count("Host") > 1) {
+    write_error(res, ApiError(400, "more than one Host header"), surface_of(req.path));
+    return true;
+  }
+  if (const std::string why = gate.hosts.refusal(req.get_header_value("Host")); !why.empty()) {
+    write_error(res, ApiError(403, why), surface_of(req.path));
+    return true;
+  }
+  // CORS next: a preflight carries no API key, and a browser can only read errors that carry the headers.
+  if (apply_cors(gate.cors, req, res)) return true;
+  // A page on another site can send "simple" requests (text/plain or form bodies, no preflight) and the browser
+  // delivers them even though it hides the answer: without a key, every route would act for any web page the
+  // user opens. So a request from an origin that is not allowed needs the API key, whatever its method.
+  for (size_t i = 0, n = req.get_header_value_count("Origin"); i < n; ++i) {
+    const std::string origin = req.get_header_value("Origin", i);
+    if (gate.cors.allows(origin) || (!gate.key.empty() && authorized(req, gate.key))) continue;
+    write_error(res,
+                ApiError(403, "requests from the web origin '" + origin +
+                                  "' are not allowed: browser pages may call this server only from loopback "
+                                  "origins or ones given with --cors-origin" +
+                                  (gate.key.empty() ? "" : " (or with the API key)")),
+                surface_of(req.path));
+    return true;
+  }
   // Header values compare case-insensitively ("Chunked" is chunked too), and any transfer coding is refused.
   if (!lower(req.get_header_value("Transfer-Encoding")).empty()) {
     res.set_header("Connection", "close");
@@ -91,16 +122,16 @@ bool pre_route(const std::string& key, size_t max_body, const CorsPolicy& cors, 
     const std::string len = req.get_header_value("Content-Length");
     char* end = nullptr;
     const unsigned long long n = std::strtoull(len.c_str(), &end, 10);
-    if (end != len.c_str() && n > max_body) {
+    if (end != len.c_str() && n > gate.max_body) {
       res.set_header("Connection", "close");
       write_error(res,
                   ApiError(413, "request body is too large (" + len + " bytes; the limit is " +
-                                    std::to_string(max_body) + ", see --max-body-bytes)"),
+                                    std::to_string(gate.max_body) + ", see --max-body-bytes)"),
                   surface_of(req.path));
       return true;
     }
   }
-  if (key.empty() || req.path == "/health" || authorized(req, key)) return false;
+  if (gate.key.empty() || req.path == "/health" || authorized(req, gate.key)) return false;
   write_error(res, ApiError(401, "invalid or missing API key (send Authorization: Bearer KEY or x-api-key)"),
               surface_of(req.path));
   return true;
@@ -158,13 +189,15 @@ HttpServer::HttpServer(ServerContext& ctx) : ctx_(ctx) {
   for (auto* make : {&openai_routes, &anthropic_routes, &info_routes, &jobs_routes, &adapter_routes, &cache_routes})
     for (Route& r : (*make)(ctx_)) routes->push_back(std::move(r));
 
-  const std::string key = ctx_.options().api_key;
   const size_t max_body = ctx_.options().max_body_bytes;
-  const CorsPolicy cors = ctx_.options().cors;
+  auto gate = std::make_shared<Gate>();
+  gate->key = ctx_.options().api_key;
+  gate->max_body = max_body;
+  gate->cors = ctx_.options().cors;
+  gate->hosts.check = is_loopback_host(ctx_.options().host);
+  gate->hosts.allowed = ctx_.options().allowed_hosts;
   FrontHooks hooks;
-  hooks.pre_route = [key, max_body, cors](const httplib::Request& req, httplib::Response& res) {
-    return pre_route(key, max_body, cors, req, res);
-  };
+  hooks.pre_route = [gate](const httplib::Request& req, httplib::Response& res) { return pre_route(*gate, req, res); };
   hooks.handle = [routes, ctx = &ctx_, max_body](const httplib::Request& req, httplib::Response& res) {
     dispatch(*ctx, *routes, max_body, req, res);
   };

@@ -47,6 +47,7 @@ struct ServeOptions {
   std::vector<std::string> adapter_stores;    // --adapter-dir: where mounts by path may read ([lora])
   std::vector<std::string> adapter_paths;     // --adapter: mounted at start (the stack is the default)
   CorsPolicy cors;                            // browser origins allowed (loopback by default)
+  std::vector<std::string> allowed_hosts;     // --allowed-host: Host names answered besides loopback ones
   std::vector<std::string> model_names;       // names a request's "model" may use (model_id first)
   bool accept_any_model = false;              // any "model" is served (else 404 model_not_found)
   SsdCacheOptions ssd;                        // --ssd-cache: KV files that outlive the process

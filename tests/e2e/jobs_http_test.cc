@@ -352,7 +352,7 @@ struct Follower {
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) return;
     const std::string req =
-        "GET /api/jobs/" + id + "/events HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + kKey + "\r\n\r\n";
+        "GET /api/jobs/" + id + "/events HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer " + kKey + "\r\n\r\n";
     if (::send(fd, req.data(), req.size(), 0) != static_cast<ssize_t>(req.size())) return;
     char buf[4096];
     while (got.find("retry: 1500") == std::string::npos && got.find("\r\n\r\n{") == std::string::npos) {

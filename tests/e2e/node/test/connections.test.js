@@ -72,21 +72,21 @@ describe('connections hold no worker', () => {
   test('two pipelined requests in one write get two answers, in order', async () => {
     const text = await rawExchange(
       ctx.server.port,
-      'GET /health HTTP/1.1\r\nHost: x\r\n\r\n' +
-        'POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}' +
-        'GET /nope HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n',
+      'GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n' +
+        'POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}' +
+        'GET /nope HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n',
     );
     assert.deepEqual(statuses(text), [200, 400, 404], text);
     assert.ok(text.indexOf('"status"') < text.indexOf('"error"'), text);
   });
 
   test('a client that half-closes after its request still gets the answer', async () => {
-    const text = await rawExchange(ctx.server.port, 'GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n', { halfClose: true });
+    const text = await rawExchange(ctx.server.port, 'GET /v1/models HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n', { halfClose: true });
     assert.deepEqual(statuses(text), [200], text);
     assert.match(text, /"object":"list"/);
     const both = await rawExchange(
       ctx.server.port,
-      'GET /health HTTP/1.1\r\nHost: x\r\n\r\nGET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n',
+      'GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\nGET /v1/models HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n',
       { halfClose: true },
     );
     assert.deepEqual(statuses(both), [200, 200], both);
@@ -95,7 +95,7 @@ describe('connections hold no worker', () => {
   test('bodies in flight have a budget: beyond it a POST is a 503, and finished ones free it', async () => {
     // 16 connections each declare a body of --max-body-bytes (16 MiB) and send none of it: 256 MiB held. A
     // thousand such connections that did send held 16 GB before.
-    const post = (len) => `POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${len}\r\n\r\n`;
+    const post = (len) => `POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: ${len}\r\n\r\n`;
     const hogs = await Promise.all(Array.from({ length: 16 }, () => connect(ctx.server.port)));
     try {
       for (const s of hogs) s.write(post(16 << 20));

@@ -179,19 +179,19 @@ function truncatedRequests() {
   }
   cases.push(['garbage request line', '-', ['GARBAGE\r\n\r\n'], 'end']);
   cases.push(['binary noise', '-', [Buffer.from(Array.from({ length: 512 }, (_, i) => (i * 37) & 0xff))], 'end']);
-  cases.push(['bad Content-Length', '/v1/chat/completions', [`POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n{}`], 'end']);
-  cases.push(['negative Content-Length', '/v1/chat/completions', [`POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: -5\r\n\r\n{}`], 'end']);
+  cases.push(['bad Content-Length', '/v1/chat/completions', [`POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: abc\r\n\r\n{}`], 'end']);
+  cases.push(['negative Content-Length', '/v1/chat/completions', [`POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: -5\r\n\r\n{}`], 'end']);
   cases.push([
     'bad chunk size',
     '/v1/chat/completions',
-    [`POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n{}\r\n0\r\n\r\n`],
+    [`POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n{}\r\n0\r\n\r\n`],
     'end',
   ]);
   // Not malformed, only large: any answer but a 5xx is fine.
   cases.push([
     'header line of 64 KiB',
     '/health',
-    [`GET /health HTTP/1.1\r\nHost: x\r\nX-Big: ${'a'.repeat(64 * 1024)}\r\n\r\n`],
+    [`GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Big: ${'a'.repeat(64 * 1024)}\r\n\r\n`],
     'end',
     true,
   ]);
