@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
+#include "io/finite_check.h"
 #include "io/mapped_file.h"
 #include "io/safetensors.h"
 #include "lora/linear_sites.h"
@@ -206,6 +207,12 @@ AdapterWeights read_adapter(const std::string& dir) {
                                           shape_str(a.shape()) + " and " + shape_str(b.shape()));
     if (!is_float(a.dtype()) || !is_float(b.dtype()))
       throw Error(ErrorKind::Corrupt, path + ": module '" + module + "': LoRA factors must be float tensors");
+    // A NaN or infinity mounts fine and then turns every output of the adapter into NaN (empty text), as a
+    // damaged base weight would: refused by name, as model loading does.
+    for (const auto& [name, t] : {std::pair{&p.a, &a}, std::pair{&p.b, &b}})
+      if (const int64_t bad = first_non_finite(*t); bad >= 0)
+        throw Error(ErrorKind::Corrupt, path + ": tensor '" + *name + "' holds a NaN or infinite value (element " +
+                                            std::to_string(bad) + "): the adapter is damaged");
     // mlx-lm: a [in, r], b [r, out]; PEFT: A [r, in], B [out, r]. The shared dimension is the rank.
     const int64_t r_a = p.peft ? a.dim(0) : a.dim(1), r_b = p.peft ? b.dim(1) : b.dim(0);
     if (r_a != r_b) {

@@ -3,6 +3,7 @@
 #include <cstdlib>
 
 #include "common/error.h"
+#include "io/finite_check.h"
 #include "io/mapped_file.h"
 #include "quant/affine.h"
 
@@ -13,28 +14,9 @@ Tensor place(const Tensor& t, const LoadOptions& o, DType dtype) {
   if (o.device == Device::CPU) return t;
   return t.to(dtype).to(o.device);
 }
-// The index of the first NaN or infinity in a host tensor (its exponent bits all ones), or -1. Weights that
-// hold one make every output NaN; they are refused at load with the tensor's name instead.
-template <typename Bits>
-int64_t first_non_finite(const Tensor& t, Bits exponent_mask) {
-  const Bits* p = static_cast<const Bits*>(t.raw());
-  const int64_t n = t.numel();
-  for (int64_t i = 0; i < n; ++i)
-    if ((p[i] & exponent_mask) == exponent_mask) return i;
-  return -1;
-}
-
+// Weights that hold a NaN or infinity make every output NaN; they are refused at load with the tensor's name.
 void check_finite(const Tensor& t, const std::string& where) {
-  if (t.device() != Device::CPU || !t.is_contiguous()) return;
-  int64_t bad = -1;
-  switch (t.dtype()) {
-    case DType::F32: bad = first_non_finite<uint32_t>(t, 0x7F800000u); break;
-    case DType::F16: bad = first_non_finite<uint16_t>(t, uint16_t{0x7C00}); break;
-    case DType::BF16: bad = first_non_finite<uint16_t>(t, uint16_t{0x7F80}); break;
-    case DType::F64: bad = first_non_finite<uint64_t>(t, 0x7FF0000000000000ull); break;
-    default: return;
-  }
-  if (bad >= 0)
+  if (const int64_t bad = first_non_finite(t); bad >= 0)
     throw Error(ErrorKind::Corrupt, where + " holds a NaN or infinite value (element " + std::to_string(bad) +
                                         "): the checkpoint is damaged");
 }

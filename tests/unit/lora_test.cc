@@ -157,6 +157,35 @@ TEST(LoraFiles, HalfPairTransposedAndCorruptFilesAreSpecificErrors) {
   EXPECT_THROW(lora::read_adapter(t.str() + "/missing"), Error);
 }
 
+// A NaN or infinity in a factor mounted fine and then made every output of the adapter empty.
+TEST(LoraFiles, NonFiniteFactorsAreRefusedNamingTheTensor) {
+  ScratchDir t;
+  const std::string a = "model.layers.0.self_attn.q_proj.lora_a", b = "model.layers.0.self_attn.q_proj.lora_b";
+  for (const float bad : {std::nanf(""), INFINITY, -INFINITY}) {
+    for (const DType dtype : {DType::F32, DType::BF16, DType::F16}) {
+      const std::string d = t.str() + "/bad";
+      fs::remove_all(d);
+      fs::create_directories(d);
+      write_text(d + "/adapter_config.json",
+                 R"({"fine_tune_type": "lora", "lora_parameters": {"rank": 4, "scale": 2.0}})");
+      std::vector<float> va(64 * 4, 0.01f), vb(4 * 64, 0.02f);
+      vb[37] = bad;
+      SafetensorsWriter w;
+      w.add(a, Tensor::from_floats(va, {64, 4}).to(dtype));
+      w.add(b, Tensor::from_floats(vb, {4, 64}).to(dtype));
+      w.write(d + "/adapters.safetensors");
+      try {
+        lora::read_adapter(d);
+        ADD_FAILURE() << "accepted " << bad << " as " << dtype_name(dtype);
+      } catch (const Error& e) {
+        EXPECT_EQ(e.kind(), ErrorKind::Corrupt);
+        EXPECT_NE(std::string(e.what()).find("tensor '" + b + "'"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("NaN or infinite value (element 37)"), std::string::npos) << e.what();
+      }
+    }
+  }
+}
+
 TEST(LoraManager, MountValidatesAgainstTheBaseAllOrNothing) {
   lora::AdapterManager m(qwen3_like_sites(), Device::CPU, DType::F32);
   // gemma3-alpha has 3 layers: layer 2 is not in a 2-layer base.

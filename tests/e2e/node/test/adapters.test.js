@@ -7,7 +7,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { describe, test } from 'node:test';
 
-import { SOURCE_DIR, fixtureModel, openaiClient, request, useServer } from './harness.js';
+import { SOURCE_DIR, fixtureModel, openaiClient, request, startServer, useServer } from './harness.js';
 
 const STORE = path.join(SOURCE_DIR, 'tests/fixtures/adapters');
 // A second store of damaged copies of qwen3-alpha: each must be refused with a 400 naming the fault.
@@ -26,6 +26,21 @@ damaged('config-rank-0', (d) => {
   c.lora_parameters.rank = 0;
   fs.writeFileSync(path.join(d, 'adapter_config.json'), JSON.stringify(c));
 });
+// One weight element set to NaN / infinity in place (mounted fine before, then every output was empty).
+const poison = (file, tensorIndex, bits) => {
+  const buf = fs.readFileSync(file);
+  const headerLen = Number(buf.readBigUInt64LE(0));
+  const header = JSON.parse(buf.subarray(8, 8 + headerLen).toString('utf8'));
+  const [name, info] = Object.entries(header).filter(([k]) => k !== '__metadata__').sort()[tensorIndex];
+  const at = 8 + headerLen + info.data_offsets[0] + 2 * (info.dtype === 'F32' ? 4 : 2);
+  if (info.dtype === 'F32') buf.writeUInt32LE(bits.f32, at);
+  else buf.writeUInt16LE(info.dtype === 'BF16' ? bits.bf16 : bits.f16, at);
+  fs.writeFileSync(file, buf);
+  return name;
+};
+const POISONED = {};
+damaged('nan-weight', (d) => (POISONED['nan-weight'] = poison(weights(d), 0, { f32: 0x7fc00000, bf16: 0x7fc0, f16: 0x7e00 })));
+damaged('inf-weight', (d) => (POISONED['inf-weight'] = poison(weights(d), 3, { f32: 0xff800000, bf16: 0xff80, f16: 0xfc00 })));
 // A weights file far over the mounted adapters' memory budget (a quarter of the memory available at start),
 // sparse so that it costs no disk: the budget is checked from its size before anything is read.
 damaged('huge', (d) => fs.truncateSync(weights(d), 4 * 2 ** 40));
@@ -82,6 +97,20 @@ describe('LoRA adapters over HTTP', () => {
       assert.doesNotMatch(r.json.error.message, /internal error/);
     }
     assert.deepEqual((await request(ctx.server, 'GET', '/v1/adapters')).json.data, []);
+  });
+
+  test('an adapter holding NaN or infinity is refused at mount, naming the tensor', async () => {
+    for (const name of ['nan-weight', 'inf-weight']) {
+      const r = await request(ctx.server, 'POST', '/v1/adapters', { body: { path: name } });
+      assert.equal(r.status, 400, `${name}: ${r.text}`);
+      assert.ok(r.json.error.message.includes(`tensor '${POISONED[name]}' holds a NaN or infinite value (element 2)`), r.text);
+    }
+    assert.deepEqual((await request(ctx.server, 'GET', '/v1/adapters')).json.data, []);
+    // --adapter at start: serve refuses to start.
+    await assert.rejects(
+      startServer({ model: fixtureModel('qwen3-q4g64'), args: ['--adapter', path.join(DAMAGED, 'nan-weight')] }),
+      (e) => e.message.includes(`tensor '${POISONED['nan-weight']}' holds a NaN`),
+    );
   });
 
   test('mounted adapters have a memory budget: beyond it a mount is a 409', async () => {
