@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -88,9 +89,20 @@ void SsdStore::warn_once(const std::string& what) {
     log::debug("ssd cache: " + what);
 }
 
+void SsdStore::prune_ns_dir_locked(const std::string& dir) {
+  // The save in progress registers its folder under mu_ before creating it and clears it once its file is
+  // indexed, so a folder it is about to write into is never taken from under it. rmdir itself refuses a
+  // folder that still holds anything (a file or another writer's .tmp).
+  if (dir.empty() || dir == writing_dir_) return;
+  const fs::path d(dir);
+  if (d.parent_path() != fs::path(root_) || !is_ns_dir_name(d.filename().string())) return;
+  ::rmdir(dir.c_str());
+}
+
 void SsdStore::remove_locked(const std::string& path) {
   std::error_code ec;
   fs::remove(path, ec);
+  prune_ns_dir_locked(fs::path(path).parent_path().string());
   auto it = index_.find(path);
   if (it == index_.end()) return;
   bytes_ -= std::min(bytes_, it->second.disk_bytes);
@@ -121,9 +133,11 @@ SsdScanReport SsdStore::scan() {
     warn_once("cannot create " + root_ + ": " + ec.message());
     return r;
   }
+  std::vector<std::string> ns_dirs;
   for (fs::directory_iterator d(root_, ec), end; !ec && d != end; d.increment(ec)) {
     const std::string name = d->path().filename().string();
     if (!d->is_directory() || !is_ns_dir_name(name)) continue;
+    ns_dirs.push_back(d->path().string());
     const std::string ns = name == "base" ? "" : name;
     std::error_code ec2;
     for (fs::directory_iterator f(d->path(), ec2), fend; !ec2 && f != fend; f.increment(ec2)) {
@@ -156,6 +170,8 @@ SsdScanReport SsdStore::scan() {
       }
     }
   }
+  // Folders that hold nothing now (left by versions that never removed them, or emptied above).
+  for (const std::string& d : ns_dirs) prune_ns_dir_locked(d);
   r.evicted = evict_locked(0);
   r.entries = index_.size();
   r.bytes = bytes_;
@@ -191,23 +207,27 @@ bool SsdStore::save(const std::vector<int32_t>& tokens, const CacheList& caches,
       evict_locked(estimate);
       if (bytes_ + estimate > options_.max_bytes) return false;
       reserved_ = estimate;  // counted while the file is written, so the cap holds throughout
+      writing_dir_ = ns_dir(ns);
     }
     const std::string dir = ns_dir(ns);
-    std::error_code ec;
-    fs::create_directories(dir, ec);
-    if (ec) throw Error(ErrorKind::Io, "cannot create " + dir + ": " + ec.message());
     const std::string path = (fs::path(dir) / (new_uuid() + kExt)).string();
     bool trimmable = true;
     try {
+      std::error_code ec;
+      fs::create_directories(dir, ec);
+      if (ec) throw Error(ErrorKind::Io, "cannot create " + dir + ": " + ec.message());
       save_kv_file(path, tokens, caches, meta);
       for (const auto& c : caches) trimmable = trimmable && c->can_trim(static_cast<int64_t>(tokens.size()));
     } catch (...) {
       std::lock_guard<std::mutex> lock(mu_);
       reserved_ = 0;
+      writing_dir_.clear();
+      prune_ns_dir_locked(dir);  // a failed first write into a namespace leaves no folder behind
       throw;
     }
     std::lock_guard<std::mutex> lock(mu_);
     reserved_ = 0;
+    writing_dir_.clear();
     Entry e;
     e.ns = ns;
     e.tokens = tokens;

@@ -5,6 +5,8 @@
 // a miss. The cap counts the bytes the files occupy on disk and is never exceeded, even while a file is being
 // written. A full disk or an I/O error is logged once and reported as "not stored": nothing here throws into
 // serving. One conversation keeps one growing file: storing a prefix's extension replaces the prefix.
+// A namespace folder is removed once its last file goes (each cache_salt has its own folder: they would
+// otherwise pile up without end), and scan() removes empty ones left by older versions.
 //
 // Thread safety: save() may run on a background thread (it is meant to run off the decode path) while
 // lookup()/restore() run on the engine thread; saves run one at a time.
@@ -90,8 +92,10 @@ class SsdStore {
     bool trimmable = false;
   };
   std::string ns_dir(const std::string& ns) const;
-  void remove_locked(const std::string& path);  // deletes the file and its index entry
-  size_t evict_locked(uint64_t need);           // oldest first until bytes_ + need <= cap
+  void remove_locked(const std::string& path);  // deletes the file and its index entry (and an emptied folder)
+  // Removes the namespace folder `dir` when it holds nothing, unless the save in progress writes into it.
+  void prune_ns_dir_locked(const std::string& dir);
+  size_t evict_locked(uint64_t need);  // oldest first until bytes_ + need <= cap
   void warn_once(const std::string& what);
   Match lookup_locked(const std::vector<int32_t>& tokens, const std::string& ns) const;
 
@@ -105,6 +109,7 @@ class SsdStore {
   std::mutex save_mu_;     // one save at a time
   std::map<std::string, Entry> index_;
   uint64_t bytes_ = 0, reserved_ = 0;
+  std::string writing_dir_;  // the namespace folder the save in progress writes into (under mu_; "" = none)
   SsdStoreStats stats_;
   std::atomic<bool> warned_{false};
 };

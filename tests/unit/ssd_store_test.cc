@@ -2,7 +2,11 @@
 // conversation; namespaces and identities never share; the cap on disk bytes holds after every save; scan
 // removes .tmp orphans and corrupt files of its own identity only; a corrupt file on restore is a deleted miss;
 // a failing disk makes save return false without throwing.
+#include <unistd.h>
+
+#include <atomic>
 #include <filesystem>
+#include <thread>
 
 #include <gtest/gtest.h>
 
@@ -239,6 +243,84 @@ TEST(SsdStore, FullDiskNeverThrowsAndLeavesNothing) {
   EXPECT_EQ(store->stats().write_failures, 2u);
   EXPECT_EQ(store->stats().bytes, 0u);
   EXPECT_TRUE(store->save(seq(64), caches));  // the disk has room again
+}
+
+size_t ns_dirs(const std::string& root) {
+  size_t n = 0;
+  for (const auto& e : fs::directory_iterator(root)) n += e.is_directory() ? 1 : 0;
+  return n;
+}
+
+// Each cache_salt has a namespace folder: 60 salts left 48 empty folders behind for good.
+TEST(SsdStore, NamespaceFoldersGoWithTheirLastFileAndScanSweepsEmptyOnes) {
+  Fixture f("qwen3-bf16");
+  const CacheList c = f.prefill(seq(10));
+  uint64_t one = 0;
+  {
+    TempDir probe;
+    save_kv_file(probe.path + "/p.lkv", seq(10), c, f.identity.meta);
+    one = disk_bytes_of(probe.path + "/p.lkv");
+  }
+  auto store = f.store(3 * one + kv_file_size_bound(seq(10), c, f.identity.meta));
+  for (int i = 0; i < 12; ++i) {
+    ASSERT_TRUE(store->save(seq(10), c, cache_namespace("", "salt-" + std::to_string(i))));
+    EXPECT_EQ(ns_dirs(store->root()), store->stats().entries) << "after save " << i;
+  }
+  EXPECT_LT(store->stats().entries, 12u);  // evictions happened
+  // A failed restore deletes the file: its folder goes with it.
+  const std::string ns = cache_namespace("", "salt-11");
+  const std::string path = store->lookup(seq(11), ns).path;
+  ASSERT_FALSE(path.empty());
+  fs::resize_file(path, 10);
+  EXPECT_EQ(store->restore(seq(11), ns).reused, 0);
+  EXPECT_FALSE(fs::exists(fs::path(path).parent_path()));
+  // A first write into a namespace that fails leaves no folder either.
+  {
+    kvtest::FileSizeLimit limit(100);
+    EXPECT_FALSE(store->save(seq(10), c, cache_namespace("", "full-disk")));
+  }
+  EXPECT_EQ(ns_dirs(store->root()), store->stats().entries);
+  store.reset();
+
+  // At start, empty namespace folders (left by older versions) are swept; others, and other identities', stay.
+  const std::string root = f.dir.path + "/" + f.identity.key();
+  fs::create_directories(root + "/base");
+  fs::create_directories(root + "/" + cache_namespace("", "old-salt"));
+  fs::create_directories(root + "/not-a-namespace");
+  const std::string foreign = f.dir.path + "/ffffffffffffffffffffffffffffffff/base";
+  fs::create_directories(foreign);
+  store = f.store();
+  EXPECT_FALSE(fs::exists(root + "/base"));
+  EXPECT_FALSE(fs::exists(root + "/" + cache_namespace("", "old-salt")));
+  EXPECT_TRUE(fs::exists(root + "/not-a-namespace"));
+  EXPECT_TRUE(fs::exists(foreign));
+  EXPECT_EQ(ns_dirs(root), store->stats().entries + 1);
+}
+
+// A folder emptied by one thread (a failed restore) while a save writes into it: the save must still land.
+TEST(SsdStore, EmptyingANamespaceNeverBreaksASaveIntoIt) {
+  Fixture f("qwen3-bf16");
+  auto store = f.store();
+  const std::string ns = cache_namespace("", "busy");
+  constexpr int kSaves = 60;
+  std::vector<CacheList> caches;
+  for (int k = 0; k < kSaves; ++k) caches.push_back(f.prefill(seq(6, 7 * k)));
+  std::atomic<bool> done{false};
+  std::thread spoiler([&] {
+    const std::string dir = store->root() + "/" + ns;
+    while (!done.load()) {
+      std::error_code ec;
+      for (fs::directory_iterator d(dir, ec), end; !ec && d != end; d.increment(ec))
+        if (d->path().extension() == ".lkv") ::truncate(d->path().c_str(), 10);
+      for (int k = 0; k < kSaves; ++k) store->restore(seq(7, 7 * k), ns);
+    }
+  });
+  int stored = 0;
+  for (int k = 0; k < kSaves; ++k) stored += store->save(seq(6, 7 * k), caches[static_cast<size_t>(k)], ns) ? 1 : 0;
+  done = true;
+  spoiler.join();
+  EXPECT_EQ(stored, kSaves);
+  EXPECT_EQ(store->stats().write_failures, 0u);
 }
 
 TEST(SsdStore, IdentitiesOfOtherModelsSchemesTokenizersTemplatesAndSaltsNeverMatch) {
