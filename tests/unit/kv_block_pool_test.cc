@@ -71,16 +71,17 @@ TEST(KvBlockPool, ForkSharesBlocksAndCopiesOnWrite) {
 
   // The child appends: its partial last block is copied (the parent's stays), the full ones stay shared.
   const KvPoolStats before_copy = kv_pool_stats();
-  KVView cv = child->update(paged_test_rows(n, 10, H, D, 7), paged_test_rows(n, 10, H, D, 7.5f));
-  // Only the 40 rows in use were copied, and 10 written after them: 6,400 bytes, two pages each for K and V,
-  // where the two new blocks are 64 KiB (with page-sized shared memory; huge pages would round up).
+  KVView cv = child->update(paged_test_rows(n, 16, H, D, 7), paged_test_rows(n, 16, H, D, 7.5f));
+  // Only the 40 rows in use were copied, and a chunk of 16 written after them: 7,168 bytes, two pages each for K
+  // and V, where the two new blocks are 64 KiB (with page-sized shared memory; huge pages would round up). (A
+  // decode row would also make the pages after it, up to 64 KiB: RoomForAChunkIsPopulatedAtOnce.)
   const KvPoolStats after_copy = kv_pool_stats();
   EXPECT_EQ(after_copy.bytes - before_copy.bytes, 2 * block_bytes);
   if (paged_test_shmem_pages_are_small()) {
     EXPECT_LE(after_copy.resident - before_copy.resident, 2 * 2 * 4096);
     EXPECT_GT(after_copy.resident - before_copy.resident, 0);
   }
-  EXPECT_EQ(child->offset(), n + 10);
+  EXPECT_EQ(child->offset(), n + 16);
   EXPECT_EQ(child->key_blocks()[0], parent->key_blocks()[0]);
   EXPECT_EQ(child->key_blocks()[1], parent->key_blocks()[1]);
   EXPECT_NE(child->key_blocks()[2], parent->key_blocks()[2]);
@@ -91,11 +92,11 @@ TEST(KvBlockPool, ForkSharesBlocksAndCopiesOnWrite) {
   // The child sees the shared prefix and its own rows; the parent is unchanged.
   const std::vector<float> want_prefix = paged_test_rows(0, n, H, D, 0).to_floats();
   const std::vector<float> got = cv.k.to_floats();
-  ASSERT_EQ(got.size(), static_cast<size_t>((n + 10) * H * D));
+  ASSERT_EQ(got.size(), static_cast<size_t>((n + 16) * H * D));
   EXPECT_EQ(std::vector<float>(got.begin(), got.begin() + static_cast<std::ptrdiff_t>(want_prefix.size())),
             want_prefix);
   EXPECT_EQ(std::vector<float>(got.begin() + static_cast<std::ptrdiff_t>(want_prefix.size()), got.end()),
-            paged_test_rows(n, 10, H, D, 7).to_floats());
+            paged_test_rows(n, 16, H, D, 7).to_floats());
   const CacheState ps = parent->state();
   EXPECT_EQ(ps.meta.at("offset"), n);
   EXPECT_EQ(ps.tensors[0].second.to_floats(), want_prefix);
@@ -159,9 +160,9 @@ TEST(KvBlockPool, StateRoundTripsLikeTheContiguousCache) {
 
 // Each block is a kernel VMA: once the server knows its KV budget, blocks are long enough that the budget, filled
 // with caches of one shape, maps at most half of vm.max_map_count.
-// Room made for a prefill chunk's rows is backed by pages at once (MADV_POPULATE_WRITE: one call, not a fault per
-// page as the rows are written); a decode step's single row is left to fault. On a kernel without it, nothing to
-// check.
+// Room made for rows is backed by pages at once (MADV_POPULATE_WRITE: one call, not a fault per page as the rows
+// are written): a prefill chunk's pages, a decode row's page and a few after it in its block. On a kernel without
+// it, nothing to check.
 TEST(KvBlockPool, RoomForAChunkIsPopulatedAtOnce) {
 #ifndef MADV_POPULATE_WRITE
   GTEST_SKIP() << "no MADV_POPULATE_WRITE in these headers";
@@ -187,9 +188,24 @@ TEST(KvBlockPool, RoomForAChunkIsPopulatedAtOnce) {
   rows->make_room(0, 300);  // a chunk: every page of K and V made now, before any row is written
   EXPECT_EQ(resident_pages(0, 0, 300), 300);
   EXPECT_EQ(resident_pages(1, 0, 300), 300);
-  rows->make_room(300, 301);  // a decode row: left to its first write
-  EXPECT_EQ(resident_pages(0, 300, 301), 0);
-  EXPECT_EQ(resident_pages(0, 301, 512), 0);  // nor rows no one asked room for
+  EXPECT_EQ(resident_pages(0, 300, 512), 0);  // not rows no one asked room for
+  // A decode row: its page and the next ones, 64 KiB at a time (16 rows here), within its block.
+  rows->make_room(300, 301);
+  EXPECT_EQ(resident_pages(0, 300, 316), 16);
+  EXPECT_EQ(resident_pages(1, 300, 316), 16);
+  EXPECT_EQ(resident_pages(0, 316, 512), 0);
+  rows->make_room(301, 302);  // already made: no call
+  EXPECT_EQ(resident_pages(0, 316, 512), 0);
+  rows->make_room(316, 317);
+  EXPECT_EQ(resident_pages(0, 316, 332), 16);
+  // Past a trim the pages are given back, and made again when rows are written there.
+  rows->keep(100);
+  rows->make_room(100, 101);
+  EXPECT_EQ(resident_pages(0, 100, 116), 16);
+  rows->keep(256);  // the first block only: rows from 256 map a fresh block, its pages holes
+  rows->make_room(256, 257);
+  EXPECT_EQ(resident_pages(0, 256, 272), 16);
+  EXPECT_EQ(resident_pages(0, 272, 512), 0);
 #endif
 }
 
