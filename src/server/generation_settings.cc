@@ -29,7 +29,8 @@ void parse_logprobs(const nlohmann::ordered_json& body, GenerationSettings& s) {
   if (auto it = body.find("top_logprobs"); it != body.end() && !it->is_null()) {
     if (!it->is_number_integer()) throw invalid_field("top_logprobs", "top_logprobs must be of type int");
     const int64_t k = it->get<int64_t>();
-    if (k == -1) return;  // mlx_lm.server's "unset"
+    if (!openai && k == -1) return;  // mlx_lm.server's "unset"; OpenAI's range is 0-20, so there it is an error
+    if (k < 0 && openai) throw invalid_field("top_logprobs", "top_logprobs must be between 0 and 20");
     if (k < 0) throw invalid_field("top_logprobs", "top_logprobs must be at least 0");
     if (k > kMaxTopLogprobs)
       throw invalid_field("top_logprobs", "top_logprobs must be at most " + std::to_string(kMaxTopLogprobs));

@@ -156,22 +156,26 @@ std::vector<Route> jobs_routes(ServerContext& ctx) {
                    list.push_back(jobs::to_json(row));
                  write_json(res, {{"ok", true}, {"jobs", list}});
                }});
-  r.push_back({"GET", kPrefix,
-               [state](const httplib::Request& req, httplib::Response& res) {
-                 const auto [id, tail] = split_job_path(req.path);
-                 jobs::JobRunner& runner = state->get();
-                 const jobs::JobRow row = require_job(runner, id);
-                 if (tail.empty()) return write_json(res, {{"ok", true}, {"job", jobs::to_json(row)}});
-                 if (tail != "events") throw ApiError(404, "not found: GET " + req.path);
-                 uint64_t skip = 0;
-                 if (const std::string last = req.get_header_value("Last-Event-ID"); !last.empty()) {
-                   char* end = nullptr;
-                   skip = std::strtoull(last.c_str(), &end, 10);
-                   if (*end != '\0') throw ApiError(400, "Last-Event-ID must be an event number");
-                 }
-                 stream_events(state, row, skip, req.get_param_value("follow") != "0", res);
-               },
-               /*prefix=*/true});
+  r.push_back(
+      {"GET", kPrefix,
+       [state](const httplib::Request& req, httplib::Response& res) {
+         const auto [id, tail] = split_job_path(req.path);
+         jobs::JobRunner& runner = state->get();
+         const jobs::JobRow row = require_job(runner, id);
+         if (tail.empty()) return write_json(res, {{"ok", true}, {"job", jobs::to_json(row)}});
+         if (tail != "events") throw ApiError(404, "not found: GET " + req.path);
+         uint64_t skip = 0;
+         if (const std::string last = req.get_header_value("Last-Event-ID"); !last.empty()) {
+           // Digits only: strtoull takes a sign (and wraps "-5" to a huge count, an empty replay) and leading spaces.
+           const bool digits =
+               last.size() <= 19 && std::all_of(last.begin(), last.end(), [](char c) { return c >= '0' && c <= '9'; });
+           if (!digits)
+             throw ApiError(400, "Last-Event-ID must be an event number (0 or more), got '" + last.substr(0, 64) + "'");
+           skip = std::strtoull(last.c_str(), nullptr, 10);
+         }
+         stream_events(state, row, skip, req.get_param_value("follow") != "0", res);
+       },
+       /*prefix=*/true});
   r.push_back({"POST", kPrefix,
                [state](const httplib::Request& req, httplib::Response& res) {
                  const auto [id, tail] = split_job_path(req.path);

@@ -220,6 +220,13 @@ TEST(JobsHttp, AuthValidationReplayCrashAndCli) {
   ASSERT_EQ(resumed.size(), all.size() - 2);
   EXPECT_EQ(resumed.front().id, "3");
   EXPECT_EQ(resumed.front().data, all[2].data);
+  // strtoull took "-5" (wrapped to a huge count: an empty replay) and "+2": only digits are an event number.
+  for (const std::string bad : {"-5", "+2", "2x", "0x10", "99999999999999999999"}) {
+    auto bad_r = c.Get("/api/jobs/" + id + "/events", httplib::Headers{{"Last-Event-ID", bad}});
+    ASSERT_TRUE(bad_r);
+    EXPECT_EQ(bad_r->status, 400) << bad;
+    EXPECT_NE(bad_r->body.find("Last-Event-ID must be an event number"), std::string::npos) << bad_r->body;
+  }
 
   const std::string crash = submit(s, {{"kind", "crash"}, {"config", json::object()}});
   const json failed = wait_status(s, crash);

@@ -70,7 +70,11 @@ TEST(ServerRequest, LogprobsChecksUseMlxMessages) {
   EXPECT_EQ(message({{"top_logprobs", -2}}, mlx), "top_logprobs must be at least 0");
   EXPECT_EQ(message({{"top_logprobs", 12}}, mlx), "top_logprobs must be at most 11");
   EXPECT_EQ(parse_generation_settings({{"top_logprobs", 11}}, mlx, ApiSurface::OpenAI).top_logprobs, 11);
-  EXPECT_EQ(openai({{"top_logprobs", -1}}).top_logprobs, 0);
+  EXPECT_EQ(parse_generation_settings({{"top_logprobs", -1}}, mlx, ApiSurface::OpenAI).top_logprobs, 0);  // unset
+  // OpenAI's range is 0-20: -1 is not "unset" there.
+  EXPECT_EQ(message({{"top_logprobs", -1}}, {}), "top_logprobs must be between 0 and 20");
+  EXPECT_EQ(message({{"top_logprobs", -5}}, {}), "top_logprobs must be between 0 and 20");
+  EXPECT_EQ(error_of([] { openai({{"top_logprobs", -1}}); }), std::make_pair(400, std::string("top_logprobs")));
   // OpenAI's format: up to 20; chat's logprobs stays a bool.
   EXPECT_EQ(message({{"top_logprobs", 21}}, {}), "top_logprobs must be at most 20");
   EXPECT_EQ(openai({{"top_logprobs", 20}}).top_logprobs, 20);
