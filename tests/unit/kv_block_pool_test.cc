@@ -206,6 +206,20 @@ TEST(KvBlockPool, RoomForAChunkIsPopulatedAtOnce) {
   rows->make_room(256, 257);
   EXPECT_EQ(resident_pages(0, 256, 272), 16);
   EXPECT_EQ(resident_pages(0, 272, 512), 0);
+
+  // Narrow rows (32 bytes, like quantized scales): at most 64 rows ahead, so one page, not 64 KiB.
+  RowTensors narrow_like;
+  narrow_like.parts = {Tensor::empty({1, 8}, DType::F32), Tensor::empty({1, 8}, DType::F32)};
+  std::unique_ptr<PagedRows> narrow = PagedRows::create(narrow_like);
+  ASSERT_TRUE(narrow);
+  narrow->make_room(0, 1);
+  const size_t block_pages = static_cast<size_t>(narrow->block_tokens()) * 32 / 4096;
+  ASSERT_GE(block_pages, 2u);
+  std::vector<unsigned char> in(block_pages);
+  ASSERT_EQ(mincore(narrow->rows().parts[0].raw(), block_pages * 4096, in.data()), 0);
+  size_t made = 0;
+  for (unsigned char c : in) made += c & 1;
+  EXPECT_EQ(made, 1u) << "of " << block_pages << " pages in the block";
 #endif
 }
 
