@@ -1,5 +1,6 @@
 #include "tensor/host_buffer_cache.h"
 
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -129,6 +130,18 @@ void release_host_buffer(void* p, size_t capacity) {
     Cache::get().give(p, capacity);
   else
     std::free(p);
+}
+
+void populate_host_pages(void* p, size_t bytes) {
+#ifdef MADV_POPULATE_WRITE
+  static const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const uintptr_t lo = (reinterpret_cast<uintptr_t>(p) + page - 1) / page * page;
+  const uintptr_t hi = (reinterpret_cast<uintptr_t>(p) + bytes) / page * page;
+  if (hi > lo) (void)madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_POPULATE_WRITE);
+#else
+  (void)p;
+  (void)bytes;
+#endif
 }
 
 void trim_host_buffers(size_t keep_bytes) { Cache::get().trim(keep_bytes); }

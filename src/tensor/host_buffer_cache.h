@@ -21,6 +21,9 @@ void trim_host_buffers(size_t keep_bytes);
 // LATHE_HOST_BUFFER_CACHE_MB).
 size_t host_buffer_cached_bytes();
 size_t host_buffer_cache_cap();
+// Makes the pages of [p, p + bytes) that it wholly covers in one call (MADV_POPULATE_WRITE) instead of one fault
+// (a trap, costly in a VM) each, for memory about to be written whole; a no-op where the kernel lacks it.
+void populate_host_pages(void* p, size_t bytes);
 // What an idle server keeps (the old fixed cap): enough for a decode step's buffers.
 inline constexpr size_t kIdleHostBufferBytes = size_t{16} << 20;
 

@@ -4,6 +4,7 @@
 #include "tensor/host_buffer_cache.h"
 
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 
 #include <cstring>
@@ -78,6 +79,35 @@ TEST(HostBufferCache, ASecondForwardPassFaultsNoPagesAndIdleTrimFreesThem) {
   EXPECT_LE(host_buffer_cached_bytes(), kIdleHostBufferBytes);
   trim_host_buffers(0);
   EXPECT_EQ(host_buffer_cached_bytes(), 0u);
+}
+
+TEST(HostBufferCache, PopulateMakesTheWholePagesAtOnce) {
+  constexpr size_t kPage = 4096, kPages = 64;
+  void* m = mmap(nullptr, kPages * kPage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(m, MAP_FAILED);
+  auto* base = static_cast<unsigned char*>(m);
+  std::vector<unsigned char> in(kPages);
+  ASSERT_EQ(mincore(m, kPages * kPage, in.data()), 0);
+  for (unsigned char c : in) ASSERT_EQ(c & 1, 0);
+  // From the middle of page 1 to the middle of page 40: pages 2..39 are wholly inside.
+  populate_host_pages(base + kPage + 100, 39 * kPage);
+  ASSERT_EQ(mincore(m, kPages * kPage, in.data()), 0);
+  size_t made = 0;
+  for (unsigned char c : in) made += c & 1;
+#ifdef MADV_POPULATE_WRITE
+  void* probe = mmap(nullptr, kPage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  const bool supported = madvise(probe, kPage, MADV_POPULATE_WRITE) == 0;
+  munmap(probe, kPage);
+  if (supported) {
+    EXPECT_EQ(made, 38u);
+    EXPECT_EQ(in[1] & 1, 0);
+    EXPECT_EQ(in[2] & 1, 1);
+    EXPECT_EQ(in[39] & 1, 1);
+    EXPECT_EQ(in[40] & 1, 0);
+  }
+#endif
+  (void)made;
+  munmap(m, kPages * kPage);
 }
 
 }  // namespace

@@ -3,12 +3,14 @@
 #include "tensor/cpu/packed_quant.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <new>
 #include <string>
 
 #include "common/error.h"
 #include "quant/affine.h"
+#include "tensor/host_buffer_cache.h"
 #include "tensor/ops.h"
 #include "tensor/thread_pool.h"
 
@@ -100,6 +102,7 @@ std::shared_ptr<const PackedQuant> pack_quantized(const QuantizedMatrix& q, int 
   const size_t total = static_cast<size_t>(p->blocks * p->block_bytes);
   p->data.reset(static_cast<uint8_t*>(std::aligned_alloc(64, std::max<size_t>(64, (total + 63) / 64 * 64))));
   if (!p->data) throw std::bad_alloc();
+  populate_host_pages(p->data.get(), total);  // written whole below: its pages in one call (0.6B load: 88 k faults)
   parallel_for(p->blocks, 4, [&](int64_t b0, int64_t b1) {
     for (int64_t b = b0; b < b1; ++b)
       for (int64_t g = 0; g < p->groups; ++g)
