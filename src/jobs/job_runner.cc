@@ -8,6 +8,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <csignal>
@@ -42,14 +44,15 @@ std::string exit_description(int status) {
   return "the job process ended abnormally";
 }
 
-// Appends the closing event, then flips the row: readers that see the terminal status have the whole log.
-void close_job(JobStore& store, const JobRow& row, JobStatus status, const std::string& error) {
-  try {
-    append_event(row.log_path, failed_event(error, status));
-  } catch (const std::exception& e) {
-    log::warn("job " + row.id + ": " + e.what());
-  }
-  store.finish(row.id, status, error);
+// The child's last line of output, for the failure message: "job store: database or disk is full" says more
+// than an exit code.
+void note_line(std::string& last, const std::string& line) {
+  size_t b = 0, e = line.size();
+  while (b < e && std::isspace(static_cast<unsigned char>(line[b]))) ++b;
+  while (e > b && std::isspace(static_cast<unsigned char>(line[e - 1]))) --e;
+  if (b == e) return;
+  constexpr size_t kMaxShown = 500;
+  last = line.substr(b, std::min(e - b, kMaxShown));
 }
 
 }  // namespace
@@ -74,7 +77,7 @@ JobRunner::JobRunner(RunnerOptions options) : options_(std::move(options)) {
     const ssize_t n = ::pwrite(lock_fd_, me.data(), me.size(), 0);
   for (const JobRow& row : store_->list(1 << 30)) {
     if (is_terminal(row.status)) continue;
-    close_job(*store_, row, JobStatus::Zombie, "the server that ran this job stopped before it finished");
+    close_job(row, JobStatus::Zombie, "the server that ran this job stopped before it finished");
     log::warn("job " + row.id + " (" + row.kind + ") was left " + status_name(row.status) +
               " by a server that stopped: marked zombie");
     try {
@@ -131,18 +134,72 @@ JobRow JobRunner::cancel(const std::string& id) {
         break;
       }
     lock.unlock();
-    close_job(*store_, *row, JobStatus::Cancelled, "cancelled before it started");
+    close_job(*row, JobStatus::Cancelled, "cancelled before it started");
   }
   return *store_->get(id);
 }
 
+// Appends the closing event, then flips the row: readers that see the terminal status have the whole log.
+bool JobRunner::try_close(PendingClose& p) {
+  if (!p.event_written) {
+    try {
+      append_event(p.row.log_path, failed_event(p.error, p.status));
+      p.event_written = true;
+    } catch (const std::exception&) {
+      // Retried with the status below; the status alone still ends the job.
+    }
+  }
+  try {
+    store_->finish(p.row.id, p.status, p.error);  // false (already terminal) also ends the retries
+    return true;
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
+void JobRunner::close_job(const JobRow& row, JobStatus status, const std::string& error) {
+  PendingClose p{row, status, error, false};
+  if (try_close(p)) return;
+  log::warn("job " + row.id + ": cannot write its " + status_name(status) + " status (" + error +
+            "); retrying every second until the disk takes it");
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    pending_closes_.push_back(std::move(p));
+  }
+  cv_.notify_all();
+}
+
+void JobRunner::retry_pending_closes() {
+  std::vector<PendingClose> todo;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    todo.swap(pending_closes_);
+  }
+  if (todo.empty()) return;
+  std::vector<PendingClose> left;
+  for (PendingClose& p : todo) {
+    if (try_close(p))
+      log::info("job " + p.row.id + ": its " + status_name(p.status) + " status is written");
+    else
+      left.push_back(std::move(p));
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  for (PendingClose& p : left) pending_closes_.push_back(std::move(p));
+}
+
 void JobRunner::work() {
   while (true) {
+    retry_pending_closes();
     std::string id;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+      const auto ready = [this] { return stopping_ || !queue_.empty(); };
+      if (pending_closes_.empty())
+        cv_.wait(lock, ready);
+      else
+        cv_.wait_for(lock, std::chrono::seconds(1), ready);
       if (stopping_) return;
+      if (queue_.empty()) continue;  // a second passed: retry the pending closes
       id = queue_.front();
       queue_.pop_front();
       current_ = id;
@@ -174,7 +231,7 @@ void JobRunner::run_one(const std::string& id) {
   if (pid < 0) {
     ::close(out[0]);
     ::close(out[1]);
-    close_job(*store_, *row, JobStatus::Failed, std::string("cannot start the job process: ") + std::strerror(errno));
+    close_job(*row, JobStatus::Failed, std::string("cannot start the job process: ") + std::strerror(errno));
     return;
   }
   if (pid == 0) {
@@ -202,7 +259,7 @@ void JobRunner::run_one(const std::string& id) {
   }
 
   // Read the child's output line by line until it closes its end; escalate a cancel after the grace period.
-  std::string pending;
+  std::string pending, last_line;
   std::optional<Clock::time_point> kill_at;
   bool eof = false;
   int status = 0;
@@ -231,6 +288,7 @@ void JobRunner::run_one(const std::string& id) {
             const size_t cut = nl == std::string::npos ? kMaxLine : nl;
             const std::string line = pending.substr(0, cut);
             pending.erase(0, nl == std::string::npos ? cut : cut + 1);
+            note_line(last_line, line);
             try {
               append_event(row->log_path, log_event(line));
             } catch (const std::exception& e) {
@@ -255,14 +313,22 @@ void JobRunner::run_one(const std::string& id) {
   while (start < pending.size()) {
     size_t nl = pending.find('\n', start);
     if (nl == std::string::npos) nl = pending.size();
+    const std::string line = pending.substr(start, nl - start);
+    note_line(last_line, line);
     try {
-      append_event(row->log_path, log_event(pending.substr(start, nl - start)));
+      append_event(row->log_path, log_event(line));
     } catch (const std::exception&) {
     }
     start = nl + 1;
   }
 
-  const auto now = store_->get(id);
+  std::optional<JobRow> now;
+  try {
+    now = store_->get(id);
+  } catch (const std::exception& e) {
+    log::warn("job " + id + ": " + e.what());
+    now = row;  // finish() leaves a row the child closed itself as it is
+  }
   if (!now || is_terminal(now->status)) return;  // the child closed the job itself
   bool cancelled, stopping;
   {
@@ -271,9 +337,9 @@ void JobRunner::run_one(const std::string& id) {
     stopping = stopping_;
   }
   if (cancelled)
-    close_job(*store_, *now, JobStatus::Cancelled, stopping ? "cancelled: the server shut down" : "cancelled");
+    close_job(*now, JobStatus::Cancelled, stopping ? "cancelled: the server shut down" : "cancelled");
   else
-    close_job(*store_, *now, JobStatus::Failed, exit_description(status));
+    close_job(*now, JobStatus::Failed, exit_description(status) + (last_line.empty() ? "" : ": " + last_line));
 }
 
 }  // namespace lathe::jobs

@@ -17,6 +17,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "jobs/job_store.h"
 
@@ -44,15 +45,29 @@ class JobRunner {
   const std::string& data_dir() const { return options_.data_dir; }
 
  private:
+  // A terminal status (and its closing event) that could not be written yet, e.g. on a full disk.
+  struct PendingClose {
+    JobRow row;
+    JobStatus status;
+    std::string error;
+    bool event_written = false;
+  };
   void work();
   void run_one(const std::string& id);
+  // Writes the closing event, then the terminal status; what fails is kept and retried every second by the
+  // worker until it is written, so a job never stays queued or running because of one failed write.
+  void close_job(const JobRow& row, JobStatus status, const std::string& error);
+  // Tries to finish p; false when a write failed (p then says what is left).
+  bool try_close(PendingClose& p);
+  void retry_pending_closes();
   RunnerOptions options_;
   int lock_fd_ = -1;
   std::shared_ptr<JobStore> store_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::string> queue_;
-  std::string current_;  // the running job's id
+  std::vector<PendingClose> pending_closes_;  // guarded by mu_
+  std::string current_;                       // the running job's id
   pid_t current_pid_ = 0;
   bool cancel_current_ = false;
   bool stopping_ = false;

@@ -176,7 +176,13 @@ JobRow JobStore::create(const std::string& kind, const json& config) {
          "INSERT INTO jobs (id, kind, status, config_json, log_path, seq)"
          " VALUES (?1, ?2, 'queued', ?3, ?4, (SELECT COALESCE(MAX(seq), 0) + 1 FROM jobs))");
   s.bind(1, id).bind(2, kind).bind(3, config.dump()).bind(4, log_path);
-  s.step();
+  try {
+    s.step();
+  } catch (...) {
+    std::error_code ec;
+    fs::remove(log_path, ec);  // no row points at it
+    throw;
+  }
   return *get(id);
 }
 

@@ -31,6 +31,7 @@ class JobStore {
   const std::string& data_dir() const { return data_dir_; }
 
   // Inserts a queued row with a fresh id ("job_" + 16 hex digits) and creates its empty log.
+  // Throws Error(Io) when either cannot be written (a full disk); the log is then removed.
   JobRow create(const std::string& kind, const json& config);
   std::optional<JobRow> get(const std::string& id);
   // Newest first; kind and status filter when not empty.

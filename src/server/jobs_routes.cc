@@ -140,12 +140,21 @@ std::vector<Route> jobs_routes(ServerContext& ctx) {
                                       std::to_string(limits::kJobConfigMaxBytes),
                                   "config");
                  jobs::JobRunner& runner = state->get();
-                 // Jobs run one at a time, so a queue without end only grows the table. Concurrent submits may
-                 // pass this check together: the overshoot is bounded by the HTTP workers.
-                 if (runner.store()->queued_ids().size() >= limits::kJobsMaxQueued)
-                   throw ApiError(429, std::to_string(limits::kJobsMaxQueued) +
-                                           " jobs are already queued; wait for them or cancel some");
-                 const jobs::JobRow row = runner.submit(body["kind"].get<std::string>(), config);
+                 jobs::JobRow row;
+                 try {
+                   // Jobs run one at a time, so a queue without end only grows the table. Concurrent submits may
+                   // pass this check together: the overshoot is bounded by the HTTP workers.
+                   if (runner.store()->queued_ids().size() >= limits::kJobsMaxQueued)
+                     throw ApiError(429, std::to_string(limits::kJobsMaxQueued) +
+                                             " jobs are already queued; wait for them or cancel some");
+                   row = runner.submit(body["kind"].get<std::string>(), config);
+                 } catch (const Error& e) {
+                   // The row or its log could not be written: the store has removed what it had made.
+                   if (e.kind() != ErrorKind::Io) throw;
+                   throw ApiError(507, std::string("the job could not be recorded, nothing was queued (is the disk "
+                                                   "holding the job data directory full?): ") +
+                                           e.what());
+                 }
                  write_json(res, {{"ok", true}, {"job", jobs::to_json(row)}}, 201);
                }});
   r.push_back({"GET", "/api/jobs", [state](const httplib::Request& req, httplib::Response& res) {

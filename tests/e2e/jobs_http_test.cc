@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 #include <netinet/in.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -345,6 +346,33 @@ TEST(JobsHttp, TheQueueIsBounded) {
   // Room again once one leaves the queue.
   EXPECT_EQ(c.Post("/api/jobs/" + last + "/cancel", "", "application/json")->status, 202);
   EXPECT_FALSE(submit(s, slow).empty());
+}
+
+TEST(JobsHttp, ASubmitTheDiskCannotTakeIs507AndLeavesNoLog) {
+  jobs::offer_test_job_kinds();
+  ::signal(SIGXFSZ, SIG_IGN);  // inherited by the server: a write past its file size limit fails with EFBIG
+  TempDir d("full");
+  Server s(d.path.string());
+  ASSERT_GT(s.port, 0);
+  const auto logs = [&] {
+    size_t n = 0;
+    for (const auto& e : fs::directory_iterator(d.path / "jobs")) n += e.path().extension() == ".ndjson";
+    return n;
+  };
+  rlimit none{0, RLIM_INFINITY}, old{};
+  ASSERT_EQ(::prlimit(s.pid, RLIMIT_FSIZE, &none, &old), 0);  // as on a full disk
+  auto c = s.client();
+  const json noop = {{"kind", "noop"}, {"config", json::object()}};
+  auto r = c.Post("/api/jobs", noop.dump(), "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 507) << r->body;
+  EXPECT_NE(r->body.find("could not be recorded"), std::string::npos) << r->body;
+  EXPECT_EQ(logs(), 0u);
+  ASSERT_EQ(::prlimit(s.pid, RLIMIT_FSIZE, &old, nullptr), 0);
+  const std::string id = submit(s, noop);
+  ASSERT_FALSE(id.empty());
+  EXPECT_EQ(wait_status(s, id)["status"], "done");
+  EXPECT_EQ(logs(), 1u);
 }
 
 // A raw connection that asks to follow a job's events and reads until the stream has begun (or was refused).

@@ -2,8 +2,10 @@
 // events in order, a crash fails the job and leaves the runner working, cancel stops a running job, queued
 // jobs run first in first out, and a second runner on the same data directory is refused.
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 
 #include <chrono>
+#include <csignal>
 #include <filesystem>
 #include <thread>
 
@@ -160,6 +162,51 @@ TEST(JobRunner, RejectsBadSubmissionsBeforeQueuingAndASecondRunner) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("in use by another lathe server"), std::string::npos);
   }
+}
+
+// Until lifted, no file of this process or of the job children it starts may grow: every write fails (EFBIG,
+// with SIGXFSZ ignored), as on a full disk.
+struct NoFileWrites {
+  rlimit old{};
+  NoFileWrites() {
+    ::signal(SIGXFSZ, SIG_IGN);
+    ::getrlimit(RLIMIT_FSIZE, &old);
+    const rlimit none{0, old.rlim_max};
+    ::setrlimit(RLIMIT_FSIZE, &none);
+  }
+  void lift() { ::setrlimit(RLIMIT_FSIZE, &old); }
+  ~NoFileWrites() { lift(); }
+};
+
+TEST(JobRunner, AStatusThatCannotBeWrittenIsRetriedUntilTheDiskTakesIt) {
+  offer_test_job_kinds();
+  TempDir d("full");
+  JobRunner r(options(d));
+  const JobRow first = r.submit("noop", {{"steps", 40}, {"step_ms", 50}});
+  const JobRow second = r.submit("noop", json::object());
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (r.store()->get(first.id)->progress == 0 && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  {
+    NoFileWrites full;
+    // The first child started before: it ends its job itself. The second cannot mark its job running, exits,
+    // and the runner cannot write the failure either.
+    EXPECT_EQ(wait_terminal(*r.store(), first.id).status, JobStatus::Done);
+    std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+    EXPECT_EQ(r.store()->get(second.id)->status, JobStatus::Queued);
+    full.lift();
+    const JobRow end = wait_terminal(*r.store(), second.id, 10000);
+    ASSERT_EQ(end.status, JobStatus::Failed);
+    // The child's last line says why, not only its exit code.
+    EXPECT_NE(end.error->find("the job process exited with code"), std::string::npos) << *end.error;
+    EXPECT_NE(end.error->find("job store"), std::string::npos) << *end.error;
+    const auto events = read_events(end.log_path).events;
+    ASSERT_FALSE(events.empty());
+    EXPECT_EQ(events.back()["type"], "failed");
+    EXPECT_EQ(events.back()["error"], *end.error);
+  }
+  // The runner goes on.
+  EXPECT_EQ(wait_terminal(*r.store(), r.submit("noop", json::object()).id).status, JobStatus::Done);
 }
 
 }  // namespace
