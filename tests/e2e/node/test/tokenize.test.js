@@ -38,7 +38,9 @@ describe('tokenize / detokenize', () => {
     assert.equal(t.json.count, 2 << 20);
     assert.deepEqual(t.json.tokens.slice(0, 2).map((x) => x.piece), ['a', '\n']);
     const grew = peak() - before;
-    assert.ok(grew < 256 * 2 ** 20, `peak RSS grew ${(grew / 2 ** 20).toFixed(0)} MiB`);
+    // Under ASan freed memory sits in quarantine (and its allocator pads each block): RSS is no measure there.
+    if (process.env.LATHE_SANITIZED !== '1')
+      assert.ok(grew < 256 * 2 ** 20, `peak RSS grew ${(grew / 2 ** 20).toFixed(0)} MiB`);
     // A piece that is part of a UTF-8 character alone reads as U+FFFD; together they make the text.
     const e = await request(ctx.server, 'POST', '/tokenize', { body: { content: 'é', with_pieces: true } });
     assert.ok(e.json.tokens.every((x) => Number.isInteger(x.id) && typeof x.piece === 'string'));
