@@ -15,6 +15,7 @@
 
 #include "cache/kv_block_pool.h"
 #include "common/error.h"
+#include "tensor/host_buffer_cache.h"
 
 namespace lathe {
 
@@ -204,9 +205,8 @@ struct KvPagedRange {
   // prefill chunk's the pages it wholly covers (4,000-token prefill of the 0.6B shape: 0.1 M faults fewer, ~0.7 s
   // less in the kernel), a decode row's its page and the next ones of its block, up to 64 rows or 64 KiB at a
   // time (a call every 32 bf16 rows of the 0.6B shape instead of a fault every 2). On a kernel without
-  // MADV_POPULATE_WRITE (before 5.14) the call fails and they fault as before.
+  // MADV_POPULATE_WRITE (before 5.14) the call fails and they fault as before (populate_host_pages).
   void populate(int64_t begin, int64_t end) {
-#ifdef MADV_POPULATE_WRITE
     constexpr int64_t kMinRows = 16;
     constexpr size_t kAheadBytes = size_t{64} << 10;
     constexpr int64_t kAheadRows = 64;
@@ -222,12 +222,8 @@ struct KvPagedRange {
       to = std::min(block_end, std::max(from + ahead, (hi + page - 1) / page * page));
     }
     if (to <= from) return;
-    (void)madvise(base + from, to - from, MADV_POPULATE_WRITE);
+    populate_host_pages(base + from, to - from);
     populated = std::max(populated, to);
-#else
-    (void)begin;
-    (void)end;
-#endif
   }
   // A block mapped at slot s starts as holes (or rows copied in): pages made ahead before it no longer count.
   void repopulate_from(size_t s) { populated = std::min(populated, s * pool->block_bytes()); }

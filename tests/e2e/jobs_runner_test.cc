@@ -74,9 +74,7 @@ TEST(JobRunner, CancelStopsARunningJobAndAQueuedOne) {
   JobRunner r(options(d));
   const JobRow slow = r.submit("noop", {{"steps", 1000}, {"step_ms", 50}});
   const JobRow queued = r.submit("noop", json::object());
-  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  while (r.store()->get(slow.id)->progress == 0 && std::chrono::steady_clock::now() < until)
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  wait_started(*r.store(), slow.id);
   EXPECT_EQ(r.cancel(queued.id).status, JobStatus::Cancelled);
   r.cancel(slow.id);
   const JobRow end = wait_terminal(*r.store(), slow.id);
@@ -184,9 +182,7 @@ TEST(JobRunner, AStatusThatCannotBeWrittenIsRetriedUntilTheDiskTakesIt) {
   JobRunner r(options(d));
   const JobRow first = r.submit("noop", {{"steps", 40}, {"step_ms", 50}});
   const JobRow second = r.submit("noop", json::object());
-  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  while (r.store()->get(first.id)->progress == 0 && std::chrono::steady_clock::now() < until)
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  wait_started(*r.store(), first.id);
   {
     NoFileWrites full;
     // The first child started before: it ends its job itself. The second cannot mark its job running, exits,

@@ -25,4 +25,11 @@ inline JobRow wait_terminal(JobStore& s, const std::string& id, int timeout_ms =
   return *s.get(id);
 }
 
+// Waits (up to 20 s) until the job's child has reported progress: it is running and past its start.
+inline void wait_started(JobStore& s, const std::string& id) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (s.get(id)->progress == 0 && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+}
+
 }  // namespace lathe::jobs
