@@ -343,10 +343,16 @@ def main():
     if not os.path.exists(os.path.join(bf16, "model.safetensors")):
         shutil.rmtree(bf16, ignore_errors=True)
         run([lathe, "synth", "--like", a.like, "--bits", "16", "--seed", "1", *shape["synth"], "--out", bf16])
-    f16_gguf = os.path.join(work, f"{a.like}-f16.gguf")
+    # A llama.cpp from before its Qwen3 support runs the Qwen3 shape as arch "llama" (qwen3_to_gguf.py --as-llama:
+    # the same matrices and bytes, without the per-head q/k norms, so the peer does slightly less work).
+    with open(os.path.join(llama_src, "gguf-py", "gguf", "constants.py")) as f:
+        peer_has_qwen3 = re.search(r"^\s*QWEN3\s*=", f.read(), re.M) is not None
+    as_llama = a.like == "qwen3-0.6b" and not peer_has_qwen3
+    peer_arch = "llama (stand-in: this llama.cpp predates Qwen3; no q/k norms)" if as_llama else a.like
+    f16_gguf = os.path.join(work, f"{a.like}-f16{'-as-llama' if as_llama else ''}.gguf")
     if not os.path.exists(f16_gguf):
         env = dict(os.environ, PYTHONPATH=os.path.join(llama_src, "gguf-py"))
-        run([a.python, os.path.join(HERE, shape["converter"]), bf16,
+        run([a.python, os.path.join(HERE, shape["converter"]), *(["--as-llama"] if as_llama else []), bf16,
              os.path.join(REPO, "tests", "fixtures", "tokenizers", "qwen3-real"), f16_gguf], env=env)
     models = {}
     for bits in bits_list:
@@ -356,7 +362,7 @@ def main():
             run([lathe, "quantize", "--model", bf16, "--out", lq, "--bits", str(bits), "--group-size", "64",
                  "--eval-tokens", "0"], stderr=subprocess.DEVNULL)
         gtype = {4: "Q4_0", 8: "Q8_0"}[bits]
-        gq = os.path.join(work, f"{a.like}-{gtype.lower()}-pure.gguf")
+        gq = os.path.join(work, f"{a.like}-{gtype.lower()}-pure{'-as-llama' if as_llama else ''}.gguf")
         if not os.path.exists(gq):
             run([quant_bin, "--pure", f16_gguf, gq + ".tmp", gtype], stderr=subprocess.DEVNULL)
             os.replace(gq + ".tmp", gq)
@@ -416,7 +422,7 @@ def main():
         "lathe": {"binary": lathe, "label": a.label, "binary_mtime_utc": datetime.datetime.utcfromtimestamp(
             os.path.getmtime(lathe)).strftime("%Y-%m-%dT%H:%M:%SZ"), "isa_in_binary": isa_of_binary(lathe)},
         "llama.cpp": {"source": a.llama_src, "commit": llama_commit, "build": "Release, CPU, -DGGML_NATIVE=ON "
-                      "(-march=native), OpenMP, static", "isa_in_binary": isa_of_binary(bench_bin),
+                      "(-march=native), OpenMP, static", "isa_in_binary": isa_of_binary(bench_bin), "arch": peer_arch,
                       "tokenizer_check": tokenizer_check},
         "method": {"prompt_tokens": PROMPT, "decode_steps": GEN, "rounds": a.rounds, "threads": threads,
                    "lathe_cmd": f"lathe --threads T run --model DIR --ids <{PROMPT} ids> --max-tokens {GEN + 1} "

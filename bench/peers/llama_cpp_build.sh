@@ -40,8 +40,11 @@ if [ -f "$out/build/CMakeCache.txt" ] &&
   ! grep -qx "CMAKE_HOME_DIRECTORY:INTERNAL=$src" "$out/build/CMakeCache.txt"; then
   rm -rf "$out/build"
 fi
+# Trees before llama.cpp's tools/ folder (early 2025) keep llama-bench and llama-quantize under examples/.
+examples=OFF
+[ -d "$src/tools" ] || examples=ON
 cmake -S "$src" -B "$out/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DLLAMA_CURL=OFF \
-  -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF \
+  -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=$examples -DLLAMA_BUILD_SERVER=OFF \
   -DLLAMA_BUILD_UI=OFF -DLLAMA_BUILD_APP=OFF -DGGML_CUDA=OFF -DBUILD_SHARED_LIBS=OFF >&2
 cmake --build "$out/build" --target llama-bench llama-quantize ${LLAMA_EXTRA_TARGETS:-} -j "$(nproc)" >&2
 echo "$out/build/bin"

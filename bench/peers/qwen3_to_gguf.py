@@ -6,7 +6,7 @@ bf16 checkpoint; this turns it into `qwen3 F16` GGUF, which `llama-quantize --pu
 llama.cpp's own converter (convert_hf_to_gguf.py) needs torch and transformers; this one needs only numpy and
 llama.cpp's gguf-py package (put its directory on PYTHONPATH, e.g. SRC/gguf-py, and have PyYAML installed).
 
-Usage: PYTHONPATH=LLAMA_SRC/gguf-py qwen3_to_gguf.py CHECKPOINT_DIR TOKENIZER_DIR OUT.gguf
+Usage: PYTHONPATH=LLAMA_SRC/gguf-py qwen3_to_gguf.py [--as-llama] CHECKPOINT_DIR TOKENIZER_DIR OUT.gguf
   TOKENIZER_DIR holds tokenizer.json and tokenizer_config.json (each may be gzipped, as in
   tests/fixtures/tokenizers/qwen3-real): the real Qwen3 byte-level BPE vocabulary and merges, padded to the
   checkpoint's vocab_size with [PADi] tokens the way convert_hf_to_gguf.py does it.
@@ -203,14 +203,25 @@ def read_checkpoint(usage, prog, model_types):
 
 
 def main():
+    # --as-llama: a llama.cpp older than its Qwen3 support (2025-04) still runs the same matrices as arch "llama"
+    # without the per-head q/k RMSNorm (a few thousand multiplies a token), so speed can be compared; the outputs
+    # are not Qwen3's (llama.cpp's llama rope pairs dimensions differently), only the work and the bytes match.
+    as_llama = "--as-llama" in sys.argv
+    if as_llama:
+        sys.argv.remove("--as-llama")
     ckpt, tok_dir, out, cfg, tensors = read_checkpoint(__doc__, "qwen3_to_gguf", ("qwen3",))
+    if as_llama:
+        tensors = {k: v for k, v in tensors.items() if not k.endswith(("q_norm.weight", "k_norm.weight"))}
+    elif not hasattr(gguf.MODEL_ARCH, "QWEN3"):
+        sys.exit("qwen3_to_gguf: this gguf-py (llama.cpp) predates Qwen3; pass --as-llama for a speed stand-in")
 
-    arch = gguf.MODEL_ARCH_NAMES[gguf.MODEL_ARCH.QWEN3]
+    arch = gguf.MODEL_ARCH_NAMES[gguf.MODEL_ARCH.LLAMA if as_llama else gguf.MODEL_ARCH.QWEN3]
     tmp = out + ".tmp"
-    L = cfg["num_hidden_layers"]
     head_dim = cfg.get("head_dim", cfg["hidden_size"] // cfg["num_attention_heads"])
     w = open_gguf(arch, tmp, ckpt, cfg, head_dim)
     w.add_rope_freq_base(float(cfg["rope_theta"]))
+    if as_llama:
+        w.add_rope_dimension_count(head_dim)  # llama.cpp's llama arch otherwise takes hidden / heads
     n_tok = add_vocab(w, tok_dir, cfg)
 
     def tensor_of(hf):
