@@ -28,7 +28,8 @@ $LATHE_PEER_DIR/cpu-vs-llama-cpp-qwen3.5-0.8b for qwen3.5-0.8b, LATHE_PEER_DIR d
 
 --lathe takes any lathe binary (e.g. one built from another branch), so the same run can be repeated after a kernel
 change; the checkpoints are re-made only when missing (--fresh re-makes them).
-The converter needs numpy and PyYAML (Debian: apt-get install -y python3-numpy python3-yaml); --python names the
+The converter needs numpy and PyYAML (Debian: apt-get install -y python3-numpy python3-yaml; an early-2025
+gguf-py also imports python3-sentencepiece); --python names the
 interpreter that has them (default: /usr/bin/python3).
 """
 import argparse
@@ -173,13 +174,20 @@ def lathe_run_from_empty(lathe, model, threads):
     return j["decode_tok_s"]
 
 
+def bench_has_depth(binary):
+    """Whether this llama-bench takes -d (context depth; added in 2025-05): without it, decode is compared from an
+    empty context only (lathe_run_from_empty)."""
+    text = subprocess.run([binary, "--help"], text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT).stdout
+    return re.search(r"^\s*-d, --n-depth", text, re.M) is not None
+
+
 def llama_bench(binary, gguf_path, threads, depth):
     """pp128 and tg64 from an empty context (the issue's command), then tg64 after `depth` tokens, where lathe's
     decode steps run (lathe decodes after its prompt)."""
     t0 = time.time()
     out = json.loads(run([binary, "-m", gguf_path, "-p", str(PROMPT), "-n", str(GEN), "-t", str(threads),
                           "-r", "1", "-o", "json"], stderr=subprocess.DEVNULL))
-    if depth:
+    if depth and bench_has_depth(binary):
         out += json.loads(run([binary, "-m", gguf_path, "-p", "0", "-n", str(GEN), "-d", str(depth), "-t",
                                str(threads), "-r", "1", "-o", "json"], stderr=subprocess.DEVNULL))
     res = {"wall_s": round(time.time() - t0, 2)}
