@@ -5,6 +5,7 @@
 #include "server/api_error.h"
 #include "server/generation_flow.h"
 #include "server/json_fields.h"
+#include "server/openai_request.h"
 
 namespace lathe::server {
 namespace {
@@ -122,16 +123,20 @@ ChatRequest parse_anthropic_messages(const nlohmann::ordered_json& body, const S
       r.settings.structured = StructuredOutput{StructuredOutput::Kind::ToolCall, {}, {}, name, "tool_choice"};
     }
   }
-  if (const nlohmann::ordered_json* tools = f.array("tools"); tools && !tools_off) {
+  if (const nlohmann::ordered_json* tools = f.array("tools")) {
     nlohmann::ordered_json fns = nlohmann::ordered_json::array();
-    for (const auto& t : *tools) {
+    for (size_t i = 0; i < tools->size(); ++i) {
+      const auto& t = (*tools)[i];
       // Server tools (web_search, …) have no input_schema: nothing a local model can run.
       if (!t.is_object() || !t.contains("name") || !t["name"].is_string() || !t.contains("input_schema")) continue;
+      // Checked even under tool_choice none: a broken tool is a broken request.
+      check_tool_schema(t["input_schema"], t["name"].get<std::string>(),
+                        "tools[" + std::to_string(i) + "].input_schema", "tool");
       nlohmann::ordered_json fn = {{"name", t["name"]}, {"parameters", t["input_schema"]}};
       if (t.contains("description")) fn["description"] = t["description"];
       fns.push_back({{"type", "function"}, {"function", fn}});
     }
-    if (!fns.empty()) r.tools = std::move(fns);
+    if (!fns.empty() && !tools_off) r.tools = std::move(fns);
   }
   if (const nlohmann::ordered_json* thinking = f.object("thinking"))
     r.template_kwargs["enable_thinking"] = string_member(*thinking, "type", "", "thinking.type") == "enabled";

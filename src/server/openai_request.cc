@@ -3,6 +3,7 @@
 #include <set>
 #include <string>
 
+#include "chat/grammar/schema_check.h"
 #include "io/json_guard.h"
 #include "server/api_error.h"
 #include "server/json_fields.h"
@@ -106,6 +107,18 @@ ojson parse_messages(const nlohmann::ordered_json& body) {
 
 }  // namespace
 
+void check_tool_schema(const nlohmann::ordered_json& schema, const std::string& tool, const std::string& field,
+                       const char* noun) {
+  // The name as OpenAI quotes it, cut so that a huge name does not make a huge message.
+  const std::string name = tool.size() > 64 ? tool.substr(0, 64) + "..." : tool;
+  const std::string lead = std::string("Invalid schema for ") + noun + " '" + name + "': ";
+  if (!schema.is_object())
+    throw ApiError(400, lead + field + " must be a JSON Schema object, not a JSON " + schema.type_name(), field,
+                   "invalid_function_parameters");
+  if (auto problem = grammar::find_schema_problem(schema, field))
+    throw ApiError(400, lead + problem->path + ": " + problem->why, field, "invalid_function_parameters");
+}
+
 nlohmann::ordered_json validate_tools(const nlohmann::ordered_json& tools, const char* field) {
   if (!tools.is_array()) throw invalid_field(field, std::string(field) + " must be an array");
   for (size_t i = 0; i < tools.size(); ++i) {
@@ -113,8 +126,12 @@ nlohmann::ordered_json validate_tools(const nlohmann::ordered_json& tools, const
     const auto& t = tools[i];
     if (!t.is_object() || !t.contains("function") || !t["function"].is_object())
       throw invalid_field(at, at + " must be {\"type\": \"function\", \"function\": {...}}");
-    if (!t["function"].contains("name") || !t["function"]["name"].is_string())
+    const auto& fn = t["function"];
+    if (!fn.contains("name") || !fn["name"].is_string())
       throw invalid_field(at + ".function.name", at + ".function.name must be a string");
+    // null stands for no parameters, as an absent field does.
+    if (auto p = fn.find("parameters"); p != fn.end() && !p->is_null())
+      check_tool_schema(*p, fn["name"].get<std::string>(), at + ".function.parameters", "function");
   }
   return tools;
 }
@@ -145,8 +162,11 @@ ChatRequest parse_openai_chat(const nlohmann::ordered_json& body, const ServerDe
       throw invalid_field("tool_choice", msg);
     }
   }
-  if (const nlohmann::ordered_json* tools = f.array("tools"); tools && !tools_off)
-    r.tools = validate_tools(*tools, "tools");
+  // Checked even when tool_choice is "none" (as OpenAI does): a broken tool is a broken request.
+  if (const nlohmann::ordered_json* tools = f.array("tools")) {
+    validate_tools(*tools, "tools");
+    if (!tools_off) r.tools = *tools;
+  }
   if (forced) {
     // The call is enforced by a grammar over the template's tool-call markup (structured_output.h).
     r.settings.structured = StructuredOutput{StructuredOutput::Kind::ToolCall, {}, {}, forced_name, "tool_choice"};

@@ -83,11 +83,19 @@ json chat_body(const json& body, const json& messages) {
     chat["max_tokens"] = body["max_tokens"];
   if (auto t = body.find("tools"); t != body.end() && t->is_array()) {
     json tools = json::array();
-    for (const json& tool : *t) {
+    for (size_t i = 0; i < t->size(); ++i) {
+      const json& tool = (*t)[i];
       if (!tool.is_object() || tool.value("type", "") != "function") continue;
-      json fn = {{"name", tool.value("name", "")}};
+      const std::string at = "tools[" + std::to_string(i) + "]";
+      if (!tool.contains("name") || !tool["name"].is_string())
+        throw invalid_field(at + ".name", at + ".name must be a string");
+      json fn = {{"name", tool["name"]}};
       if (tool.contains("description")) fn["description"] = tool["description"];
-      if (tool.contains("parameters")) fn["parameters"] = tool["parameters"];
+      if (tool.contains("parameters") && !tool["parameters"].is_null()) {
+        // Named here, where the client's indices and field names are (the chat body renumbers them).
+        check_tool_schema(tool["parameters"], tool["name"].get<std::string>(), at + ".parameters", "function");
+        fn["parameters"] = tool["parameters"];
+      }
       tools.push_back({{"type", "function"}, {"function", fn}});
     }
     if (!tools.empty()) chat["tools"] = tools;

@@ -2,6 +2,8 @@
 // Anthropic bodies turn into the same template-ready conversation.
 #include <gtest/gtest.h>
 
+#include <tuple>
+
 #include "server/anthropic_request.h"
 #include "server/api_error.h"
 #include "server/generation_settings.h"
@@ -203,6 +205,79 @@ TEST(ServerRequest, AnthropicTranslation) {
   EXPECT_EQ(r.tools.size(), 1u);
   EXPECT_EQ(r.settings.stop, std::vector<std::string>{"END"});
   EXPECT_EQ(r.settings.max_tokens, 10);
+}
+
+// The status, param and message of the ApiError `f` throws.
+template <typename F>
+std::tuple<int, std::string, std::string> tool_schema_error_of(F f) {
+  try {
+    f();
+  } catch (const ApiError& e) {
+    return {e.status(), e.param(), e.what()};
+  }
+  return {0, "", ""};
+}
+
+TEST(ServerRequest, InvalidToolSchemasAre400sNamingToolAndPath) {
+  const json hi = {{{"role", "user"}, {"content", "hi"}}};
+  const auto openai_with = [&](const json& params, const json& choice = nullptr) {
+    json body = {{"messages", hi},
+                 {"tools",
+                  {{{"type", "function"}, {"function", {{"name", "ok"}, {"parameters", {{"type", "object"}}}}}},
+                   {{"type", "function"}, {"function", {{"name", "get_weather"}, {"parameters", params}}}}}}};
+    if (!choice.is_null()) body["tool_choice"] = choice;
+    return tool_schema_error_of([&] { parse_openai_chat(body, {}); });
+  };
+  // parameters that are not a schema object at all.
+  for (const json& p : {json("object"), json(5), json::array({1}), json(true)}) {
+    const auto [status, param, message] = openai_with(p);
+    EXPECT_EQ(status, 400) << p;
+    EXPECT_EQ(param, "tools[1].function.parameters");
+    EXPECT_EQ(message.rfind("Invalid schema for function 'get_weather': tools[1].function.parameters must be", 0), 0u)
+        << message;
+  }
+  // A fault deep inside, named by its path, whether or not tool_choice would compile a grammar.
+  const json deep = json::parse(R"({"type": "object", "properties": {"loc": {"type": "object",
+      "properties": {"lat": {"type": "float"}}}}})");
+  for (const json& choice : {json(nullptr), json("none"), json("auto"), json("required")}) {
+    const auto [status, param, message] = openai_with(deep, choice);
+    EXPECT_EQ(status, 400) << choice;
+    EXPECT_EQ(param, "tools[1].function.parameters");
+    EXPECT_NE(message.find("Invalid schema for function 'get_weather': "
+                           "tools[1].function.parameters.properties.loc.properties.lat.type: type \"float\""),
+              std::string::npos)
+        << message;
+  }
+  const auto [st, pa, msg] = openai_with(json::parse(R"({"properties": {"a": {"$ref": "#/$defs/A"}}})"));
+  EXPECT_EQ(st, 400);
+  EXPECT_NE(msg.find("properties.a.$ref: $ref \"#/$defs/A\" cannot be resolved"), std::string::npos) << msg;
+  // null parameters are no parameters; a schema with keywords no grammar enforces is still a schema.
+  EXPECT_EQ(std::get<0>(openai_with(nullptr)), 0);
+  EXPECT_EQ(std::get<0>(openai_with(json::parse(R"({"type": "object", "properties": {"s": {"type": "string",
+      "pattern": "^a+$", "format": "email"}}, "if": {"required": ["s"]}, "then": {"minProperties": 1}})"))),
+            0);
+
+  // Anthropic input_schema, under tool_choice none too.
+  const auto anthropic_with = [&](const json& schema, const json& choice = nullptr) {
+    json body = {
+        {"max_tokens", 5},
+        {"messages", hi},
+        {"tools",
+         {{{"type", "web_search_20250305"}, {"name", "web_search"}}, {{"name", "lookup"}, {"input_schema", schema}}}}};
+    if (!choice.is_null()) body["tool_choice"] = choice;
+    return tool_schema_error_of([&] { parse_anthropic_messages(body, {}); });
+  };
+  const json bad_required = {{"type", "object"}, {"properties", {{"q", {{"type", "string"}}}}}, {"required", "q"}};
+  for (const json& choice : {json(nullptr), json{{"type", "none"}}}) {
+    const auto [status, param, message] = anthropic_with(bad_required, choice);
+    EXPECT_EQ(status, 400);
+    EXPECT_EQ(param, "tools[1].input_schema");
+    EXPECT_EQ(message.rfind("Invalid schema for tool 'lookup': tools[1].input_schema.required: required must be", 0),
+              0u)
+        << message;
+  }
+  EXPECT_EQ(std::get<0>(anthropic_with("object")), 400);
+  EXPECT_EQ(std::get<0>(anthropic_with({{"type", "object"}, {"properties", {{"q", {{"type", "string"}}}}}})), 0);
 }
 
 TEST(ServerRequest, AnthropicRequiresMaxTokensAndMessages) {

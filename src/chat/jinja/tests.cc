@@ -61,7 +61,7 @@ bool t_escaped(const Value&, const CallArgs&) { return false; }
 bool t_filter(const Value& v, const CallArgs&) { return v.is_string() && find_filter(v.as_string()) != nullptr; }
 bool t_test(const Value& v, const CallArgs&) { return v.is_string() && find_test(v.as_string()) != nullptr; }
 
-const std::map<std::string, TestFn>& registry() {
+const std::map<std::string, TestFn>& jinja_test_registry() {
   static const std::map<std::string, TestFn> tests = {
       {"defined", t_defined},
       {"undefined", t_undefined},
@@ -109,7 +109,7 @@ const std::map<std::string, TestFn>& registry() {
 }  // namespace
 
 TestFn find_test(const std::string& name) {
-  const auto& tests = registry();
+  const auto& tests = jinja_test_registry();
   const auto it = tests.find(name);
   return it == tests.end() ? nullptr : it->second;
 }

@@ -149,6 +149,91 @@ describe('server with --max-body-bytes and --max-queue', () => {
     });
   });
 
+  describe('invalid tool schemas: 400 naming the tool and the path, as OpenAI words it', () => {
+    const weather = (parameters) => ({ type: 'function', function: { name: 'get_weather', parameters } });
+    const good = { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] };
+
+    test('chat: the openai SDK gets a BadRequestError, with tool_choice none or auto', async () => {
+      for (const tool_choice of ['none', 'auto']) {
+        const err = await openaiClient(server)
+          .chat.completions.create({
+            model: 'demo',
+            messages: hello,
+            max_tokens: 1,
+            tool_choice,
+            tools: [weather(good), weather({ type: 'object', properties: { city: { type: 'str' } } })],
+          })
+          .then(
+            () => null,
+            (e) => e,
+          );
+        assert.ok(err instanceof OpenAI.BadRequestError, String(err));
+        assert.equal(err.param, 'tools[1].function.parameters');
+        assert.equal(err.code, 'invalid_function_parameters');
+        assert.match(err.message, /Invalid schema for function 'get_weather': tools\[1\]\.function\.parameters\.properties\.city\.type: /);
+      }
+    });
+
+    const bad = [
+      ['parameters a string', 'object', /tools\[0\]\.function\.parameters must be a JSON Schema object/],
+      ['properties an array', { type: 'object', properties: [] }, /parameters\.properties: /],
+      ['required not names', { type: 'object', required: [1] }, /parameters\.required\[0\]: /],
+      ['a $ref to nothing', { type: 'object', properties: { a: { $ref: '#/$defs/A' } } }, /\$ref "#\/\$defs\/A" cannot be resolved/],
+    ];
+    for (const [name, parameters, message] of bad) {
+      test(`chat: ${name}`, async () => {
+        const r = await post('/v1/chat/completions', { messages: hello, tools: [weather(parameters)] });
+        assertOpenAIError(r, 400, 'tools[0].function.parameters');
+        assert.match(r.json.error.message, message);
+      });
+    }
+
+    test('responses: named by the Responses field, counting every tool', async () => {
+      const r = await post('/v1/responses', {
+        input: 'hello world',
+        tools: [
+          { type: 'web_search' },
+          { type: 'function', name: 'get_weather', parameters: { type: 'object', properties: { a: 'string' } } },
+        ],
+      });
+      assertOpenAIError(r, 400, 'tools[1].parameters');
+      assert.match(r.json.error.message, /Invalid schema for function 'get_weather': tools\[1\]\.parameters\.properties\.a: /);
+    });
+
+    test('anthropic: input_schema, in the Anthropic shape', async () => {
+      const err = await anthropicClient(server)
+        .messages.create({
+          model: 'demo',
+          max_tokens: 1,
+          messages: hello,
+          tools: [{ name: 'lookup', input_schema: { type: 'object', properties: { q: { type: 7 } } } }],
+        })
+        .then(
+          () => null,
+          (e) => e,
+        );
+      assert.ok(err instanceof Anthropic.BadRequestError, String(err));
+      assert.equal(err.error?.error?.type, 'invalid_request_error');
+      assert.match(err.error?.error?.message, /Invalid schema for tool 'lookup': tools\[0\]\.input_schema\.properties\.q\.type: /);
+    });
+
+    test('valid real-world schemas are still answered', async () => {
+      const pydantic = {
+        $defs: { Unit: { enum: ['c', 'f'], title: 'Unit', type: 'string' } },
+        properties: {
+          city: { title: 'City', type: 'string', pattern: '^[A-Z]' },
+          unit: { anyOf: [{ $ref: '#/$defs/Unit' }, { type: 'null' }], default: null },
+        },
+        required: ['city'],
+        title: 'Weather',
+        type: 'object',
+        additionalProperties: false,
+      };
+      const r = await post('/v1/chat/completions', { messages: hello, max_tokens: 2, tools: [weather(pydantic)] });
+      assert.equal(r.status, 200, r.text);
+    });
+  });
+
   test('404 for unknown routes', async () => {
     for (const [method, route] of [
       ['GET', '/v1/nope'],
