@@ -161,7 +161,8 @@ void dispatch(ServerContext& ctx, const std::vector<Route>& routes, size_t max_b
       ApiError err = api_error_from(e);
       if (err.status() >= 500) {
         log::error("request " + t_request_id + " " + req.path + ": " + err.what());
-        err = ApiError(err.status(), std::string(err.what()) + " (request " + t_request_id + ")");
+        err = ApiError(err.status(), std::string(err.what()) + " (request " + t_request_id + ")", err.param(),
+                       err.code());
       }
       write_error(res, err, surface_of(req.path));
     }
