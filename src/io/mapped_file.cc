@@ -16,6 +16,7 @@
 
 #include "common/error.h"
 #include "common/limits.h"
+#include "common/os_error.h"
 
 namespace lathe {
 
@@ -25,11 +26,14 @@ namespace {
 // wait for a writer; such a path is refused right after, by its type. Returns the descriptor and its stat.
 int open_regular(const std::string& path, struct stat& st) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0) throw Error(errno == ENOENT ? ErrorKind::NotFound : ErrorKind::Io, path + ": " + std::strerror(errno));
+  if (fd < 0) {
+    if (errno == ENOENT) throw Error(ErrorKind::NotFound, path + ": " + std::strerror(errno));
+    throw OsError(path, errno);
+  }
   if (::fstat(fd, &st) != 0) {
     int e = errno;
     ::close(fd);
-    throw Error(ErrorKind::Io, path + ": " + std::strerror(e));
+    throw OsError(path, e);
   }
   if (!S_ISREG(st.st_mode)) {
     ::close(fd);
@@ -114,7 +118,7 @@ std::string read_text_file(const std::string& path) {
     if (n < 0) {
       const int e = errno;
       ::close(fd);
-      throw Error(ErrorKind::Io, path + ": " + std::strerror(e));
+      throw OsError(path, e);
     }
     got += static_cast<size_t>(n);
   }
@@ -126,7 +130,7 @@ std::string read_text_file(const std::string& path) {
 void write_file_atomic(const std::string& path, const void* data, size_t size) {
   const std::string tmp = path + ".tmp";
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw Error(ErrorKind::Io, tmp + ": " + std::strerror(errno));
+  if (fd < 0) throw OsError(tmp, errno);
   const char* p = static_cast<const char*>(data);
   size_t left = size;
   while (left > 0) {
@@ -136,7 +140,7 @@ void write_file_atomic(const std::string& path, const void* data, size_t size) {
       int e = errno;
       ::close(fd);
       ::unlink(tmp.c_str());
-      throw Error(ErrorKind::Io, tmp + ": write failed: " + std::strerror(e));
+      throw OsError(tmp + ": write failed", e);
     }
     p += n;
     left -= static_cast<size_t>(n);
@@ -144,12 +148,12 @@ void write_file_atomic(const std::string& path, const void* data, size_t size) {
   if (::fsync(fd) != 0 || ::close(fd) != 0) {
     int e = errno;
     ::unlink(tmp.c_str());
-    throw Error(ErrorKind::Io, tmp + ": fsync/close failed: " + std::strerror(e));
+    throw OsError(tmp + ": fsync/close failed", e);
   }
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
     int e = errno;
     ::unlink(tmp.c_str());
-    throw Error(ErrorKind::Io, "rename " + tmp + " -> " + path + ": " + std::strerror(e));
+    throw OsError("rename " + tmp + " -> " + path, e);
   }
 }
 

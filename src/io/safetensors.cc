@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
+#include "common/os_error.h"
 #include "io/json_guard.h"
 
 namespace lathe {
@@ -145,7 +146,7 @@ void SafetensorsWriter::write(const std::string& path) const {
   while ((h.size() + 8) % 8 != 0) h.push_back(' ');  // keep the data section 8-byte aligned
   const std::string tmp = path + ".tmp";
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw Error(ErrorKind::Io, tmp + ": " + std::strerror(errno));
+  if (fd < 0) throw OsError(tmp, errno);
   uint64_t at = 0;  // file offset of the next write
   auto write_all = [&](const void* data, size_t size) {
     const char* p = static_cast<const char*>(data);
@@ -156,7 +157,7 @@ void SafetensorsWriter::write(const std::string& path) const {
         int e = errno;
         ::close(fd);
         ::unlink(tmp.c_str());
-        throw Error(ErrorKind::Io, tmp + ": write failed: " + std::strerror(e));
+        throw OsError(tmp + ": write failed", e);
       }
       p += n;
       at += static_cast<uint64_t>(n);
@@ -177,12 +178,14 @@ void SafetensorsWriter::write(const std::string& path) const {
     write_all(buf.data(), n);
   }
   if (::fsync(fd) != 0 || ::close(fd) != 0) {
+    const int e = errno;
     ::unlink(tmp.c_str());
-    throw Error(ErrorKind::Io, tmp + ": fsync/close failed");
+    throw OsError(tmp + ": fsync/close failed", e);
   }
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int e = errno;  // before unlink overwrites it
     ::unlink(tmp.c_str());
-    throw Error(ErrorKind::Io, "rename " + tmp + " -> " + path + ": " + std::strerror(errno));
+    throw OsError("rename " + tmp + " -> " + path, e);
   }
 }
 

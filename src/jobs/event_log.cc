@@ -8,34 +8,35 @@
 #include <filesystem>
 
 #include "common/error.h"
+#include "common/os_error.h"
 
 namespace lathe::jobs {
 namespace {
 
-std::string os_error(const std::string& what, const std::string& path) {
-  return what + " " + path + ": " + std::strerror(errno);
-}
+// `what path: strerror(errno)`, carrying errno (a full disk is the server's 507).
+OsError os_error(const std::string& what, const std::string& path) { return OsError(what + " " + path, errno); }
 
 }  // namespace
 
 void create_log(const std::string& log_path) {
   const int fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-  if (fd < 0) throw Error(ErrorKind::Io, os_error("cannot create job log", log_path));
+  if (fd < 0) throw os_error("cannot create job log", log_path);
   ::close(fd);
 }
 
 void append_event(const std::string& log_path, const json& event) {
   const std::string line = event.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
   const int fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-  if (fd < 0) throw Error(ErrorKind::Io, os_error("cannot open job log", log_path));
+  if (fd < 0) throw os_error("cannot open job log", log_path);
   size_t done = 0;
   while (done < line.size()) {
     const ssize_t n = ::write(fd, line.data() + done, line.size() - done);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
-      const std::string msg = os_error("cannot append to job log", log_path);
+      if (n == 0) errno = EIO;  // nothing written and no error: say so rather than a stale errno
+      const OsError err = os_error("cannot append to job log", log_path);
       ::close(fd);
-      throw Error(ErrorKind::Io, msg);
+      throw err;
     }
     done += static_cast<size_t>(n);
   }
@@ -49,7 +50,7 @@ LogChunk read_events(const std::string& log_path, uint64_t offset, size_t max_by
   const int fd = ::open(log_path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     if (errno == ENOENT) return chunk;
-    throw Error(ErrorKind::Io, os_error("cannot read job log", log_path));
+    throw os_error("cannot read job log", log_path);
   }
   std::string buf(max_bytes, '\0');
   size_t got = 0;

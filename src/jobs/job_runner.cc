@@ -19,6 +19,7 @@
 
 #include "common/error.h"
 #include "common/log.h"
+#include "common/os_error.h"
 #include "jobs/event_log.h"
 #include "jobs/kinds.h"
 
@@ -62,7 +63,7 @@ JobRunner::JobRunner(RunnerOptions options) : options_(std::move(options)) {
   store_ = std::make_shared<JobStore>(options_.data_dir);
   const std::string lock_path = options_.data_dir + "/server.lock";
   lock_fd_ = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (lock_fd_ < 0) throw Error(ErrorKind::Io, "cannot open " + lock_path + ": " + std::strerror(errno));
+  if (lock_fd_ < 0) throw OsError("cannot open " + lock_path, errno);
   if (::flock(lock_fd_, LOCK_EX | LOCK_NB) != 0) {
     char pid[32] = {};
     [[maybe_unused]] const ssize_t n = ::pread(lock_fd_, pid, sizeof pid - 1, 0);

@@ -2,17 +2,37 @@
 
 #include <sqlite3.h>
 
+#include <cerrno>
 #include <cstdlib>
 #include <filesystem>
 #include <random>
 
 #include "common/error.h"
+#include "common/os_error.h"
 #include "jobs/event_log.h"
 
 namespace lathe::jobs {
 namespace {
 
 namespace fs = std::filesystem;
+
+// The errno a failed SQLite call stands for, so the server can answer a full disk with 507. SQLite's own codes
+// first (it reports ENOSPC as SQLITE_FULL, as it does its page limit); for an I/O error (EDQUOT, EFBIG, EIO
+// are all "disk I/O error") the errno it recorded, else `after`: errno read right after the call (SQLite 3.40
+// records none for a failed write, and the calls after it in the rollback succeed, leaving errno as it was).
+int sqlite_errno(sqlite3* db, int rc, int after) {
+  switch (rc & 0xff) {
+    case SQLITE_FULL: return ENOSPC;
+    case SQLITE_READONLY: return EROFS;
+    case SQLITE_PERM: return EACCES;
+    case SQLITE_IOERR:
+    case SQLITE_CANTOPEN: {
+      const int recorded = db ? sqlite3_system_errno(db) : 0;
+      return recorded != 0 ? recorded : after;
+    }
+    default: return 0;
+  }
+}
 
 // One prepared statement, finalized on scope exit; step() retries are left to the busy timeout.
 class Stmt {
@@ -40,10 +60,12 @@ class Stmt {
     return *this;
   }
   bool step() {
+    errno = 0;
     const int rc = sqlite3_step(s_);
+    const int after = errno;
     if (rc == SQLITE_ROW) return true;
     if (rc == SQLITE_DONE) return false;
-    throw Error(ErrorKind::Io, std::string("job store: ") + sqlite3_errmsg(db_));
+    throw OsError(sqlite_errno(db_, rc, after), std::string("job store: ") + sqlite3_errmsg(db_));
   }
   std::string text(int col) const {
     const unsigned char* t = sqlite3_column_text(s_, col);
@@ -99,14 +121,17 @@ std::string default_data_dir() {
 JobStore::JobStore(const std::string& data_dir) : data_dir_(data_dir) {
   std::error_code ec;
   fs::create_directories(fs::path(data_dir) / "jobs", ec);
-  if (ec) throw Error(ErrorKind::Io, "cannot create the job data directory " + data_dir + ": " + ec.message());
+  if (ec) throw OsError("cannot create the job data directory " + data_dir, ec.value());
   const std::string path = data_dir + "/jobs.sqlite";
-  if (sqlite3_open_v2(path.c_str(), &db_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX,
-                      nullptr) != SQLITE_OK) {
+  errno = 0;
+  if (const int rc = sqlite3_open_v2(path.c_str(), &db_,
+                                     SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX, nullptr);
+      rc != SQLITE_OK) {
+    const int err = sqlite_errno(db_, rc, errno);
     const std::string msg = db_ ? sqlite3_errmsg(db_) : "out of memory";
     sqlite3_close(db_);
     db_ = nullptr;
-    throw Error(ErrorKind::Io, "cannot open the job database " + path + ": " + msg);
+    throw OsError(err, "cannot open the job database " + path + ": " + msg);
   }
   // Server, children and CLI write the same file: wait out each other's short transactions.
   sqlite3_busy_timeout(db_, 10000);
@@ -125,10 +150,12 @@ JobStore::~JobStore() { sqlite3_close(db_); }
 
 void JobStore::exec(const char* sql) {
   char* err = nullptr;
-  if (sqlite3_exec(db_, sql, nullptr, nullptr, &err) != SQLITE_OK) {
+  errno = 0;
+  if (const int rc = sqlite3_exec(db_, sql, nullptr, nullptr, &err); rc != SQLITE_OK) {
+    const int after = errno;
     const std::string msg = err ? err : sqlite3_errmsg(db_);
     sqlite3_free(err);
-    throw Error(ErrorKind::Io, "job store (" + data_dir_ + "/jobs.sqlite): " + msg);
+    throw OsError(sqlite_errno(db_, rc, after), "job store (" + data_dir_ + "/jobs.sqlite): " + msg);
   }
 }
 

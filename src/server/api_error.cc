@@ -1,19 +1,85 @@
 #include "server/api_error.h"
 
+#include <cerrno>
+#include <string_view>
+#include <system_error>
+
 #include "common/error.h"
+#include "common/os_error.h"
 
 namespace lathe::server {
+namespace {
+
+StorageFault fault_of_errno(int e) {
+  switch (e) {
+    case ENOSPC:
+    case EDQUOT:
+    case EFBIG: return StorageFault::Full;
+    case EROFS: return StorageFault::ReadOnly;
+    case EACCES:
+    case EPERM: return StorageFault::Denied;
+    default: return StorageFault::None;
+  }
+}
+
+// For I/O errors raised with only their text: strerror's wording (the C locale's; lathe never sets another) and
+// SQLite's messages.
+StorageFault fault_of_text(std::string_view m) {
+  const auto has = [m](std::string_view s) { return m.find(s) != std::string_view::npos; };
+  if (has("No space left on device") || has("Disk quota exceeded") || has("File too large") ||
+      has("database or disk is full"))
+    return StorageFault::Full;
+  if (has("Read-only file system") || has("readonly database")) return StorageFault::ReadOnly;
+  if (has("Permission denied")) return StorageFault::Denied;
+  return StorageFault::None;
+}
+
+}  // namespace
+
+StorageFault storage_fault_of(const std::exception& e) {
+  if (const auto* os = dynamic_cast<const OsError*>(&e)) {
+    if (const StorageFault f = fault_of_errno(os->os_errno()); f != StorageFault::None) return f;
+    return fault_of_text(e.what());
+  }
+  if (const auto* sys = dynamic_cast<const std::system_error*>(&e)) {  // std::filesystem_error among them
+    const auto& cat = sys->code().category();
+    if (cat == std::generic_category() || cat == std::system_category()) return fault_of_errno(sys->code().value());
+    return StorageFault::None;
+  }
+  if (const auto* err = dynamic_cast<const Error*>(&e); err && err->kind() == ErrorKind::Io)
+    return fault_of_text(e.what());
+  return StorageFault::None;
+}
 
 ApiError api_error_from(const std::exception& e) {
   if (const auto* api = dynamic_cast<const ApiError*>(&e)) return *api;
+  // The message is kept as it is (it names what could not be written, as it always did): the status and the
+  // lead say what kind of fault it is.
+  switch (storage_fault_of(e)) {
+    case StorageFault::Full:
+      return ApiError(
+          507,
+          std::string("insufficient storage (the disk or quota that holds the server's files is full): ") + e.what(),
+          {}, "insufficient_storage");
+    case StorageFault::ReadOnly:
+      return ApiError(500, std::string("the server's storage is read-only: ") + e.what(), {}, "storage_read_only");
+    case StorageFault::Denied:
+      return ApiError(500, std::string("the server may not access its storage (permission denied): ") + e.what(), {},
+                      "storage_permission_denied");
+    case StorageFault::None: break;
+  }
   if (const auto* err = dynamic_cast<const Error*>(&e)) {
     switch (err->kind()) {
       case ErrorKind::InvalidArgument:
       case ErrorKind::Unsupported: return ApiError(400, err->what());
       case ErrorKind::NotFound: return ApiError(404, err->what());
+      // The host refused something (a read, a write, memory): its words, not "internal error".
+      case ErrorKind::Io: return ApiError(500, std::string("I/O error: ") + err->what(), {}, "io_error");
       default: break;
     }
   }
+  if (const auto* sys = dynamic_cast<const std::system_error*>(&e))
+    return ApiError(500, std::string("I/O error: ") + sys->what(), {}, "io_error");
   // A JSON type error escaping request translation is a malformed request, not a fault of ours.
   if (dynamic_cast<const nlohmann::ordered_json::type_error*>(&e))
     return ApiError(400, std::string("a request field has the wrong type: ") + e.what());

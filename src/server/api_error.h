@@ -27,8 +27,20 @@ inline ApiError invalid_field(const std::string& field, const std::string& messa
   return ApiError(400, message, field);
 }
 
-// Maps a typed engine error (bad input vs. internal fault) to the status a client should see.
+// Maps a typed engine error (bad input vs. internal fault) to the status a client should see. Storage faults
+// (storage_fault_of) are 507 (full) or a 500 that says so; other I/O errors a 500 with their own message (not
+// "internal error": they are the host's, not a bug).
 ApiError api_error_from(const std::exception& e);
+
+// What the operating system said about the server's storage, from an OsError's errno, a std::system_error's
+// code, or (for errors that kept only the text: SQLite's, strerror in the message) the wording.
+enum class StorageFault {
+  None,      // not a storage fault (or not known to be one)
+  Full,      // ENOSPC, EDQUOT, EFBIG (a file-size limit), SQLite "database or disk is full"
+  ReadOnly,  // EROFS, SQLite "attempt to write a readonly database"
+  Denied,    // EACCES, EPERM
+};
+StorageFault storage_fault_of(const std::exception& e);
 
 // OpenAI's error type names by status (invalid_request_error, authentication_error, …).
 std::string openai_error_type(int status);

@@ -149,11 +149,21 @@ std::vector<Route> jobs_routes(ServerContext& ctx) {
                                              " jobs are already queued; wait for them or cancel some");
                    row = runner.submit(body["kind"].get<std::string>(), config);
                  } catch (const Error& e) {
-                   // The row or its log could not be written: the store has removed what it had made.
+                   // The row or its log could not be written: the store has removed what it had made. A read-only
+                   // or forbidden data directory says so; any other failed write is taken for a full disk.
                    if (e.kind() != ErrorKind::Io) throw;
-                   throw ApiError(507, std::string("the job could not be recorded, nothing was queued (is the disk "
-                                                   "holding the job data directory full?): ") +
-                                           e.what());
+                   const StorageFault fault = storage_fault_of(e);
+                   if (fault == StorageFault::ReadOnly || fault == StorageFault::Denied) {
+                     const ApiError mapped = api_error_from(e);
+                     throw ApiError(mapped.status(),
+                                    std::string("the job could not be recorded, nothing was queued: ") + mapped.what(),
+                                    {}, mapped.code());
+                   }
+                   throw ApiError(507,
+                                  std::string("the job could not be recorded, nothing was queued (is the disk "
+                                              "holding the job data directory full?): ") +
+                                      e.what(),
+                                  {}, "insufficient_storage");
                  }
                  write_json(res, {{"ok", true}, {"job", jobs::to_json(row)}}, 201);
                }});

@@ -373,6 +373,14 @@ TEST(JobsHttp, ASubmitTheDiskCannotTakeIs507AndLeavesNoLog) {
   ASSERT_FALSE(id.empty());
   EXPECT_EQ(wait_status(s, id)["status"], "done");
   EXPECT_EQ(logs(), 1u);
+  // Any other write the disk cannot take is a 507 as well (it was a 500 "internal error"): deleting the row.
+  ASSERT_EQ(::prlimit(s.pid, RLIMIT_FSIZE, &none, nullptr), 0);
+  auto del = c.Delete("/api/jobs/" + id);
+  ASSERT_TRUE(del);
+  EXPECT_EQ(del->status, 507) << del->body;
+  EXPECT_NE(del->body.find("insufficient_storage"), std::string::npos) << del->body;
+  ASSERT_EQ(::prlimit(s.pid, RLIMIT_FSIZE, &old, nullptr), 0);
+  EXPECT_EQ(c.Delete("/api/jobs/" + id)->status, 200);
 }
 
 // A raw connection that asks to follow a job's events and reads until the stream has begun (or was refused).
