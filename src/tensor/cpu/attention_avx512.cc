@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "tensor/cpu/cpu_features.h"
@@ -46,7 +47,14 @@ struct PlainRows {
   using Row = const KT*;
   PlainRows head(int64_t kh) const { return {base + kh * s1, s0, s1, j0}; }
   Row row(int64_t j) const { return base + (j - j0) * s0; }
-  LATHE_A512 static __m512 load(Row r, int64_t i) { return load16(r + i); }
+  LATHE_A512 static __m512 load(Row r, int64_t i) {
+    __m512 x = load16(r + i);
+    // An f32 row (an f32 cache, or a quantized cache's dequantized tile) must stay in a register: GCC would fold
+    // the load into each head's FMA, two loads per value where the bf16 form has one, and at 4k tokens that made
+    // 8-bit K/V prefill load-bound (205-225 -> 245-296 tok/s, 0.6B, 2 threads; bf16 K/V 262-307).
+    if constexpr (std::is_same_v<KT, float>) asm("" : "+v"(x));
+    return x;
+  }
   static void prefetch(Row r, int64_t d) { prefetch_bytes(r, d * static_cast<int64_t>(sizeof(KT))); }
 };
 
@@ -108,7 +116,7 @@ struct Inputs {
 // i+8, then + i+4, then 0+2 / 1+3, then the pair), so a key's score does not depend on whether it was reduced here or
 // alone: the vectors are folded together level by level (two per register, then four, then eight) instead of one by
 // one.
-LATHE_A512 inline void reduce8(const __m512* v, float* out) {
+LATHE_A512 inline __m512 reduce8(const __m512* v) {
   __m512 t[4];
   for (int i = 0; i < 4; ++i)  // [v2i: s8 | v2i+1: s8], s8[j] = v[j] + v[j + 8]
     t[i] = _mm512_add_ps(_mm512_maskz_shuffle_f32x4(0xFFFF, v[2 * i], v[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
@@ -124,13 +132,12 @@ LATHE_A512 inline void reduce8(const __m512* v, float* out) {
   const __m512 z =
       _mm512_add_ps(_mm512_shuffle_ps(w, w, _MM_SHUFFLE(2, 0, 2, 0)), _mm512_shuffle_ps(w, w, _MM_SHUFFLE(3, 1, 3, 1)));
   const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 0, 0, 0, 0, 0, 0, 0, 0);
-  _mm512_mask_storeu_ps(out, 0xFF, _mm512_maskz_permutexvar_ps(0xFFFF, order, z));
+  return _mm512_maskz_permutexvar_ps(0xFFFF, order, z);  // the eight sums in lanes 0-7
 }
 
-// Scores of HN query heads against R consecutive keys (rows k[r]), raw dot products.
+// Raw dot products of HN query heads with R consecutive keys (rows k[r]), left as 16-lane partial sums.
 template <class Rows, int HN, int R>
-LATHE_A512 inline void dots(const float* const* q, const typename Rows::Row* k, int64_t D, float (&out)[HN][R]) {
-  __m512 acc[HN][R];
+LATHE_A512 inline void dot_sums(const float* const* q, const typename Rows::Row* k, int64_t D, __m512 (&acc)[HN][R]) {
   for (int h = 0; h < HN; ++h)
     for (int r = 0; r < R; ++r) acc[h][r] = _mm512_setzero_ps();
   for (int64_t i = 0; i < D; i += 16) {
@@ -140,12 +147,6 @@ LATHE_A512 inline void dots(const float* const* q, const typename Rows::Row* k, 
       const __m512 qv = _mm512_loadu_ps(q[h] + i);
       for (int r = 0; r < R; ++r) acc[h][r] = _mm512_fmadd_ps(qv, kv[r], acc[h][r]);
     }
-  }
-  if constexpr (HN * R == 8) {
-    reduce8(&acc[0][0], &out[0][0]);
-  } else {
-    for (int h = 0; h < HN; ++h)
-      for (int r = 0; r < R; ++r) out[h][r] = reduce16(acc[h][r]);
   }
 }
 
@@ -264,16 +265,24 @@ LATHE_A512 inline void score_keys(const float* const* q, const Rows& k, int64_t 
     const Row keys[4] = {k.row(j), k.row(j + 1), k.row(j + 2), k.row(j + 3)};
     if (prefetch && j + kKvPrefetchKeys + 4 <= j1)
       for (int r = 0; r < 4; ++r) Rows::prefetch(k.row(j + r + kKvPrefetchKeys), D);
-    float d[HN][4];
-    dots<Rows, HN, 4>(q, keys, D, d);
-    for (int h = 0; h < HN; ++h)
-      for (int r = 0; r < 4; ++r) scores[h * S + j + r] = d[h][r];
+    __m512 acc[HN][4];
+    dot_sums<Rows, HN, 4>(q, keys, D, acc);
+    if constexpr (HN == 2) {
+      // Both heads' four scores reduced together and stored as vectors: a masked store of the eight and scalar
+      // reloads could not be forwarded (~20% of this function's time on Zen 5).
+      const __m512 s = reduce8(&acc[0][0]);  // [head 0: keys j .. j + 3 | head 1: the same keys | ...]
+      _mm_storeu_ps(scores + j, _mm512_maskz_extractf32x4_ps(0xF, s, 0));  // full-mask forms: see load16
+      _mm_storeu_ps(scores + S + j, _mm512_maskz_extractf32x4_ps(0xF, s, 1));
+    } else {
+      for (int h = 0; h < HN; ++h)
+        for (int r = 0; r < 4; ++r) scores[h * S + j + r] = reduce16(acc[h][r]);
+    }
   }
   for (; j < j1; ++j) {
     const Row keys[1] = {k.row(j)};
-    float d[HN][1];
-    dots<Rows, HN, 1>(q, keys, D, d);
-    for (int h = 0; h < HN; ++h) scores[h * S + j] = d[h][0];
+    __m512 acc[HN][1];
+    dot_sums<Rows, HN, 1>(q, keys, D, acc);
+    for (int h = 0; h < HN; ++h) scores[h * S + j] = reduce16(acc[h][0]);
   }
 }
 
