@@ -105,14 +105,29 @@ const jinja::Template& ChatTemplate::pick(bool has_tools) const {
 }
 
 std::string ChatTemplate::render(const ChatTemplateInput& input) const {
-  using jinja::Value;
   if (!input.messages.is_array()) throw Error(ErrorKind::InvalidArgument, "messages must be a list");
+  return render_values(input, jinja::from_json(input.messages), jinja::from_json(input.tools));
+}
+
+std::string ChatTemplate::render(ChatTemplateInput&& input) const {
+  if (!input.messages.is_array()) throw Error(ErrorKind::InvalidArgument, "messages must be a list");
+  const bool has_tools = !input.tools.is_null();
+  jinja::Value messages = jinja::from_json(std::move(input.messages));
+  jinja::Value tools = jinja::from_json(std::move(input.tools));
+  input.messages = nlohmann::ordered_json::array();  // what the moves left: containers of empty strings
+  input.tools = has_tools ? nlohmann::ordered_json::array() : nlohmann::ordered_json();
+  return render_values(input, std::move(messages), std::move(tools), has_tools);
+}
+
+std::string ChatTemplate::render_values(const ChatTemplateInput& input, jinja::Value messages, jinja::Value tools,
+                                        std::optional<bool> has_tools) const {
+  using jinja::Value;
   if (!input.kwargs.is_object() && !input.kwargs.is_null())
     throw Error(ErrorKind::InvalidArgument, "template kwargs must be an object");
   jinja::ValueDict vars;
   for (const auto& [name, token] : special_tokens_.items()) vars.set(name, jinja::from_json(token));
-  vars.set("messages", jinja::from_json(input.messages));
-  vars.set("tools", jinja::from_json(input.tools));
+  vars.set("messages", std::move(messages));
+  vars.set("tools", std::move(tools));
   vars.set("documents", Value::none());
   vars.set("add_generation_prompt", Value(input.add_generation_prompt));
   if (input.kwargs.is_object())
@@ -128,7 +143,7 @@ std::string ChatTemplate::render(const ChatTemplateInput& input) const {
            }));
   jinja::RenderLimits limits = jinja::default_render_limits();
   limits.cancel = input.cancel;
-  return pick(!input.tools.is_null()).render(vars, limits);
+  return pick(has_tools.value_or(!input.tools.is_null())).render(vars, limits);
 }
 
 }  // namespace lathe

@@ -39,6 +39,9 @@ class ChatTemplate {
   // The prompt text. Throws Error(InvalidArgument) for runtime template errors; jinja::TemplateRaised (what()
   // is the template's own message) when the template calls raise_exception.
   std::string render(const ChatTemplateInput& input) const;
+  // The same text; the messages' and tools' strings move into the template's values instead of being copied
+  // (input.messages and input.tools are spent). The values are released before this returns.
+  std::string render(ChatTemplateInput&& input) const;
 
   const nlohmann::ordered_json& special_tokens() const { return special_tokens_; }
   // Every named template's source, concatenated: for feature detection (does it know enable_thinking?).
@@ -47,6 +50,8 @@ class ChatTemplate {
  private:
   // transformers' choice: "tool_use" when tools are given and it exists, else "default", else the first.
   const jinja::Template& pick(bool has_tools) const;
+  std::string render_values(const ChatTemplateInput& input, jinja::Value messages, jinja::Value tools,
+                            std::optional<bool> has_tools = std::nullopt) const;
 
   std::vector<std::pair<std::string, jinja::Template>> templates_;
   nlohmann::ordered_json special_tokens_;

@@ -30,7 +30,8 @@ std::string block_text(const nlohmann::ordered_json& content, const std::string&
 }
 
 // One Anthropic message may expand to several chat messages (tool results are messages of their own).
-void translate_message(const nlohmann::ordered_json& m, const std::string& at, ojson& out) {
+// Text moves out of `m` (the request body's own message), so it is not held twice.
+void translate_message(nlohmann::ordered_json& m, const std::string& at, ojson& out) {
   if (!m.is_object()) throw invalid_field(at, at + " must be an object");
   auto role_it = m.find("role");
   if (role_it == m.end() || !role_it->is_string())
@@ -39,14 +40,16 @@ void translate_message(const nlohmann::ordered_json& m, const std::string& at, o
   auto content = m.find("content");
   if (content == m.end()) throw invalid_field(at + ".content", at + ".content is required");
   if (content->is_string()) {
-    out.push_back({{"role", role}, {"content", content->get<std::string>()}});
+    ojson msg = {{"role", role}};
+    msg["content"] = std::move(content->get_ref<std::string&>());
+    out.push_back(std::move(msg));
     return;
   }
   if (!content->is_array()) throw invalid_field(at + ".content", at + ".content must be a string or an array");
   std::string text;
   ojson calls = ojson::array();
   for (size_t i = 0; i < content->size(); ++i) {
-    const auto& b = (*content)[i];
+    auto& b = (*content)[i];
     const std::string bat = at + ".content[" + std::to_string(i) + "]";
     if (!b.is_object() || !b.contains("type") || !b["type"].is_string())
       throw invalid_field(bat, bat + " must be a content block with a type");
@@ -54,8 +57,14 @@ void translate_message(const nlohmann::ordered_json& m, const std::string& at, o
     if (type == "text") {
       if (!b.contains("text") || !b["text"].is_string())
         throw invalid_field(bat + ".text", bat + ".text must be a string");
-      if (!text.empty()) text += "\n";
-      text += b["text"].get<std::string>();
+      std::string& block = b["text"].get_ref<std::string&>();
+      if (text.empty()) {
+        text = std::move(block);
+      } else {
+        if (!text.empty()) text += "\n";
+        text += block;
+        std::string().swap(block);
+      }
     } else if (type == "tool_use") {
       if (!b.contains("name") || !b["name"].is_string())
         throw invalid_field(bat + ".name", bat + ".name must be a string");
@@ -81,7 +90,8 @@ void translate_message(const nlohmann::ordered_json& m, const std::string& at, o
     // thinking / redacted_thinking: dropped; the template decides what past reasoning looks like.
   }
   if (!text.empty() || !calls.empty()) {
-    ojson msg = {{"role", role}, {"content", text}};
+    ojson msg = {{"role", role}};
+    msg["content"] = std::move(text);
     if (!calls.empty()) msg["tool_calls"] = std::move(calls);
     out.push_back(std::move(msg));
   }
@@ -90,6 +100,11 @@ void translate_message(const nlohmann::ordered_json& m, const std::string& at, o
 }  // namespace
 
 ChatRequest parse_anthropic_messages(const nlohmann::ordered_json& body, const ServerDefaults& defaults) {
+  nlohmann::ordered_json copy = body;
+  return take_anthropic_messages(copy, defaults);
+}
+
+ChatRequest take_anthropic_messages(nlohmann::ordered_json& body, const ServerDefaults& defaults) {
   ChatRequest r;
   r.settings = parse_generation_settings(body, defaults, ApiSurface::Anthropic);
   const JsonFields f(body);
@@ -99,8 +114,9 @@ ChatRequest parse_anthropic_messages(const nlohmann::ordered_json& body, const S
   }
   const nlohmann::ordered_json* messages = f.array("messages");
   if (!messages || messages->empty()) throw invalid_field("messages", "messages must be a non-empty array");
-  for (size_t i = 0; i < messages->size(); ++i)
-    translate_message((*messages)[i], "messages[" + std::to_string(i) + "]", r.messages);
+  nlohmann::ordered_json& list = *body.find("messages");
+  for (size_t i = 0; i < list.size(); ++i)
+    translate_message(list[i], "messages[" + std::to_string(i) + "]", r.messages);
   if (std::none_of(r.messages.begin(), r.messages.end(),
                    [](const nlohmann::ordered_json& m) { return m.value("role", "") != "system"; }))
     throw invalid_field("messages", "messages hold no text, tool use or tool result to answer");

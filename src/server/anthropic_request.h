@@ -9,5 +9,7 @@
 namespace lathe::server {
 
 ChatRequest parse_anthropic_messages(const nlohmann::ordered_json& body, const ServerDefaults& defaults);
+// The same, moving the messages' text out of `body` rather than copying it (the other fields stay).
+ChatRequest take_anthropic_messages(nlohmann::ordered_json& body, const ServerDefaults& defaults);
 
 }  // namespace lathe::server

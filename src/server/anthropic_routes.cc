@@ -127,10 +127,10 @@ class MessagesFramer : public StreamFramer {
 };
 
 void messages(ServerContext& ctx, const httplib::Request& req, httplib::Response& res) {
-  const json body = parse_json_body(req.body);
+  json body = take_json_body(req);
   check_model_name(ctx, body);
-  const ChatRequest request = parse_anthropic_messages(body, ctx.options().defaults);
-  PreparedGeneration prepared = prepare_chat(ctx, request);
+  ChatRequest request = take_anthropic_messages(body, ctx.options().defaults);
+  PreparedGeneration prepared = prepare_chat(ctx, std::move(request));
   attach_structured_output(ctx, prepared);
   Generation g = start_generation(ctx, std::move(prepared), "msg_");
   const std::string model = ctx.model_id();

@@ -34,9 +34,7 @@ nlohmann::ordered_json token_entry(const Tokenizer& tok, int32_t id, float logpr
 
 // Prefill: the rendered conversation ends right after the last message's text (the template's end-of-turn
 // markup after it is dropped), so the model continues that text.
-void cut_after_final_message(std::string& text, const nlohmann::ordered_json& last) {
-  const std::string content =
-      last.contains("content") && last["content"].is_string() ? last["content"].get<std::string>() : "";
+void cut_after_final_message(std::string& text, const std::string& content) {
   const size_t at = content.empty() ? std::string::npos : text.rfind(content);
   if (at == std::string::npos)
     throw ApiError(400, "the final assistant message cannot be continued with this chat template", "messages");
@@ -45,11 +43,17 @@ void cut_after_final_message(std::string& text, const nlohmann::ordered_json& la
 
 }  // namespace
 
-PreparedGeneration prepare_chat(ServerContext& ctx, const ChatRequest& request) {
+PreparedGeneration prepare_chat(ServerContext& ctx, ChatRequest request) {
   const ChatTemplate* tmpl = ctx.session().chat_template();
   if (!tmpl) throw ApiError(400, "the served model has no chat template; use /v1/completions");
+  // The prefill's text, kept aside: the messages themselves move into the template's values.
+  std::string final_content;
+  if (request.continue_final && !request.messages.empty()) {
+    const nlohmann::ordered_json& last = request.messages.back();
+    if (last.contains("content") && last["content"].is_string()) final_content = last["content"].get<std::string>();
+  }
   ChatTemplateInput in;
-  in.messages = request.messages;
+  in.messages = std::move(request.messages);
   in.add_generation_prompt = !request.continue_final;
   in.cancel = &ctx.stopping();
   in.kwargs = ctx.options().chat_template_args.is_object() ? ctx.options().chat_template_args
@@ -58,19 +62,19 @@ PreparedGeneration prepare_chat(ServerContext& ctx, const ChatRequest& request) 
   if (request.tools.is_array() && !request.tools.empty()) in.tools = normalize_tool_schemas(request.tools);
   std::string text;
   try {
-    text = tmpl->render(in);
+    text = tmpl->render(std::move(in));
   } catch (const std::exception& e) {
     if (ctx.stopping().load()) throw ApiError(503, "the server is shutting down", std::string(), "shutting_down");
     // The template rejected the conversation (raise_exception, wrong roles): the client's to fix.
     throw ApiError(400, std::string("prompt build failed: ") + e.what(), "messages");
   }
-  if (request.continue_final) cut_after_final_message(text, request.messages.back());
+  if (request.continue_final) cut_after_final_message(text, final_content);
   PreparedGeneration p;
   p.prompt = ctx.session().encode_chat_text(text);
-  p.settings = request.settings;
+  p.settings = std::move(request.settings);
   p.think_tags = ctx.think_tags();
   p.start_in_reasoning = p.think_tags && prompt_ends_inside_think(text);
-  p.tools = request.tools;
+  p.tools = std::move(request.tools);
   fit_context(ctx, p, "messages");
   return p;
 }

@@ -40,7 +40,9 @@ struct GenerationOutcome {
   nlohmann::ordered_json logprobs;  // mlx_lm.server's {content:[…]} shape; null when not requested
 };
 
-PreparedGeneration prepare_chat(ServerContext& ctx, const ChatRequest& request);
+// Renders and tokenizes the request; its messages move into the template (callers std::move a request they
+// are done with, so a large conversation is not copied on the way).
+PreparedGeneration prepare_chat(ServerContext& ctx, ChatRequest request);
 // prompt: text (tokenized with the tokenizer's special tokens) or an array of token ids (used as given).
 PreparedGeneration prepare_completion(ServerContext& ctx, const nlohmann::ordered_json& prompt,
                                       GenerationSettings settings);

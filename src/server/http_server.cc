@@ -13,6 +13,7 @@
 #include "server/cors.h"
 #include "server/host_check.h"
 #include "server/http_front.h"
+#include "server/json_fields.h"
 
 namespace lathe::server {
 namespace {
@@ -136,6 +137,17 @@ bool pre_route(const Gate& gate, const httplib::Request& req, httplib::Response&
               surface_of(req.path));
   return true;
 }
+
+}  // namespace
+
+nlohmann::ordered_json take_json_body(const httplib::Request& req) {
+  nlohmann::ordered_json body = parse_json_body(req.body);
+  // The session owns the request (handlers see it const); its body is a plain string nothing reads again.
+  std::string().swap(const_cast<std::string&>(req.body));
+  return body;
+}
+
+namespace {
 
 // Runs on a worker: exact routes first, then 405 for a known path, else 404.
 void dispatch(ServerContext& ctx, const std::vector<Route>& routes, size_t max_body, const httplib::Request& req,

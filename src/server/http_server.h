@@ -46,6 +46,10 @@ std::shared_ptr<const lora::ForwardContext> select_adapters(ServerContext& ctx, 
 size_t http_workers(const ServeOptions& options);
 
 void write_json(httplib::Response& res, const nlohmann::ordered_json& body, int status = 200);
+// parse_json_body(req.body), then the body's bytes are released: routes that build a prompt from a large body
+// do not hold its text beside the parsed copy (the request is the worker's own; nothing reads the body after
+// its route has parsed it).
+nlohmann::ordered_json take_json_body(const httplib::Request& req);
 void write_error(httplib::Response& res, const ApiError& e, Surface surface);
 // The id of the request being handled on this thread (also sent back as X-Request-Id and used in logs).
 const std::string& current_request_id();

@@ -1,5 +1,6 @@
 #include "server/openai_request.h"
 
+#include <optional>
 #include <set>
 #include <string>
 
@@ -69,37 +70,45 @@ ojson parse_tool_calls_field(const nlohmann::ordered_json& calls, const std::str
   return out;
 }
 
-ojson parse_messages(const nlohmann::ordered_json& body) {
+// Each message is checked, then moved out of the body (its text is not copied).
+ojson parse_messages(nlohmann::ordered_json& body) {
   auto it = body.find("messages");
   if (it == body.end() || it->is_null()) throw invalid_field("messages", "messages is required");
   if (!it->is_array()) throw invalid_field("messages", "messages must be an array");
   if (it->empty()) throw invalid_field("messages", "messages must not be empty");
   static const std::set<std::string> roles = {"system", "user", "assistant", "tool", "developer"};
   ojson out = ojson::array();
+  out.get_ref<ojson::array_t&>().reserve(it->size());
   for (size_t i = 0; i < it->size(); ++i) {
-    const auto& m = (*it)[i];
+    auto& m = (*it)[i];
     const std::string at = "messages[" + std::to_string(i) + "]";
     if (!m.is_object()) throw invalid_field(at, at + " must be an object");
     auto role = m.find("role");
     if (role == m.end() || !role->is_string()) throw invalid_field(at + ".role", at + ".role must be a string");
     if (!roles.count(role->get<std::string>()))
       throw invalid_field(at + ".role", at + ".role must be one of system, user, assistant, tool, developer");
-    ojson msg = ojson(m);
-    if (*role == "developer") msg["role"] = "system";
+    const bool developer = *role == "developer";
     auto content = m.find("content");
     // OpenAI clients send `content: null` (or none) on assistant tool-call turns; templates such as Qwen3's
     // test `'</think>' in message.content`, which fails on null, so it renders as "" (as mlx_lm.server does).
-    if (content == m.end() || content->is_null()) msg["content"] = "";
-    if (content != m.end()) {
+    const bool no_content = content == m.end() || content->is_null();
+    std::optional<std::string> flattened;
+    if (!no_content) {
       if (content->is_array())
-        msg["content"] = flatten_parts(*content, at + ".content");
-      else if (!content->is_string() && !content->is_null())
+        flattened = flatten_parts(*content, at + ".content");
+      else if (!content->is_string())
         throw invalid_field(at + ".content", at + ".content must be a string, an array of parts or null");
     }
+    ojson tool_calls;
     if (m.contains("tool_calls") && !m["tool_calls"].is_null())
-      msg["tool_calls"] = parse_tool_calls_field(m["tool_calls"], at + ".tool_calls");
+      tool_calls = parse_tool_calls_field(m["tool_calls"], at + ".tool_calls");
     if (m.contains("tool_call_id") && !m["tool_call_id"].is_string() && !m["tool_call_id"].is_null())
       throw invalid_field(at + ".tool_call_id", at + ".tool_call_id must be a string");
+    ojson msg = std::move(m);
+    if (developer) msg["role"] = "system";
+    if (no_content) msg["content"] = "";
+    if (flattened) msg["content"] = std::move(*flattened);
+    if (!tool_calls.is_null()) msg["tool_calls"] = std::move(tool_calls);
     out.push_back(std::move(msg));
   }
   return out;
@@ -119,7 +128,7 @@ void check_tool_schema(const nlohmann::ordered_json& schema, const std::string& 
     throw ApiError(400, lead + problem->path + ": " + problem->why, field, "invalid_function_parameters");
 }
 
-nlohmann::ordered_json validate_tools(const nlohmann::ordered_json& tools, const char* field) {
+void check_tools(const nlohmann::ordered_json& tools, const char* field) {
   if (!tools.is_array()) throw invalid_field(field, std::string(field) + " must be an array");
   for (size_t i = 0; i < tools.size(); ++i) {
     const std::string at = std::string(field) + "[" + std::to_string(i) + "]";
@@ -133,10 +142,14 @@ nlohmann::ordered_json validate_tools(const nlohmann::ordered_json& tools, const
     if (auto p = fn.find("parameters"); p != fn.end() && !p->is_null())
       check_tool_schema(*p, fn["name"].get<std::string>(), at + ".function.parameters", "function");
   }
-  return tools;
 }
 
 ChatRequest parse_openai_chat(const nlohmann::ordered_json& body, const ServerDefaults& defaults) {
+  nlohmann::ordered_json copy = body;
+  return take_openai_chat(copy, defaults);
+}
+
+ChatRequest take_openai_chat(nlohmann::ordered_json& body, const ServerDefaults& defaults) {
   ChatRequest r;
   r.settings = parse_generation_settings(body, defaults, ApiSurface::OpenAI);
   r.messages = parse_messages(body);
@@ -164,8 +177,8 @@ ChatRequest parse_openai_chat(const nlohmann::ordered_json& body, const ServerDe
   }
   // Checked even when tool_choice is "none" (as OpenAI does): a broken tool is a broken request.
   if (const nlohmann::ordered_json* tools = f.array("tools")) {
-    validate_tools(*tools, "tools");
-    if (!tools_off) r.tools = *tools;
+    check_tools(*tools, "tools");
+    if (!tools_off) r.tools = std::move(body["tools"]);
   }
   if (forced) {
     // The call is enforced by a grammar over the template's tool-call markup (structured_output.h).

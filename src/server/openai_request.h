@@ -9,10 +9,12 @@
 namespace lathe::server {
 
 ChatRequest parse_openai_chat(const nlohmann::ordered_json& body, const ServerDefaults& defaults);
+// The same, taking the messages and tools out of `body` rather than copying them (the other fields stay).
+ChatRequest take_openai_chat(nlohmann::ordered_json& body, const ServerDefaults& defaults);
 
 // Shared with the Anthropic translation: checks an OpenAI-shaped tools array (400 naming the entry), each
 // function's parameters with check_tool_schema.
-nlohmann::ordered_json validate_tools(const nlohmann::ordered_json& tools, const char* field);
+void check_tools(const nlohmann::ordered_json& tools, const char* field);
 
 // A 400 when `schema` (the parameters of the tool named `tool`, at request field `field`) is not a well-formed
 // JSON Schema object (chat/grammar/schema_check.h): "Invalid schema for <noun> '<tool>': <path>: <why>", as

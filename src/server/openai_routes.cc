@@ -227,11 +227,11 @@ json chat_usage_base(const Generation& g, const std::string& model) { return chu
 json text_usage_base(const Generation& g, const std::string& model) { return text_chunk(g, model, "", nullptr); }
 
 void chat_completions(ServerContext& ctx, const httplib::Request& req, httplib::Response& res) {
-  const json body = parse_json_body(req.body);
+  json body = take_json_body(req);
   check_model_name(ctx, body);
-  const ChatRequest request = parse_openai_chat(body, ctx.options().defaults);
+  ChatRequest request = take_openai_chat(body, ctx.options().defaults);
   const bool usage = include_usage(body);
-  PreparedGeneration prepared = prepare_chat(ctx, request);
+  PreparedGeneration prepared = prepare_chat(ctx, std::move(request));
   attach_structured_output(ctx, prepared);
   std::vector<Generation> gs = start_choices(ctx, std::move(prepared), "chatcmpl-");
   const std::string model = ctx.model_id();

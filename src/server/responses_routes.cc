@@ -72,8 +72,9 @@ void translate_input(const json& input, json& messages, std::string& system) {
 }
 
 // The chat body the Responses request means.
-json chat_body(const json& body, const json& messages) {
-  json chat = {{"messages", messages}};
+json chat_body(const json& body, json messages) {
+  json chat = json::object();
+  chat["messages"] = std::move(messages);
   for (const char* k : {"temperature", "top_p", "top_k", "min_p", "seed", "stream", "logit_bias", "repetition_penalty",
                         "presence_penalty", "frequency_penalty", "stop", "parallel_tool_calls"})
     if (body.contains(k)) chat[k] = body[k];
@@ -382,8 +383,9 @@ void responses(ServerContext& ctx, ResponsesStore& store, const httplib::Request
   for (const json& m : turn.messages) messages.push_back(m);
   if (messages.empty()) throw invalid_field("input", "input holds no messages");
 
-  const ChatRequest request = parse_openai_chat(chat_body(body, messages), ctx.options().defaults);
-  PreparedGeneration prepared = prepare_chat(ctx, request);
+  json chat = chat_body(body, std::move(messages));
+  ChatRequest request = take_openai_chat(chat, ctx.options().defaults);
+  PreparedGeneration prepared = prepare_chat(ctx, std::move(request));
   attach_structured_output(ctx, prepared);
   Generation g = start_generation(ctx, std::move(prepared), "resp_");
   const std::string model = ctx.model_id();

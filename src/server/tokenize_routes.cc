@@ -20,16 +20,15 @@ using json = nlohmann::ordered_json;
 constexpr size_t kMaxDetokenize = 1 << 20;
 
 void tokenize(ServerContext& ctx, const httplib::Request& req, httplib::Response& res) {
-  const json body = parse_json_body(req.body);
+  json body = take_json_body(req);
   check_model_name(ctx, body);
   const JsonFields f(body);
   const Tokenizer& tok = ctx.session().tokenizer();
   std::vector<int32_t> ids;
   if (body.contains("messages")) {
-    json chat = body;
-    chat.erase("model");
-    ChatRequest r = parse_openai_chat(chat, ctx.options().defaults);
-    ids = prepare_chat(ctx, r).prompt;
+    body.erase("model");  // checked above; the rest reads as a chat request (its messages are taken out)
+    ChatRequest r = take_openai_chat(body, ctx.options().defaults);
+    ids = prepare_chat(ctx, std::move(r)).prompt;
   } else {
     const char* field = body.contains("content") ? "content" : "prompt";
     auto text = f.string(field);
@@ -85,12 +84,12 @@ void detokenize(ServerContext& ctx, const httplib::Request& req, httplib::Respon
 
 // Anthropic's count_tokens: the prompt the same request to /v1/messages would run on.
 void count_tokens(ServerContext& ctx, const httplib::Request& req, httplib::Response& res) {
-  json body = parse_json_body(req.body);
+  json body = take_json_body(req);
   check_model_name(ctx, body);
   if (!body.is_object()) throw ApiError(400, "the request body must be a JSON object");
   if (!body.contains("max_tokens")) body["max_tokens"] = 1;  // not part of count_tokens' request
-  const ChatRequest r = parse_anthropic_messages(body, ctx.options().defaults);
-  write_json(res, {{"input_tokens", prepare_chat(ctx, r).prompt.size()}});
+  ChatRequest r = take_anthropic_messages(body, ctx.options().defaults);
+  write_json(res, {{"input_tokens", prepare_chat(ctx, std::move(r)).prompt.size()}});
 }
 
 }  // namespace

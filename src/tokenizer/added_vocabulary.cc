@@ -93,7 +93,7 @@ std::vector<Segment> AddedVocabulary::Matcher::split(std::string_view text,
                                                      const std::vector<AddedToken>& tokens) const {
   std::vector<Segment> out;
   if (nodes_[0].children.empty()) {
-    if (!text.empty()) out.push_back({std::string(text), -1});
+    if (!text.empty()) out.push_back({text, -1});
     return out;
   }
   std::array<bool, 256> first{};
@@ -133,11 +133,11 @@ std::vector<Segment> AddedVocabulary::Matcher::split(std::string_view text,
         end = after;
       }
     }
-    if (start > plain_from) out.push_back({std::string(text.substr(plain_from, start - plain_from)), -1});
-    out.push_back({std::string(), tok.id});
+    if (start > plain_from) out.push_back({text.substr(plain_from, start - plain_from), -1});
+    out.push_back({std::string_view(), tok.id});
     plain_from = pos = end;
   }
-  if (plain_from < text.size()) out.push_back({std::string(text.substr(plain_from)), -1});
+  if (plain_from < text.size()) out.push_back({text.substr(plain_from), -1});
   return out;
 }
 

@@ -24,9 +24,10 @@ struct AddedToken {
   bool normalized = false;   // match against normalized text (its content is normalized too)
 };
 
-// A run of text (id < 0) or one added token.
+// A run of text (id < 0) or one added token. The text is a view into what was split (a 16 MB prompt is not
+// copied piece by piece).
 struct Segment {
-  std::string text;
+  std::string_view text;
   int32_t id = -1;
 };
 

@@ -13,6 +13,12 @@ class UnicodeFormNormalizer : public Normalizer {
  public:
   explicit UnicodeFormNormalizer(unicode::Form form) : form_(form) {}
   std::string normalize(std::string text) const override { return unicode::normalize(text, form_); }
+  // ASCII has no decompositions nor compositions in any of the four forms.
+  bool leaves_unchanged(std::string_view text) const override {
+    for (const char c : text)
+      if (static_cast<unsigned char>(c) >= 0x80) return false;
+    return true;
+  }
 
  private:
   unicode::Form form_;

@@ -2,6 +2,7 @@
 #pragma once
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "tokenizer/json_at.h"
 
@@ -11,6 +12,8 @@ class Normalizer {
  public:
   virtual ~Normalizer() = default;
   virtual std::string normalize(std::string text) const = 0;
+  // True when normalize(text) is certainly `text` itself, so the caller need not copy it to ask.
+  virtual bool leaves_unchanged(std::string_view) const { return false; }
 };
 
 // Builds the normalizer described by `spec`; null JSON gives nullptr (no normalization).

@@ -133,14 +133,20 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special) 
   std::vector<int32_t> ids;
   ids.reserve(text.size() / 3 + 4);
   bool at_text_start = true;
-  for (Segment& raw : added_.split_raw(text)) {
+  for (const Segment& raw : added_.split_raw(text)) {
     if (raw.id >= 0) {
       ids.push_back(raw.id);
       at_text_start = false;
       continue;
     }
-    std::string normalized = normalizer_ ? normalizer_->normalize(std::move(raw.text)) : std::move(raw.text);
-    for (Segment& seg : added_.split_normalized(normalized)) {
+    // Only a normalizer needs the run as a string of its own (it rewrites it); else it is read where it lies.
+    std::string normalized;
+    std::string_view plain = raw.text;
+    if (normalizer_ && !normalizer_->leaves_unchanged(raw.text)) {
+      normalized = normalizer_->normalize(std::string(raw.text));
+      plain = normalized;
+    }
+    for (const Segment& seg : added_.split_normalized(plain)) {
       if (seg.id >= 0)
         ids.push_back(seg.id);
       else

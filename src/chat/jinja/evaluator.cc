@@ -92,7 +92,10 @@ Evaluator::Flow Evaluator::exec(const Stmt& s, const ScopePtr& scope, std::strin
         out += s.text;
         return Flow::Normal;
       case Stmt::Kind::Output: {
-        const std::string text = eval(*s.expr, scope).str();
+        const Value v = eval(*s.expr, scope);
+        // A string is appended from where it is held (str() would copy it first).
+        const std::string copied = v.is_string() ? std::string() : v.str();
+        const std::string& text = v.is_string() ? v.as_string() : copied;
         RenderBudget::check_string(out.size() + text.size(), "the output");
         out += text;
         return Flow::Normal;
@@ -283,8 +286,19 @@ Value Evaluator::eval_binary(const Expr& e, const ScopePtr& scope) {
     Value a = eval(*e.a, scope);
     return a.truthy() ? a : eval(*e.b, scope);
   }
-  const Value a = eval(*e.a, scope);
+  Value a = eval(*e.a, scope);
   const Value b = eval(*e.b, scope);
+  if (op == "+" || op == "~") {
+    // A left side that nothing else holds (the running result of `x + y + z`) grows in place: a chain of
+    // concatenations around a large message costs its bytes once, not once per `+`.
+    if (std::string* s = a.unshared_string(); s && (b.is_string() || op == "~")) {
+      if (b.is_string())
+        s->append(b.as_string());
+      else
+        s->append(b.str());
+      return a;
+    }
+  }
   if (op == "==") return Value(a == b);
   if (op == "!=") return Value(!(a == b));
   if (op == "in") return Value(contains(b, a));

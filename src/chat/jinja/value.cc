@@ -117,6 +117,12 @@ const Value* CallArgs::get(size_t index, const std::string& name) const {
   return nullptr;
 }
 
+std::string* Value::unshared_string() {
+  if (!is_string()) return nullptr;
+  std::shared_ptr<std::string>& s = std::get<std::shared_ptr<std::string>>(data_);
+  return s.use_count() == 1 ? s.get() : nullptr;
+}
+
 Value Value::undefined(std::string hint) {
   Value v;
   v.data_ = UndefinedTag{std::move(hint)};
@@ -339,6 +345,25 @@ Value from_json(const nlohmann::ordered_json& j) {
       return d;
     }
     default: return Value::undefined();
+  }
+}
+
+Value from_json(nlohmann::ordered_json&& j) {
+  switch (j.type()) {
+    case nlohmann::ordered_json::value_t::string: return Value(std::move(j.get_ref<std::string&>()));
+    case nlohmann::ordered_json::value_t::array: {
+      ValueList items;
+      items.reserve(j.size());
+      for (auto& item : j) items.push_back(from_json(std::move(item)));
+      return Value(std::move(items));
+    }
+    case nlohmann::ordered_json::value_t::object: {
+      Value d = Value::dict();
+      for (auto it = j.begin(); it != j.end(); ++it)
+        d.dict_ref().items.emplace_back(it.key(), from_json(std::move(it.value())));
+      return d;
+    }
+    default: return from_json(static_cast<const nlohmann::ordered_json&>(j));
   }
 }
 

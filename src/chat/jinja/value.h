@@ -76,8 +76,10 @@ class Value {
   Value(int v) : data_(static_cast<int64_t>(v)) {}
   Value(int64_t v) : data_(v) {}
   Value(double v) : data_(v) {}
-  Value(std::string s) : data_(std::move(s)) {}
-  Value(const char* s) : data_(std::string(s)) {}
+  // Strings are immutable, as in Python, and shared: copying a Value (a variable read, an attribute, a loop
+  // item) never copies a string's bytes, so a 16 MB message is held once however often the template names it.
+  Value(std::string s) : data_(std::make_shared<std::string>(std::move(s))) {}
+  Value(const char* s) : data_(std::make_shared<std::string>(s)) {}
   Value(ValueList list) : data_(std::make_shared<ValueList>(std::move(list))) {}
   Value(std::shared_ptr<ValueList> list) : data_(std::move(list)) {}
   Value(std::shared_ptr<ValueDict> dict) : data_(std::move(dict)) {}
@@ -101,7 +103,10 @@ class Value {
   bool as_bool() const { return std::get<bool>(data_); }
   int64_t as_int() const { return std::get<int64_t>(data_); }
   double as_float() const { return std::get<double>(data_); }
-  const std::string& as_string() const { return std::get<std::string>(data_); }
+  const std::string& as_string() const { return *std::get<std::shared_ptr<std::string>>(data_); }
+  // The string's bytes to change in place, when this Value is the only one holding them (a temporary such as
+  // the left side of `a + b + c`): appending then costs the appended bytes, not a copy of the whole. Else null.
+  std::string* unshared_string();
   ValueList& list() const { return *std::get<std::shared_ptr<ValueList>>(data_); }
   ValueDict& dict_ref() const { return *dict_ptr(); }
   const std::shared_ptr<ValueDict>& dict_ptr() const { return std::get<std::shared_ptr<ValueDict>>(data_); }
@@ -126,7 +131,7 @@ class Value {
     std::string hint;
   };
   explicit Value(NoneTag t) : data_(t) {}
-  std::variant<UndefinedTag, NoneTag, bool, int64_t, double, std::string, std::shared_ptr<ValueList>,
+  std::variant<UndefinedTag, NoneTag, bool, int64_t, double, std::shared_ptr<std::string>, std::shared_ptr<ValueList>,
                std::shared_ptr<ValueDict>, std::shared_ptr<Callable>>
       data_;
 };
@@ -134,8 +139,10 @@ class Value {
 // Python's repr() of a float (shortest round-trip digits; scientific outside 1e-4 <= |x| < 1e16).
 std::string python_float_repr(double v);
 
-// JSON <-> Value. Objects keep their key order.
+// JSON <-> Value. Objects keep their key order. The rvalue form moves strings out of `j` instead of copying
+// them (what is left of `j` holds empty strings).
 Value from_json(const nlohmann::ordered_json& j);
+Value from_json(nlohmann::ordered_json&& j);
 // Python's json.dumps(value, ensure_ascii=False, indent=indent) as used by HF's tojson filter; indent < 0 means
 // none (", " and ": " separators).
 std::string to_json(const Value& v, int indent = -1);
