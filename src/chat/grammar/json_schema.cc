@@ -105,7 +105,12 @@ std::string JsonSchemaGrammar::fresh(const std::string& hint) {
   std::string name;
   for (char ch : hint) name += (std::isalnum(static_cast<unsigned char>(ch)) != 0) ? ch : '-';
   if (name.size() > 40) name.resize(40);
-  return "s" + std::to_string(counter_++) + "-" + name;
+  // Appended in place (GCC 12 reports a false -Wrestrict for the chain of operator+ here in some unity batches).
+  std::string rule = "s";
+  rule += std::to_string(counter_++);
+  rule += '-';
+  rule += name;
+  return rule;
 }
 
 void JsonSchemaGrammar::add_rule(const std::string& name, const std::string& body) {
