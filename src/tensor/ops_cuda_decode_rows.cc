@@ -25,6 +25,9 @@ Tensor attention_decode_rows(const std::vector<DecodeKV>& rows, const AttentionP
   std::vector<int64_t> positions;
   std::vector<int64_t> pos_at(B, -1);
   cuda::AttentionArgs a;
+  // One launch reads one kind of K/V: quantized rows beside dense ones (not a model's step, whose rows share a
+  // cache kind) are dequantized like a wide step's.
+  const bool all_quantized = std::all_of(rows.begin(), rows.end(), [](const DecodeKV& r) { return r.quantized; });
   for (size_t r = 0; r < B; ++r) {
     const DecodeKV& row = rows[r];
     const Tensor& q = row.q;
@@ -33,8 +36,8 @@ Tensor attention_decode_rows(const std::vector<DecodeKV>& rows, const AttentionP
     cuda::AttentionArgs ai;
     // Quantized rows of a step the bitwise kernel serves are read in place; a wider step dequantizes them (to
     // q's type, as attention_quantized's fallback) for the one-block-per-row kernel.
-    const bool in_place =
-        row.quantized && !table && static_cast<int64_t>(B) <= exact_decode_rows() && cuda::kv_in_place_on();
+    const bool in_place = row.quantized && all_quantized && !table && static_cast<int64_t>(B) <= exact_decode_rows() &&
+                          cuda::kv_in_place_on();
     const Tensor* kp = row.k;
     const Tensor* vp = row.v;
     if (row.quantized && !in_place) {

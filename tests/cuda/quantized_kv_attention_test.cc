@@ -18,13 +18,8 @@ namespace lathe {
 namespace {
 using namespace testing_cuda;
 
-// The in-place reads are opt-in until verified on a device (cuda/decode_attention.h): every test of this binary
-// runs with them on, so the model and batched tests cover them too. Set before any test reads the switch.
-class InPlaceKv : public ::testing::Environment {
- public:
-  void SetUp() override { setenv("LATHE_CUDA_KV_IN_PLACE", "1", 1); }
-};
-[[maybe_unused]] ::testing::Environment* const kInPlaceKv = ::testing::AddGlobalTestEnvironment(new InPlaceKv);
+// The in-place reads are the default (cuda/decode_attention.h), so the model and batched tests of this binary
+// cover them too; LATHE_CUDA_KV_IN_PLACE=0 runs the suite over the dequantizing path.
 
 struct Case {
   int bits, group;

@@ -167,7 +167,7 @@ bool decode_attention_off() {  // LATHE_CUDA_DECODE_ATTN=0: the per-head kernel 
 bool kv_in_place_on() {
   static const bool on = [] {
     const char* e = std::getenv("LATHE_CUDA_KV_IN_PLACE");
-    return e && e[0] == '1';
+    return !(e && e[0] == '0');
   }();
   return on;
 }

@@ -37,9 +37,9 @@ void decode_attention_rows(const AttentionArgs& a, const DecodeRow* rows, int64_
 int decode_attention_active_splits(int64_t S, int splits);
 // LATHE_CUDA_DECODE_ATTN=0: decode steps take the per-head kernel (attention.cu), for comparisons.
 bool decode_attention_off();
-// Whether decode attention reads quantized caches in place. Opt-in (LATHE_CUDA_KV_IN_PLACE=1) until a device
-// run has verified it (written in session 24 without a device; the CUDA tests turn it on): otherwise quantized
-// caches are dequantized for every decode step, as before.
+// Whether decode attention reads quantized caches in place (the default since session 26's H100 run: bitwise
+// the dequantized result, 8-bit K/V decode of the 4B shape 1.32x faster at 4k tokens, 1.87x at 16k);
+// LATHE_CUDA_KV_IN_PLACE=0 dequantizes the cache for every decode step instead, for comparisons.
 bool kv_in_place_on();
 
 }  // namespace lathe::cuda
