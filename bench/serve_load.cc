@@ -270,8 +270,9 @@ int main(int argc, char** argv) {
       } else {
         body["ignore_eos"] = true;  // llama-server adds its EOG bans after the logit_bias field's
         if (!peer_bans.empty()) {
-          json ban = json::object();
-          for (int id : peer_bans) ban[std::to_string(id)] = false;
+          // The [[id, false], ...] form: llama-server before 2025 reads only arrays here (an object is ignored).
+          json ban = json::array();
+          for (int id : peer_bans) ban.push_back({id, false});
           body["logit_bias"] = ban;
         }
       }

@@ -122,9 +122,12 @@ case "$1" in
   llama-build)  # llama-build SRC.tar.xz: llama.cpp's llama-server and llama-quantize, CUDA for sm_90, into /tmp/llama;
     # the binaries also come back as $OUT/llama-bin.tar.xz (carry them as .device-llama/llama-bin.tar.xz next time)
     [ -f /tmp/llama/src/CMakeLists.txt ] || { mkdir -p /tmp/llama/src && tar -xJf "$2" -C /tmp/llama/src; }
+    # Trees before llama.cpp's tools/ folder (early 2025) keep llama-server and llama-quantize under examples/.
+    examples=OFF
+    [ -d /tmp/llama/src/tools ] || examples=ON
     cmake -S /tmp/llama/src -B /tmp/llama/build -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON \
       -DCMAKE_CUDA_ARCHITECTURES=90 -DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF \
-      -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_UI=OFF -DLLAMA_BUILD_APP=OFF \
+      -DLLAMA_BUILD_EXAMPLES=$examples -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_UI=OFF -DLLAMA_BUILD_APP=OFF \
       -DBUILD_SHARED_LIBS=OFF > "$out/llama-build.log" 2>&1 &&
       cmake --build /tmp/llama/build --target llama-server llama-quantize -j "$(nproc)" >> "$out/llama-build.log" 2>&1 &&
       strip /tmp/llama/build/bin/llama-server /tmp/llama/build/bin/llama-quantize &&
@@ -139,8 +142,11 @@ case "$1" in
     d=$(synth "$2" 16 64)
     g=/tmp/ckpt/$2-q4_0.gguf
     f16=/tmp/ckpt/$2-f16.gguf
-    [ -f "$g" ] || [ -f "$f16" ] || PYTHONPATH=/tmp/llama/src/gguf-py python3 bench/peers/qwen3_to_gguf.py "$d" \
-      tests/fixtures/tokenizers/qwen3-real "$f16"
+    # A llama.cpp from before its Qwen3 support (2025-04) runs the same matrices as arch "llama" (no q/k norms).
+    as_llama=()
+    grep -qE '^\s*QWEN3\s*=' /tmp/llama/src/gguf-py/gguf/constants.py || as_llama=(--as-llama)
+    [ -f "$g" ] || [ -f "$f16" ] || PYTHONPATH=/tmp/llama/src/gguf-py python3 bench/peers/qwen3_to_gguf.py \
+      "${as_llama[@]}" "$d" tests/fixtures/tokenizers/qwen3-real "$f16"
     # The F16 file stays until llama-quantize exists (llama-build may still be running beside this).
     if [ ! -f "$g" ] && [ -x /tmp/llama/build/bin/llama-quantize ]; then
       /tmp/llama/build/bin/llama-quantize "$f16" "$g" Q4_0 > "$out/llama-quantize.log" 2>&1 && rm -f "$f16"
@@ -156,11 +162,14 @@ case "$1" in
     shift $(($# < 4 ? $# : 4))
     extra=()
     for x in "$@"; do extra+=(--serve-arg="$x"); done
+    # -fa takes on|off|auto since mid-2025; before, it was a bare switch.
+    fa_on=(--serve-arg=on)
+    /tmp/llama/build/bin/llama-server --help 2>&1 | grep -qE -- '--flash-attn +(\[on|FA)' || fa_on=()
     # --model: the lathe checkpoint's tokenizer, from which serve_load bans the tokens that are not UTF-8 alone
     "$dev/bin/serve_load" --peer-server /tmp/llama/build/bin/llama-server --model "$(synth_tok "$like" 4 64)" \
       --clients "$clients" --prompt-tokens 128 --max-tokens 128 --serve-arg=-m --serve-arg="$g" --serve-arg=--port \
       --serve-arg=18090 --serve-arg=-np --serve-arg="$slots" --serve-arg=-c --serve-arg=$((slots * 512)) \
-      --serve-arg=-fa --serve-arg=on --serve-arg=-ngl --serve-arg=999 "${extra[@]}" \
+      --serve-arg=-fa "${fa_on[@]}" --serve-arg=-ngl --serve-arg=999 "${extra[@]}" \
       --server-log "$out/peer-serve-$clients.log" | tee -a "$out/peer_serve.jsonl"
     ;;
   peer-probe)  # peer-probe LIKE LABEL [llama-server args]: one greedy ignore_eos completion through llama-server's

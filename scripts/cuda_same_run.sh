@@ -13,7 +13,10 @@ case "${1:-}" in
   pack)
     src=${2:?usage: cuda_same_run.sh pack LLAMA_SRC_DIR}
     mkdir -p .device-llama
-    tar -C "$src" --exclude=./docs --exclude=./models --exclude=./.git --exclude=./benches --exclude=./examples \
+    # Trees before the tools/ folder (early 2025) keep llama-server under examples/.
+    ex=(--exclude=./examples)
+    [ -d "$src/tools" ] || ex=()
+    tar -C "$src" --exclude=./docs --exclude=./models --exclude=./.git --exclude=./benches "${ex[@]}" \
       --exclude=./ggml/src/ggml-sycl --exclude=./ggml/src/ggml-vulkan --exclude=./ggml/src/ggml-opencl \
       --exclude=./tools/ui/tests -cJf .device-llama/src.tar.xz .
     du -sh .device-llama/src.tar.xz
