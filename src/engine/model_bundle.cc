@@ -68,16 +68,27 @@ std::vector<int32_t> ModelBundle::chat_prompt(const nlohmann::ordered_json& mess
   in.messages = messages;
   in.add_generation_prompt = true;
   in.kwargs = kwargs;
-  return encode_chat_text(template_->render(in));
+  return encode_chat_text(template_->render(in)).ids;
 }
 
-std::vector<int32_t> ModelBundle::encode_chat_text(const std::string& text) const {
-  std::vector<int32_t> ids = tokenizer_->encode(text, /*add_special=*/false);
+ModelBundle::ChatTokens ModelBundle::encode_chat_text(const std::string& text, size_t max_ids) const {
+  ChatTokens t;
+  // At least the first id is kept: whether BOS is missing depends on it.
+  t.count = tokenizer_->encode_capped(text, std::max<size_t>(max_ids, 1), t.ids);
   // The template normally writes BOS itself; add it only when the tokenizer wants one and the text lacks it.
   const auto bos = tokenizer_->bos_id();
-  if (bos && tokenizer_->special_tokens().add_bos_token && (ids.empty() || ids.front() != *bos))
-    ids.insert(ids.begin(), *bos);
-  return ids;
+  if (bos && tokenizer_->special_tokens().add_bos_token && (t.ids.empty() || t.ids.front() != *bos)) {
+    ++t.count;
+    if (max_ids > 0) {
+      if (t.ids.size() == max_ids)
+        t.ids.pop_back();  // BOS takes the last kept id's place
+      else if (t.ids.size() == t.ids.capacity())
+        t.ids.reserve(t.ids.size() + 1);  // not the doubling insert() would do: never past max_ids
+      t.ids.insert(t.ids.begin(), *bos);
+    }
+  }
+  if (max_ids == 0) t.ids.clear();
+  return t;
 }
 
 std::vector<int32_t> ModelBundle::text_prompt(const std::string& text) const {

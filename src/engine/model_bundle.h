@@ -2,6 +2,7 @@
 // template and generation defaults, the end-of-sequence set, and prompt building that never adds BOS twice.
 // Per-sequence state (history, sampler, stops, detokenizer, KV cache) lives in engine/sequence_state.h.
 #pragma once
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
@@ -37,7 +38,13 @@ class ModelBundle {
   std::vector<int32_t> chat_prompt(const nlohmann::ordered_json& messages,
                                    const nlohmann::ordered_json& kwargs = nlohmann::ordered_json::object()) const;
   // Tokenizes text rendered by the chat template (BOS added only when the tokenizer wants one and it is missing).
-  std::vector<int32_t> encode_chat_text(const std::string& text) const;
+  // Keeps at most `max_ids` ids (BOS included), the text's first ones, and counts the rest: a prompt longer than
+  // the context is sized exactly, in O(max_ids) memory, and refused on that count.
+  struct ChatTokens {
+    std::vector<int32_t> ids;  // the first min(count, max_ids) ids
+    size_t count = 0;          // the whole prompt's
+  };
+  ChatTokens encode_chat_text(const std::string& text, size_t max_ids = SIZE_MAX) const;
   const ChatTemplate* chat_template() const { return template_ ? &*template_ : nullptr; }
   const std::string& model_dir() const { return dir_; }
   // Replaces the checkpoint's chat template (serve --chat-template); before any sequence runs.

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <random>
 #include <utility>
 
@@ -16,11 +17,12 @@ namespace {
 
 // Fits the token budget into the model's context; a prompt that already fills it is the client's error.
 // param: the request field that holds the prompt (messages for chat, prompt for completions).
-void fit_context(ServerContext& ctx, PreparedGeneration& p, const char* param) {
+// `count`: the prompt's length where p.prompt holds only its first ids (encode_chat_text's cap); else its size.
+void fit_context(ServerContext& ctx, PreparedGeneration& p, const char* param, int64_t count = -1) {
   const int64_t limit = ctx.context_length();
   if (p.prompt.empty()) throw ApiError(400, "the prompt is empty");
   if (limit <= 0) return;
-  const int64_t n = static_cast<int64_t>(p.prompt.size());
+  const int64_t n = count >= 0 ? count : static_cast<int64_t>(p.prompt.size());
   if (n >= limit)
     throw ApiError(400,
                    "the prompt is " + std::to_string(n) + " tokens; the model's context is " + std::to_string(limit),
@@ -70,12 +72,16 @@ PreparedGeneration prepare_chat(ServerContext& ctx, ChatRequest request) {
   }
   if (request.continue_final) cut_after_final_message(text, final_content);
   PreparedGeneration p;
-  p.prompt = ctx.session().encode_chat_text(text);
+  // Ids past the context would only be counted and refused: they are counted, not kept.
+  const int64_t limit = ctx.context_length();
+  ModelBundle::ChatTokens tokens =
+      ctx.session().encode_chat_text(text, limit > 0 ? static_cast<size_t>(limit) : SIZE_MAX);
+  p.prompt = std::move(tokens.ids);
   p.settings = std::move(request.settings);
   p.think_tags = ctx.think_tags();
   p.start_in_reasoning = p.think_tags && prompt_ends_inside_think(text);
   p.tools = std::move(request.tools);
-  fit_context(ctx, p, "messages");
+  fit_context(ctx, p, "messages", static_cast<int64_t>(tokens.count));
   return p;
 }
 

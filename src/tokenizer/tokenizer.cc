@@ -1,5 +1,6 @@
 #include "tokenizer/tokenizer.h"
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
@@ -116,26 +117,16 @@ std::unique_ptr<Tokenizer> Tokenizer::from_parsed(TokenizerJson parsed, std::str
   return t;
 }
 
-void Tokenizer::encode_plain(std::string_view text, bool at_text_start, std::vector<int32_t>& ids) const {
-  if (!pre_tokenizer_) {
-    model_->encode_word(text, ids);
-    return;
-  }
-  pre_tokenizer_->split(text, at_text_start, [&](std::string_view word) { model_->encode_word(word, ids); });
-}
-
-std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special) const {
+void Tokenizer::encode_pieces(std::string_view text, FunctionRef<void(int32_t)> special, WordSink word) const {
   std::string repaired;
   if (!utf8::is_valid(text)) {
     repaired = utf8::repair(text);
     text = repaired;
   }
-  std::vector<int32_t> ids;
-  ids.reserve(text.size() / 3 + 4);
   bool at_text_start = true;
   for (const Segment& raw : added_.split_raw(text)) {
     if (raw.id >= 0) {
-      ids.push_back(raw.id);
+      special(raw.id);
       at_text_start = false;
       continue;
     }
@@ -148,15 +139,48 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special) 
     }
     for (const Segment& seg : added_.split_normalized(plain)) {
       if (seg.id >= 0)
-        ids.push_back(seg.id);
+        special(seg.id);
+      else if (pre_tokenizer_)
+        pre_tokenizer_->split(seg.text, at_text_start, word);
       else
-        encode_plain(seg.text, at_text_start, ids);
+        word(seg.text);
       at_text_start = false;
     }
     at_text_start = false;
   }
+}
+
+std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special) const {
+  std::vector<int32_t> ids;
+  ids.reserve(text.size() / 3 + 4);
+  encode_pieces(
+      text, [&](int32_t id) { ids.push_back(id); }, [&](std::string_view w) { model_->encode_word(w, ids); });
   if (add_special && post_processor_) ids = post_processor_->process(std::move(ids));
   return ids;
+}
+
+size_t Tokenizer::encode_capped(std::string_view text, size_t max_ids, std::vector<int32_t>& ids) const {
+  ids.clear();
+  if (ids.capacity() > max_ids) std::vector<int32_t>().swap(ids);
+  ids.reserve(std::min(text.size() / 3 + 4, max_ids));
+  size_t count = 0;
+  // Appends what fits under the cap, growing `ids` as a vector would but never past the cap; the rest is counted.
+  auto keep = [&](const int32_t* p, size_t n) {
+    count += n;
+    n = std::min(n, max_ids - ids.size());
+    if (n == 0) return;
+    if (ids.size() + n > ids.capacity()) ids.reserve(std::min(max_ids, std::max(ids.size() + n, 2 * ids.capacity())));
+    ids.insert(ids.end(), p, p + n);
+  };
+  std::vector<int32_t> word_ids;  // one word's, so that a word straddling the cap never lands whole in `ids`
+  encode_pieces(
+      text, [&](int32_t id) { keep(&id, 1); },
+      [&](std::string_view w) {
+        word_ids.clear();
+        model_->encode_word(w, word_ids);
+        keep(word_ids.data(), word_ids.size());
+      });
+  return count;
 }
 
 std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special) const {

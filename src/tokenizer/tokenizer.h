@@ -14,6 +14,7 @@
 #include "tokenizer/added_vocabulary.h"
 #include "tokenizer/bpe.h"
 #include "tokenizer/decoder.h"
+#include "tokenizer/function_ref.h"
 #include "tokenizer/normalizer.h"
 #include "tokenizer/post_processor.h"
 #include "tokenizer/pre_tokenizer.h"
@@ -37,6 +38,10 @@ class Tokenizer {
   // `add_special`: let the post-processor add its special tokens (e.g. Gemma's <bos>). Invalid UTF-8 in `text`
   // is replaced by U+FFFD first.
   std::vector<int32_t> encode(std::string_view text, bool add_special = false) const;
+  // Encodes as encode(text) does (no special tokens added) but stores only the first `max_ids` ids in `ids`
+  // (replacing its contents) and returns how many ids the whole text encodes to. `ids` never holds, nor reserves
+  // room for, more than `max_ids`: a caller that refuses text past a limit learns its exact length in O(limit).
+  size_t encode_capped(std::string_view text, size_t max_ids, std::vector<int32_t>& ids) const;
   // Ids with no token are skipped; `skip_special` drops special added tokens.
   std::string decode(std::span<const int32_t> ids, bool skip_special = false) const;
 
@@ -54,7 +59,9 @@ class Tokenizer {
   Tokenizer() = default;
   static std::unique_ptr<Tokenizer> from_parsed(TokenizerJson parsed, std::string_view config_json);
   std::optional<int32_t> lookup(const std::string& token) const;
-  void encode_plain(std::string_view text, bool at_text_start, std::vector<int32_t>& ids) const;
+  // The pipeline up to the model: added tokens go to `special`, the words between them (normalized and
+  // pre-tokenized) to `word`, in order.
+  void encode_pieces(std::string_view text, FunctionRef<void(int32_t)> special, WordSink word) const;
 
   std::unique_ptr<Normalizer> normalizer_;
   std::unique_ptr<PreTokenizer> pre_tokenizer_;

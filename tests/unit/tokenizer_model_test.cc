@@ -1,6 +1,9 @@
 // The BPE model and added tokens through the whole Tokenizer, on small hand-written tokenizer.json files.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstddef>
+
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
@@ -118,6 +121,28 @@ TEST(TokenizerAddedTokens, NormalizedTokensMatchAfterNormalization) {
   EXPECT_EQ(tokens(*t, "<y>"), (Strings{"<", "y", ">"}));  // raw-matched tokens are case-exact
   EXPECT_EQ(t->encode("<Z>"), (std::vector<int32_t>{51}));
   EXPECT_EQ(t->encode("<z>"), (std::vector<int32_t>{51}));
+}
+
+// encode_capped keeps the ids encode() gives up to the cap, counts all of them, and never holds or reserves more
+// than the cap (words of several ids straddle it; added tokens and plain words alternate).
+TEST(TokenizerCapped, KeepsThePrefixCountsTheWholeAndNeverGrowsPastTheCap) {
+  auto t = make({"a", "b", " "}, {{"a", "b"}, {"ab", "ab"}},
+                {{"pre_tokenizer", {{"type", "WhitespaceSplit"}}}, {"added_tokens", {added(50, "<s>")}}});
+  std::string text;
+  for (int i = 0; i < 300; ++i) text += i % 7 ? "abababa b " : "<s>aab";
+  const std::vector<int32_t> all = t->encode(text);
+  ASSERT_GT(all.size(), 600u);
+  for (size_t cap : {size_t{0}, size_t{1}, size_t{2}, size_t{3}, size_t{17}, all.size() - 1, all.size(), all.size() + 1,
+                     size_t{1} << 40}) {
+    std::vector<int32_t> ids(5000, 7);  // replaced, its room given back where it exceeds the cap
+    EXPECT_EQ(t->encode_capped(text, cap, ids), all.size()) << cap;
+    const size_t kept = std::min(cap, all.size());
+    EXPECT_EQ(ids, std::vector<int32_t>(all.begin(), all.begin() + static_cast<ptrdiff_t>(kept))) << cap;
+    EXPECT_LE(ids.capacity(), cap) << cap;
+  }
+  std::vector<int32_t> none;
+  EXPECT_EQ(t->encode_capped("", 4, none), 0u);
+  EXPECT_TRUE(none.empty());
 }
 
 TEST(TokenizerConfig, SpecialTokensFromTokenizerConfig) {
