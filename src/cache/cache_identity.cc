@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <filesystem>
 #include <set>
 
@@ -10,6 +11,7 @@
 
 #include "cache/content_hash.h"
 #include "common/error.h"
+#include "common/os_error.h"
 #include "io/mapped_file.h"
 #include "model/model.h"
 
@@ -99,7 +101,7 @@ std::string weights_hash(const Model& model) {
   constexpr size_t kSample = 64 << 10;
   for (const std::string& f : files) {
     const int fd = ::open(f.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) throw Error(ErrorKind::Io, f + ": cannot open to identify the weights");
+    if (fd < 0) throw OsError(errno, f + ": cannot open to identify the weights");
     const off_t end = ::lseek(fd, 0, SEEK_END);
     const uint64_t size = end < 0 ? 0 : static_cast<uint64_t>(end);
     const std::string len8 = read_at(fd, 0, 8);

@@ -15,6 +15,7 @@
 #include "cache/kv_file_json.h"
 #include "cache/kv_file_reader.h"
 #include "common/error.h"
+#include "common/os_error.h"
 #include "io/mapped_file.h"
 
 namespace lathe {
@@ -39,7 +40,8 @@ void put_u64(uint8_t* p, uint64_t v) {
   for (int i = 0; i < 8; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
 }
 
-[[noreturn]] void io_error(const std::string& what) { throw Error(ErrorKind::Io, what + ": " + std::strerror(errno)); }
+// `what: strerror(errno)`, carrying errno (a full disk is the server's 507: server/api_error.h).
+[[noreturn]] void io_error(const std::string& what) { throw OsError(what, errno); }
 
 // path.tmp while being written; renamed over path by commit(). Destroyed uncommitted, it removes the .tmp.
 class AtomicFile {
@@ -60,6 +62,7 @@ class AtomicFile {
     while (n > 0) {
       const ssize_t w = ::pwrite(fd_, p, n, static_cast<off_t>(off));
       if (w < 0 && errno == EINTR) continue;
+      if (w == 0) errno = EIO;  // nothing written and no error: say so rather than a stale errno
       if (w <= 0) io_error(tmp_ + ": write failed");
       p += w;
       off += static_cast<uint64_t>(w);
@@ -126,7 +129,11 @@ void check_saveable(const std::vector<int32_t>& tokens, const CacheList& caches)
 class KvFd {
  public:
   explicit KvFd(const std::string& path) : fd_(::open(path.c_str(), O_RDONLY | O_CLOEXEC)) {
-    if (fd_ < 0) throw Error(errno == ENOENT ? ErrorKind::NotFound : ErrorKind::Io, std::strerror(errno));
+    if (fd_ < 0) {
+      const int e = errno;
+      if (e == ENOENT) throw Error(ErrorKind::NotFound, std::strerror(e));
+      throw OsError(e, std::strerror(e));
+    }
   }
   ~KvFd() { ::close(fd_); }
   KvFd(const KvFd&) = delete;
@@ -134,7 +141,10 @@ class KvFd {
   int get() const { return fd_; }
   uint64_t size() const {
     struct stat st {};
-    if (::fstat(fd_, &st) != 0) throw Error(ErrorKind::Io, std::strerror(errno));
+    if (::fstat(fd_, &st) != 0) {
+      const int e = errno;
+      throw OsError(e, std::strerror(e));
+    }
     if (!S_ISREG(st.st_mode)) throw Error(ErrorKind::Io, "not a regular file");
     return static_cast<uint64_t>(st.st_size);
   }
@@ -171,11 +181,13 @@ KvFileHeader read_header_fd(int fd, uint64_t size) {
   return parse_kv_header(buf.data(), size < kKvFilePrefixBytes ? static_cast<size_t>(size) : buf.size(), size);
 }
 
-// Runs f, prefixing any lathe::Error with the path.
+// Runs f, prefixing any lathe::Error with the path (an OsError keeps its errno).
 template <class F>
 auto with_path(const std::string& path, F&& f) {
   try {
     return f();
+  } catch (const OsError& e) {
+    throw OsError(e.os_errno(), path + ": " + e.what());
   } catch (const Error& e) {
     throw Error(e.kind(), path + ": " + e.what());
   }

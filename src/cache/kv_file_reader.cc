@@ -10,6 +10,7 @@
 
 #include "cache/content_hash.h"
 #include "common/error.h"
+#include "common/os_error.h"
 
 namespace lathe {
 namespace {
@@ -114,7 +115,7 @@ void KvFileReader::fill(size_t i, Slot& slot) {
       const size_t want = static_cast<size_t>(std::min<uint64_t>(n - done, kKvReadChunk));
       const ssize_t r = ::pread(fd_, at + done, want, static_cast<off_t>(h_.data_start + s.off + done));
       if (r < 0 && errno == EINTR) continue;
-      if (r < 0) throw Error(ErrorKind::Io, std::string("KV file: read failed: ") + std::strerror(errno));
+      if (r < 0) throw OsError("KV file: read failed", errno);
       if (r == 0) throw Error(ErrorKind::Corrupt, "KV file: the file ends inside caches[" + std::to_string(i) + "]");
       done += static_cast<uint64_t>(r);
       const std::lock_guard<std::mutex> lock(mu_);

@@ -12,6 +12,7 @@
 
 #include "common/error.h"
 #include "common/log.h"
+#include "common/os_error.h"
 
 namespace lathe {
 namespace {
@@ -215,7 +216,7 @@ bool SsdStore::save(const std::vector<int32_t>& tokens, const CacheList& caches,
     try {
       std::error_code ec;
       fs::create_directories(dir, ec);
-      if (ec) throw Error(ErrorKind::Io, "cannot create " + dir + ": " + ec.message());
+      if (ec) throw OsError("cannot create " + dir, ec.value());
       save_kv_file(path, tokens, caches, meta);
       for (const auto& c : caches) trimmable = trimmable && c->can_trim(static_cast<int64_t>(tokens.size()));
     } catch (...) {

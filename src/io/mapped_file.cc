@@ -66,7 +66,7 @@ std::shared_ptr<MappedFile> MappedFile::open(const std::string& path) {
     if (p == MAP_FAILED) {
       int e = errno;
       ::close(fd);
-      throw Error(ErrorKind::Io, path + ": mmap failed: " + std::strerror(e));
+      throw OsError(path + ": mmap failed", e);
     }
     f->data_ = p;
   }

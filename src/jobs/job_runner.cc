@@ -226,7 +226,7 @@ void JobRunner::run_one(const std::string& id) {
   for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
   int out[2];
-  if (::pipe2(out, O_CLOEXEC) != 0) throw Error(ErrorKind::Io, std::string("pipe: ") + std::strerror(errno));
+  if (::pipe2(out, O_CLOEXEC) != 0) throw OsError("pipe", errno);
   const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
   if (pid < 0) {

@@ -1,7 +1,6 @@
 #include "server/api_error.h"
 
 #include <cerrno>
-#include <string_view>
 #include <system_error>
 
 #include "common/error.h"
@@ -22,32 +21,15 @@ StorageFault fault_of_errno(int e) {
   }
 }
 
-// For I/O errors raised with only their text: strerror's wording (the C locale's; lathe never sets another) and
-// SQLite's messages.
-StorageFault fault_of_text(std::string_view m) {
-  const auto has = [m](std::string_view s) { return m.find(s) != std::string_view::npos; };
-  if (has("No space left on device") || has("Disk quota exceeded") || has("File too large") ||
-      has("database or disk is full"))
-    return StorageFault::Full;
-  if (has("Read-only file system") || has("readonly database")) return StorageFault::ReadOnly;
-  if (has("Permission denied")) return StorageFault::Denied;
-  return StorageFault::None;
-}
-
 }  // namespace
 
+// Only the code is read, never the message: an error that carries no errno is not known to be a storage fault.
 StorageFault storage_fault_of(const std::exception& e) {
-  if (const auto* os = dynamic_cast<const OsError*>(&e)) {
-    if (const StorageFault f = fault_of_errno(os->os_errno()); f != StorageFault::None) return f;
-    return fault_of_text(e.what());
-  }
+  if (const auto* os = dynamic_cast<const OsError*>(&e)) return fault_of_errno(os->os_errno());
   if (const auto* sys = dynamic_cast<const std::system_error*>(&e)) {  // std::filesystem_error among them
     const auto& cat = sys->code().category();
     if (cat == std::generic_category() || cat == std::system_category()) return fault_of_errno(sys->code().value());
-    return StorageFault::None;
   }
-  if (const auto* err = dynamic_cast<const Error*>(&e); err && err->kind() == ErrorKind::Io)
-    return fault_of_text(e.what());
   return StorageFault::None;
 }
 

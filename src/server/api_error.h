@@ -32,13 +32,13 @@ inline ApiError invalid_field(const std::string& field, const std::string& messa
 // "internal error": they are the host's, not a bug).
 ApiError api_error_from(const std::exception& e);
 
-// What the operating system said about the server's storage, from an OsError's errno, a std::system_error's
-// code, or (for errors that kept only the text: SQLite's, strerror in the message) the wording.
+// What the operating system said about the server's storage, from an OsError's errno (common/os_error.h: the
+// job store gives SQLite's codes as errnos) or a std::system_error's code. The message is never read.
 enum class StorageFault {
-  None,      // not a storage fault (or not known to be one)
-  Full,      // ENOSPC, EDQUOT, EFBIG (a file-size limit), SQLite "database or disk is full"
-  ReadOnly,  // EROFS, SQLite "attempt to write a readonly database"
-  Denied,    // EACCES, EPERM
+  None,      // not a storage fault (or not known to be one: an error without an errno)
+  Full,      // ENOSPC, EDQUOT, EFBIG (a file-size limit); SQLITE_FULL
+  ReadOnly,  // EROFS; SQLITE_READONLY
+  Denied,    // EACCES, EPERM; SQLITE_PERM
 };
 StorageFault storage_fault_of(const std::exception& e);
 

@@ -1,7 +1,10 @@
 // Storage faults as a client sees them: a full disk or quota is 507 Insufficient Storage, a read-only or
 // forbidden one a 500 that says so, any other I/O error a 500 in its own words (not "internal error"), on both
-// surfaces; checked on the mapping and on real failing writes (/dev/full, a file-size limit under SQLite).
+// surfaces; checked on the mapping and on real failing writes (/dev/full, a file-size limit under SQLite and
+// under a KV file, folders of mode 0555 under KV files, adapters and quantize outputs): each carries its errno
+// (OsError), which is all the mapping reads.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -9,10 +12,15 @@
 #include <filesystem>
 #include <system_error>
 
+#include "cache/kv_file.h"
 #include "common/error.h"
+#include "common/fixture_reference.h"
 #include "common/os_error.h"
 #include "jobs/event_log.h"
 #include "jobs/job_store.h"
+#include "lab/quantize/quantize_options.h"
+#include "lab/train/adapter_writer.h"
+#include "model/model.h"
 #include "server/api_error.h"
 #include "support/kv_test_util.h"
 
@@ -51,13 +59,15 @@ TEST(StorageErrors, FullIs507ReadOnlyAndDeniedSaySoOtherIoIsNotInternal) {
   EXPECT_EQ(denied.code(), "storage_permission_denied");
   EXPECT_NE(std::string(denied.what()).find("permission denied"), std::string::npos) << denied.what();
 
-  // Errors that kept only their text: SQLite's, and strerror in messages of modules that raise plain Error(Io).
-  EXPECT_EQ(api_error_from(Error(ErrorKind::Io, "job store: database or disk is full")).status(), 507);
-  EXPECT_EQ(api_error_from(Error(ErrorKind::Io, "KV file write: No space left on device")).status(), 507);
-  EXPECT_EQ(api_error_from(Error(ErrorKind::Io, "cannot create d: Disk quota exceeded")).status(), 507);
-  EXPECT_EQ(api_error_from(Error(ErrorKind::Io, "job store: attempt to write a readonly database")).code(),
-            "storage_read_only");
+  // The errno decides, never the wording: an Io error without one is a plain io_error whatever it says, and an
+  // OsError whose errno is no storage fault stays one even if its text reads like one.
+  EXPECT_EQ(api_error_from(Error(ErrorKind::Io, "KV file write: No space left on device")).code(), "io_error");
+  EXPECT_EQ(api_error_from(Error(ErrorKind::Io, "job store: attempt to write a readonly database")).code(), "io_error");
+  EXPECT_EQ(api_error_from(OsError(EIO, "cannot create d: Disk quota exceeded")).code(), "io_error");
+  EXPECT_EQ(storage_fault_of(Error(ErrorKind::Io, "x: Permission denied")), StorageFault::None);
   EXPECT_EQ(api_error_from(OsError(ENOSPC, "job store: database or disk is full")).status(), 507);
+  EXPECT_EQ(api_error_from(OsError(EROFS, "job store: attempt to write a readonly database")).code(),
+            "storage_read_only");
   // std::filesystem's errors carry their code.
   const fs::filesystem_error fe("cannot create directories", fs::path("d"),
                                 std::error_code(ENOSPC, std::generic_category()));
@@ -102,6 +112,117 @@ TEST(StorageErrors, AJobStoreThatCannotGrowIs507) {
     EXPECT_TRUE(store.remove(id));  // room again
   }
   fs::remove_all(dir);
+}
+
+// What `f` throws as an OsError (a failure if it throws something else or nothing).
+template <typename F>
+OsError storage_os_error_of(F f) {
+  try {
+    f();
+  } catch (const OsError& e) {
+    return e;
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "not an OsError: " << e.what();
+    return OsError(0, e.what());
+  }
+  ADD_FAILURE() << "nothing thrown";
+  return OsError(0, "nothing thrown");
+}
+
+// A folder of mode 0555 in a fresh temporary one: nothing can be created in it (except by root, which the tests
+// that use it skip for). Made writable again on the way out so that it can be removed.
+struct StorageReadOnlyDir {
+  kvtest::TempDir parent;
+  std::string path = parent.path + "/ro";
+  StorageReadOnlyDir() {
+    fs::create_directory(path);
+    fs::permissions(path, fs::perms(0555));
+  }
+  ~StorageReadOnlyDir() {
+    std::error_code ec;
+    fs::permissions(path, fs::perms(0755), ec);
+  }
+};
+
+// The caches of the qwen3 fixture after a 64-token prompt, and the prompt.
+struct StorageFilledCaches {
+  std::unique_ptr<Model> model = load_model(testing::fixture_dir("qwen3-bf16"));
+  CacheList caches = model->make_cache();
+  std::vector<int32_t> ids = std::vector<int32_t>(64);
+  StorageFilledCaches() {
+    for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(i + 1);
+    model->forward(ids, caches, false);
+  }
+};
+
+TEST(StorageErrors, AKvFileSavedIntoAReadOnlyFolderIsAnOsErrorOfEacces) {
+  if (::geteuid() == 0) GTEST_SKIP() << "root writes into a folder of mode 0555";
+  StorageFilledCaches s;
+  StorageReadOnlyDir ro;
+  const std::string path = ro.path + "/a.lkv";
+  const OsError e = storage_os_error_of([&] { save_kv_file(path, s.ids, s.caches, {}); });
+  EXPECT_EQ(e.os_errno(), EACCES) << e.what();
+  EXPECT_EQ(e.kind(), ErrorKind::Io);
+  EXPECT_EQ(std::string(e.what()), path + ".tmp: " + std::strerror(EACCES));  // the wording it always had
+  const ApiError a = api_error_from(e);
+  EXPECT_EQ(a.status(), 500);
+  EXPECT_EQ(a.code(), "storage_permission_denied") << a.what();
+}
+
+TEST(StorageErrors, AKvFileWriteTheDiskCannotTakeIsAnOsErrorAnd507) {
+  StorageFilledCaches s;
+  kvtest::TempDir dir;
+  const std::string path = dir.path + "/a.lkv";
+  OsError e(0, "");
+  {
+    kvtest::FileSizeLimit limit(20000);  // past the header page, inside the first tensor: EFBIG, as a full disk
+    e = storage_os_error_of([&] { save_kv_file(path, s.ids, s.caches, {}); });
+  }
+  EXPECT_EQ(e.os_errno(), EFBIG) << e.what();
+  EXPECT_EQ(std::string(e.what()), path + ".tmp: write failed: " + std::strerror(EFBIG));
+  const ApiError a = api_error_from(e);
+  EXPECT_EQ(a.status(), 507) << a.what();
+  EXPECT_EQ(a.code(), "insufficient_storage");
+  EXPECT_FALSE(fs::exists(path + ".tmp"));
+}
+
+TEST(StorageErrors, AKvFileThatMayNotBeReadIsAnOsErrorNamingIt) {
+  if (::geteuid() == 0) GTEST_SKIP() << "root reads a file of mode 0000";
+  StorageFilledCaches s;
+  kvtest::TempDir dir;
+  const std::string path = dir.path + "/a.lkv";
+  save_kv_file(path, s.ids, s.caches, {});
+  fs::permissions(path, fs::perms::none);
+  const OsError e = storage_os_error_of([&] { read_kv_header(path); });
+  EXPECT_EQ(e.os_errno(), EACCES) << e.what();
+  EXPECT_EQ(std::string(e.what()), path + ": " + std::strerror(EACCES));  // the path prefix keeps the errno
+  EXPECT_EQ(api_error_from(e).code(), "storage_permission_denied");
+  // A file that is not there is still NotFound, not a storage fault.
+  try {
+    read_kv_header(dir.path + "/none.lkv");
+    ADD_FAILURE() << "nothing thrown";
+  } catch (const Error& nf) {
+    EXPECT_EQ(nf.kind(), ErrorKind::NotFound) << nf.what();
+    EXPECT_EQ(dynamic_cast<const OsError*>(&nf), nullptr);
+  }
+}
+
+TEST(StorageErrors, AdapterAndQuantizeOutputsInAReadOnlyFolderAreOsErrorsOfEacces) {
+  if (::geteuid() == 0) GTEST_SKIP() << "root writes into a folder of mode 0555";
+  StorageReadOnlyDir ro;
+  const std::string adapter = ro.path + "/adapter";
+  const OsError w = storage_os_error_of([&] { train::write_adapter(adapter, {}, {}); });
+  EXPECT_EQ(w.os_errno(), EACCES) << w.what();
+  EXPECT_EQ(std::string(w.what()), "cannot create the adapter directory " + adapter + ": " + std::strerror(EACCES));
+  EXPECT_EQ(api_error_from(w).code(), "storage_permission_denied");
+
+  lab::QuantizeOptions q;
+  q.source = testing::fixture_dir("qwen3-bf16");
+  q.output = ro.path + "/q4";
+  const OsError v = storage_os_error_of([&] { lab::validate_quantize_paths(q); });
+  EXPECT_EQ(v.os_errno(), EACCES) << v.what();
+  EXPECT_NE(std::string(v.what()).find("is not writable"), std::string::npos) << v.what();
+  EXPECT_EQ(api_error_from(v).code(), "storage_permission_denied");
 }
 
 }  // namespace

@@ -2,9 +2,11 @@
 
 #include <unistd.h>
 
+#include <cerrno>
 #include <filesystem>
 
 #include "common/error.h"
+#include "common/os_error.h"
 #include "jobs/kinds.h"
 #include "quant/affine.h"
 
@@ -85,8 +87,8 @@ void validate_quantize_paths(const QuantizeOptions& o) {
   fs::path parent = fs::absolute(o.output, ec).parent_path();
   if (!fs::is_directory(parent, ec))
     throw Error(ErrorKind::NotFound, "quantize: the output's parent directory " + parent.string() + " does not exist");
-  if (::access(parent.c_str(), W_OK) != 0)
-    throw Error(ErrorKind::Io, "quantize: the output's parent directory " + parent.string() + " is not writable");
+  if (::access(parent.c_str(), W_OK) != 0)  // EACCES, EROFS, …: the errno says which
+    throw OsError(errno, "quantize: the output's parent directory " + parent.string() + " is not writable");
 }
 
 ModuleBits module_bits(const QuantizeOptions& o, const std::string& name, int num_layers) {

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -11,6 +12,7 @@
 #include <set>
 
 #include "common/error.h"
+#include "common/os_error.h"
 #include "io/mapped_file.h"
 #include "io/safetensors.h"
 #include "lab/quantize/kl_eval.h"
@@ -236,8 +238,8 @@ jobs::JobResult quantize_checkpoint(const QuantizeOptions& o, const jobs::Emit& 
   tmp.path = out + ".tmp-" + std::to_string(::getpid());
   std::error_code ec;
   fs::remove_all(tmp.path, ec);
-  if (!fs::create_directory(tmp.path, ec))
-    throw Error(ErrorKind::Io, "quantize: cannot create the output folder " + tmp.path + ": " + ec.message());
+  if (!fs::create_directory(tmp.path, ec))  // no error code: something is still there (EEXIST)
+    throw OsError("quantize: cannot create the output folder " + tmp.path, ec ? ec.value() : EEXIST);
 
   ModuleCache cache;
   uint64_t bytes_done = 0;
@@ -306,7 +308,7 @@ jobs::JobResult quantize_checkpoint(const QuantizeOptions& o, const jobs::Emit& 
   fsync_path(tmp.path, true);
   if (fs::exists(out, ec)) throw Error(ErrorKind::InvalidArgument, "quantize: " + out + " appeared while quantizing");
   fs::rename(tmp.path, out, ec);
-  if (ec) throw Error(ErrorKind::Io, "quantize: cannot rename " + tmp.path + " to " + out + ": " + ec.message());
+  if (ec) throw OsError("quantize: cannot rename " + tmp.path + " to " + out, ec.value());
   tmp.keep = true;
   fsync_path(fs::path(out).parent_path().string(), true);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "common/error.h"
+#include "common/os_error.h"
 #include "io/mapped_file.h"
 #include "io/safetensors.h"
 
@@ -87,7 +88,7 @@ nlohmann::ordered_json adapter_config_json(const TrainConfig& config, const Lora
 void write_adapter(const std::string& dir, const TrainConfig& config, const LoraParams& params) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
-  if (ec) throw Error(ErrorKind::Io, "cannot create the adapter directory " + dir + ": " + ec.message());
+  if (ec) throw OsError("cannot create the adapter directory " + dir, ec.value());
   write_adapter_weights(dir + "/adapters.safetensors", params);
   const std::string text = adapter_config_json(config, params).dump(2) + "\n";
   write_file_atomic(dir + "/adapter_config.json", text.data(), text.size());

@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "common/error.h"
+#include "common/os_error.h"
 #include "io/json_guard.h"
 #include "io/mapped_file.h"
 #include "io/safetensors.h"
@@ -39,7 +40,7 @@ std::string save_checkpoint(const std::string& adapter_path, const TrainConfig& 
   std::error_code ec;
   fs::remove_all(tmp, ec);
   fs::create_directories(tmp, ec);
-  if (ec) throw Error(ErrorKind::Io, "cannot create " + tmp.string() + ": " + ec.message());
+  if (ec) throw OsError("cannot create " + tmp.string(), ec.value());
   write_adapter(tmp.string(), config, params);
   SafetensorsWriter w;
   auto& m = optimizer.m();
@@ -63,7 +64,7 @@ std::string save_checkpoint(const std::string& adapter_path, const TrainConfig& 
   write_file_atomic((tmp / "state.json").string(), text.data(), text.size());
   fs::remove_all(final_dir, ec);
   fs::rename(tmp, final_dir, ec);
-  if (ec) throw Error(ErrorKind::Io, "cannot rename " + tmp.string() + ": " + ec.message());
+  if (ec) throw OsError("cannot rename " + tmp.string(), ec.value());
   return final_dir.string();
 }
 

@@ -1,5 +1,6 @@
 #include "lab/train/trainer.h"
 
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -8,6 +9,7 @@
 
 #include "common/error.h"
 #include "common/log.h"
+#include "common/os_error.h"
 #include "io/mapped_file.h"
 #include "lab/train/adapter_writer.h"
 #include "lab/train/lr_schedule.h"
@@ -56,8 +58,15 @@ LossResult method_loss(const TrainConfig& c, LoraGradientEngine& engine, const s
 // Appends one JSON line to metrics.jsonl (a log, not a document: appended and flushed line by line).
 class MetricsFile {
  public:
-  explicit MetricsFile(const std::string& path) : out_(path, std::ios::app | std::ios::binary) {
-    if (!out_) throw Error(ErrorKind::Io, "cannot open " + path + " for appending");
+  explicit MetricsFile(const std::string& path) {
+    errno = 0;
+    out_.open(path, std::ios::app | std::ios::binary);
+    if (!out_) {
+      const int err = errno;  // what the open(2) under the stream said, if it got that far
+      const std::string what = "cannot open " + path + " for appending";
+      if (err != 0) throw OsError(err, what);
+      throw Error(ErrorKind::Io, what);
+    }
   }
   void write(const ojson& j) {
     out_ << j.dump() << '\n';
@@ -122,7 +131,7 @@ TrainSummary run_training(const TrainConfig& c, const Dataset& data, LoraParams&
   const auto t_start = Clock::now();
   std::error_code ec;
   fs::create_directories(c.adapter_path, ec);
-  if (ec) throw Error(ErrorKind::Io, "cannot create " + c.adapter_path + ": " + ec.message());
+  if (ec) throw OsError("cannot create " + c.adapter_path, ec.value());
   AdamWOptions ao;
   ao.weight_decay = c.weight_decay;
   ao.lora_plus_ratio = c.lora_plus_ratio;
