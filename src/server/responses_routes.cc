@@ -82,7 +82,8 @@ json chat_body(const json& body, json messages) {
     chat["max_tokens"] = body["max_output_tokens"];
   else if (body.contains("max_tokens"))
     chat["max_tokens"] = body["max_tokens"];
-  if (auto t = body.find("tools"); t != body.end() && t->is_array()) {
+  // As chat completions checks it: a tools value that is not an array is a 400 naming the field (null is none).
+  if (const json* t = JsonFields(body).array("tools")) {
     json tools = json::array();
     for (size_t i = 0; i < t->size(); ++i) {
       const json& tool = (*t)[i];

@@ -1,5 +1,6 @@
 // POST /v1/responses through the official openai client and @ai-sdk/openai's default model (the Responses API):
-// output items, streamed events in order, previous_response_id chaining, 404 for an unknown id.
+// output items, streamed events in order, previous_response_id chaining, 404 for an unknown id, a malformed
+// `tools` refused as chat completions refuses it.
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 
@@ -88,6 +89,26 @@ describe('/v1/responses', () => {
     assert.equal(bad.status, 400, bad.text);
     assert.match(bad.json.error.message, /input_video/);
     assert.match(bad.json.error.param, /content\[0\]\.type/);
+  });
+
+  test('tools that is not an array is a 400 naming the field, as on chat completions; null is no tools', async () => {
+    for (const tools of [{ type: 'function', name: 'f' }, 'f', 3, true]) {
+      for (const stream of [false, true]) {
+        const r = await request(ctx.server, 'POST', '/v1/responses', {
+          body: { model: 'demo', input: 'hello world', max_output_tokens: 8, tools, stream },
+        });
+        assert.equal(r.status, 400, r.text);
+        assert.equal(r.json.error.type, 'invalid_request_error', r.text);
+        assert.equal(r.json.error.param, 'tools', r.text);
+        const chat = await request(ctx.server, 'POST', '/v1/chat/completions', {
+          body: { model: 'demo', messages: [{ role: 'user', content: 'hello world' }], max_tokens: 8, tools, stream },
+        });
+        assert.equal(chat.status, 400, chat.text);
+        assert.equal(r.json.error.message, chat.json.error.message);
+      }
+    }
+    const none = await oai().responses.create({ model: 'demo', input: 'hello world', max_output_tokens: 32, tools: null });
+    assert.equal(none.output_text, 'HELLO WORLD');
   });
 
   test("@ai-sdk/openai's default model (Responses) generates and streams", async () => {
