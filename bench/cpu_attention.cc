@@ -3,7 +3,10 @@
 // to this machine's read bandwidth measured in the same run. Qwen3-0.6B's attention shape by default (16 query
 // heads, 8 KV heads, head size 128). Each call reads a different layer's K/V out of a working set larger than
 // the caches, as a decode step does. Prints a table and one JSON line.
+// --prefill T,T..: also one causal prompt of T tokens per call (T query rows over T keys, as a prefill chunk from an
+// empty cache): ms per call, query rows per second and GFLOP/s (2 flops per multiply-add of the scores and sums).
 // Usage: cpu_attention [--contexts 512,2048,8192] [--kv f32|bf16] [--heads 16] [--kv-heads 8] [--head-dim 128]
+//                      [--prefill 1024,4096]
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -63,6 +66,7 @@ int run(int argc, char** argv) {
   std::vector<int64_t> contexts = {512, 2048, 8192};
   std::string kv = "bf16";
   int64_t heads = 16, kv_heads = 8, head_dim = 128;
+  std::vector<int64_t> prefills;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i], v = argv[i + 1];
     if (a == "--contexts")
@@ -75,6 +79,8 @@ int run(int argc, char** argv) {
       kv_heads = std::stoll(v);
     else if (a == "--head-dim")
       head_dim = std::stoll(v);
+    else if (a == "--prefill")
+      prefills = parse_list(v);
     else {
       std::fprintf(stderr, "unknown option %s\n", a.c_str());
       return 2;
@@ -116,6 +122,32 @@ int run(int argc, char** argv) {
                 static_cast<long>(S), sec * 1e6, gbs, 100.0 * gbs / read_gbs);
     results.push_back({{"context", S}, {"us", sec * 1e6}, {"gb_s", gbs}, {"pct_read", 100.0 * gbs / read_gbs}});
   }
+  nlohmann::json prefill_results = nlohmann::json::array();
+  for (const int64_t T : prefills) {
+    const auto random = [&](int64_t rows, int64_t hs) {
+      std::vector<float> f(static_cast<size_t>(rows * hs * head_dim));
+      for (auto& x : f) x = nd(rng);
+      return Tensor::from_floats(f, {rows, hs, head_dim});
+    };
+    const Tensor q = random(T, heads), k = random(T, kv_heads).to(dt), v = random(T, kv_heads).to(dt);
+    AttentionParams p;
+    p.scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+    (void)attention(q, k, v, p);
+    double best = 1e30;
+    for (int rep = 0; rep < 3; ++rep) {
+      const auto t = Clock::now();
+      (void)attention(q, k, v, p);
+      best = std::min(best, seconds_since(t));
+    }
+    const double flops =
+        2.0 * 2.0 * static_cast<double>(heads * head_dim) * static_cast<double>(T) * static_cast<double>(T + 1) / 2.0;
+    std::printf("prefill %6ld: %8.1f ms per call, %8.1f query rows/s, %6.1f GFLOP/s\n", static_cast<long>(T),
+                best * 1e3, static_cast<double>(T) / best, flops / best / 1e9);
+    prefill_results.push_back({{"tokens", T},
+                               {"ms", best * 1e3},
+                               {"rows_s", static_cast<double>(T) / best},
+                               {"gflop_s", flops / best / 1e9}});
+  }
   std::printf("%s\n", nlohmann::json{{"bench", "cpu_attention"},
                                      {"read_gb_s", read_gbs},
                                      {"threads", num_threads()},
@@ -123,7 +155,8 @@ int run(int argc, char** argv) {
                                      {"heads", heads},
                                      {"kv_heads", kv_heads},
                                      {"head_dim", head_dim},
-                                     {"decode", results}}
+                                     {"decode", results},
+                                     {"prefill", prefill_results}}
                           .dump()
                           .c_str());
   return 0;
