@@ -103,13 +103,42 @@ void QuantizedKVCache::append(const RowTensors& rows) {
   if (paged_) {
     paged_->make_room(offset_, offset_ + T);
     buf_ = paged_->rows();
-  } else if (!buf_.defined() || buf_.rows() < offset_ + T) {
-    RowTensors grown = RowTensors::empty_like(rows, (offset_ + T + kKvGrowStep - 1) / kKvGrowStep * kKvGrowStep);
-    if (offset_ > 0) grown.copy_from(0, buf_, 0, offset_);
-    buf_ = grown;
+  } else {
+    grow(rows, offset_ + T);
   }
   buf_.copy_from(offset_, rows, 0, T);
   offset_ += T;
+}
+
+void QuantizedKVCache::grow(const RowTensors& like, int64_t rows) {
+  if (buf_.defined() && buf_.rows() >= rows) return;
+  RowTensors grown = RowTensors::empty_like(like, (rows + kKvGrowStep - 1) / kKvGrowStep * kKvGrowStep);
+  if (offset_ > 0) grown.copy_from(0, buf_, 0, offset_);
+  buf_ = grown;
+}
+
+RowTensors QuantizedKVCache::quantize(const Tensor& k, const Tensor& v) const {
+  return quantize_kv(k, v, bits_, group_size_);
+}
+
+std::optional<QuantizedKVCache::RowDest> QuantizedKVCache::next_row() {
+  if (!decided_ || paged_ || !buf_.defined()) return std::nullopt;
+  grow(buf_, offset_ + 1);
+  RowDest d;
+  for (size_t i = 0; i < 6; ++i) {
+    const Tensor& part = buf_.parts[i];
+    if (!part.is_contiguous() || part.dim(0) == 0) return std::nullopt;
+    d.bytes[i] = static_cast<int64_t>(part.nbytes()) / part.dim(0);
+    d.dst[i] = static_cast<char*>(part.raw()) + offset_ * d.bytes[i];
+  }
+  return d;
+}
+
+KVView QuantizedKVCache::commit_row() {
+  ++offset_;
+  KVView view;
+  fill_view(view, buf_, offset_, bits_);
+  return view;
 }
 
 KVView QuantizedKVCache::update(const Tensor& k, const Tensor& v) {

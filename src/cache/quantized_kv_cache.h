@@ -5,6 +5,7 @@
 // A head narrower than the group size is quantized as one group.
 #pragma once
 #include <memory>
+#include <optional>
 
 #include "cache/kv_block_pool.h"
 #include "cache/layer_cache.h"
@@ -31,10 +32,22 @@ class QuantizedKVCache : public LayerCache {
   bool can_fork(int64_t tokens) const override { return paged_ && tokens >= 0 && tokens <= offset_; }
   std::unique_ptr<LayerCache> fork(int64_t tokens) const override;
   bool paged() const { return paged_ != nullptr; }
+  // k/v [T, Hkv, D] quantized as update() stores them: the six row tensors [T, Hkv, ...].
+  RowTensors quantize(const Tensor& k, const Tensor& v) const;
+  // A batched device decode step (model/layers/attention.cc) writes many caches' next rows with one launch:
+  // next_row() makes room for one more token and says where its six parts go (bytes per part); nullopt where
+  // the rows are paged (CPU) or no rows have arrived yet. commit_row() then counts that token, as update().
+  struct RowDest {
+    void* dst[6];
+    int64_t bytes[6];
+  };
+  std::optional<RowDest> next_row();
+  KVView commit_row();
   const PagedRows* paged_rows() const { return paged_.get(); }  // tests, statistics
 
  private:
-  void append(const RowTensors& rows);  // rows [T, Hkv, ...] x 6 after the offset
+  void append(const RowTensors& rows);              // rows [T, Hkv, ...] x 6 after the offset
+  void grow(const RowTensors& like, int64_t rows);  // contiguous storage for at least `rows` rows
   int bits_, group_size_;
   RowTensors buf_;                    // k codes, k scales, k biases, v codes, v scales, v biases; [capacity, Hkv, ...]
   std::unique_ptr<PagedRows> paged_;  // buf_'s blocks on the CPU (null: buf_ is contiguous)

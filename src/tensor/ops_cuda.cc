@@ -5,6 +5,7 @@
 #include "tensor/ops_cuda.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 
@@ -16,6 +17,7 @@
 #include "tensor/dense_weights.h"
 #include "tensor/device_memory.h"
 #include "tensor/ops_cuda_check.h"
+#include "tensor/ops_extra.h"
 
 namespace lathe::gpu {
 namespace {
@@ -356,6 +358,22 @@ std::vector<int32_t> sample_rows(const Tensor& x, const std::vector<RowSampling>
   logprobs.resize(static_cast<size_t>(n));
   std::memcpy(logprobs.data(), h + n, static_cast<size_t>(n) * sizeof(float));
   return std::vector<int32_t>(h, h + n);
+}
+
+void copy_segments(const std::vector<CopySegment>& segs) {
+  if (segs.empty()) return;
+  std::vector<cuda::CopySegment> host(segs.size());
+  for (size_t i = 0; i < segs.size(); ++i) {
+    const CopySegment& s = segs[i];
+    LATHE_CHECK(
+        s.bytes % 4 == 0 && reinterpret_cast<uintptr_t>(s.src) % 4 == 0 && reinterpret_cast<uintptr_t>(s.dst) % 4 == 0,
+        "copy_segments: sizes and addresses must be multiples of 4 bytes");
+    host[i] = {s.src, s.dst, s.bytes};
+  }
+  const size_t bytes = host.size() * sizeof(cuda::CopySegment);
+  Tensor dev = Tensor::empty({static_cast<int64_t>(bytes)}, DType::U8, Device::CUDA);
+  cuda::upload_async(dev.raw(), host.data(), bytes);
+  cuda::copy_segments(static_cast<const cuda::CopySegment*>(dev.raw()), static_cast<int64_t>(host.size()));
 }
 
 void copy_rows(void* dst, int64_t dst_row, const void* src_rows, int64_t n, size_t row_bytes) {

@@ -7,10 +7,11 @@
 #include "tensor/ops.h"
 
 namespace lathe {
-struct QkvStep;     // ops_extra.h
-struct AppendSlot;  // ops_extra.h
-struct DecodeKV;    // ops_extra.h
-struct GraphTable;  // ops_extra.h
+struct QkvStep;      // ops_extra.h
+struct AppendSlot;   // ops_extra.h
+struct DecodeKV;     // ops_extra.h
+struct GraphTable;   // ops_extra.h
+struct CopySegment;  // ops_extra.h
 namespace cuda {
 struct AttentionArgs;  // cuda/kernels.h
 }
@@ -36,6 +37,7 @@ void apply_logit_edits(Tensor& x, const std::vector<LogitEdit>& edits);
 void apply_token_masks(Tensor& x, const std::vector<int32_t>& rows, const std::vector<uint64_t>& bits);
 std::vector<int32_t> sample_rows(const Tensor& x, const std::vector<RowSampling>& rows, std::vector<float>& logprobs);
 void copy_rows(void* dst, int64_t dst_row, const void* src_rows, int64_t n, size_t row_bytes);
+void copy_segments(const std::vector<CopySegment>& segs);
 
 // Newer families and cache kinds (ops_cuda_models.cc).
 Tensor convert(const Tensor& x, DType t);

@@ -3,6 +3,7 @@
 // row bitwise its solo launch), or decode_attention_wide.cu for steps wider than exact_decode_rows().
 #ifdef LATHE_HAVE_CUDA
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 
 #include "common/error.h"
@@ -28,16 +29,16 @@ Tensor attention_decode_rows(const std::vector<DecodeKV>& rows, const AttentionP
   // One launch reads one kind of K/V: quantized rows beside dense ones (not a model's step, whose rows share a
   // cache kind) are dequantized like a wide step's.
   const bool all_quantized = std::all_of(rows.begin(), rows.end(), [](const DecodeKV& r) { return r.quantized; });
+  bool v16 = true;
   for (size_t r = 0; r < B; ++r) {
     const DecodeKV& row = rows[r];
     const Tensor& q = row.q;
     if (q.device() != Device::CUDA || q.dtype() != DType::BF16 || q.ndim() != 3 || q.dim(0) != 1 || !q.is_contiguous())
       return Tensor();
     cuda::AttentionArgs ai;
-    // Quantized rows of a step the bitwise kernel serves are read in place; a wider step dequantizes them (to
-    // q's type, as attention_quantized's fallback) for the one-block-per-row kernel.
-    const bool in_place = row.quantized && all_quantized && !table && static_cast<int64_t>(B) <= exact_decode_rows() &&
-                          cuda::kv_in_place_on();
+    // Quantized rows are read in place by either kernel; a captured step (whose replays rewrite a table of
+    // dense rows) or LATHE_CUDA_KV_IN_PLACE=0 dequantizes them (to q's type, as attention_quantized's fallback).
+    const bool in_place = row.quantized && all_quantized && !table && cuda::kv_in_place_on();
     const Tensor* kp = row.k;
     const Tensor* vp = row.v;
     if (row.quantized && !in_place) {
@@ -53,6 +54,8 @@ Tensor attention_decode_rows(const std::vector<DecodeKV>& rows, const AttentionP
     if (in_place) {
       if (!row.qk || !row.qv || !quantized_kv_args(ai, *row.qk, *row.qv, row.kv_heads) || ai.D != q.dim(2))
         return Tensor();
+      // The wide kernel copies value codes to shared memory 16 bytes at a time.
+      v16 = v16 && (reinterpret_cast<uintptr_t>(ai.v) & 15) == 0;
     } else {
       if (!kp || !vp) return Tensor();
       const Tensor& k = *kp;
@@ -115,7 +118,7 @@ Tensor attention_decode_rows(const std::vector<DecodeKV>& rows, const AttentionP
   a.out = out.raw();
   a.delta = nullptr;
   a.k_pos = nullptr;
-  if (n > exact_decode_rows() && cuda::decode_attention_wide_applies(a, n)) {
+  if (n > exact_decode_rows() && (a.kv_bits == 0 || v16) && cuda::decode_attention_wide_applies(a, n)) {
     cuda::decode_attention_wide(a, reinterpret_cast<const cuda::DecodeRow*>(base), n);
     return out;
   }

@@ -125,6 +125,31 @@ Tensor qkv_rope_append_rows(const Tensor& y, const QkvStep& s, const RopeTable& 
   return Tensor();
 }
 
+bool copy_segments_available(Device d) {
+#ifdef LATHE_HAVE_CUDA
+  return d == Device::CUDA;
+#else
+  (void)d;
+  return false;
+#endif
+}
+
+void copy_segments(const std::vector<CopySegment>& segs) {
+#ifdef LATHE_HAVE_CUDA
+  gpu::copy_segments(segs);
+#else
+  LATHE_CHECK(segs.empty(), "copy_segments: no device backend in this build");
+#endif
+}
+
+int64_t exact_batched_decode_rows() {
+#ifdef LATHE_HAVE_CUDA
+  return gpu::exact_decode_rows();
+#else
+  return 0;
+#endif
+}
+
 Tensor attention_decode_rows(const std::vector<DecodeKV>& rows, const AttentionParams& p, const GraphTable* table) {
 #ifdef LATHE_HAVE_CUDA
   if (!rows.empty() && rows[0].q.device() == Device::CUDA) return gpu::attention_decode_rows(rows, p, table);

@@ -70,6 +70,18 @@ struct GraphTable {
   void* host = nullptr;
   const void* dev = nullptr;
 };
+// Device-to-device copies of many small segments in one launch (a batched step's per-row cache writes).
+struct CopySegment {
+  const void* src = nullptr;
+  void* dst = nullptr;
+  int64_t bytes = 0;
+};
+// Whether copy_segments can serve device pointers here (a CUDA build with a device in use).
+bool copy_segments_available(Device d);
+void copy_segments(const std::vector<CopySegment>& segs);
+// Rows a batched device decode step may have and stay bitwise its rows' solo steps (0 without CUDA).
+int64_t exact_batched_decode_rows();
+
 // qkv_rope_append over y [B, (Hq + 2·Hkv)·D], one slot per row: returns q [B, Hq, D].
 Tensor qkv_rope_append_rows(const Tensor& y, const QkvStep& s, const RopeTable& rope,
                             const std::vector<AppendSlot>& slots, const GraphTable* table = nullptr);

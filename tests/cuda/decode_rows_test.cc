@@ -7,6 +7,7 @@
 #include <cstdio>
 
 #include "cuda/cuda_test_util.h"
+#include "model/layers/attention.h"
 #include "model/model.h"
 #include "support/fixtures.h"
 #include "tensor/ops.h"
@@ -183,6 +184,55 @@ void check_model(const std::string& name, const CacheOptions& kv) {
       next[s] = static_cast<int32_t>(std::max_element(want.begin(), want.end()) - want.begin());
     }
   }
+}
+
+// Quantized caches in a step wider than the bitwise rows: the rows' K/V are normed and roped by one kernel,
+// quantized by one launch and copied into each cache's next row (Attention::decode_rows_quantized) instead of
+// each row's update(). Every cache then holds one more token, and each row's logits stay close to its solo
+// step (the wide GEMMs and attention sum in another order).
+TEST(CudaDecodeRows, WideQuantizedStepsCloseToSolo) {
+  LATHE_REQUIRE_GPU();
+  const bool was = batched_decode_enabled();
+  set_batched_decode_enabled(true);
+  const std::string name = "qwen3-q4g64";
+  const test::Reference ref = test::load_reference(name);
+  auto model = load_model(test::model_dir(name), LoadOptions{Device::CUDA, DType::BF16});
+  const CacheOptions kv{8, 64};
+  const std::vector<std::vector<int32_t>> base = {ref.prompts.at("chat"), ref.prompts.at("long"), ref.prompts.at("one"),
+                                                  ref.prompts.at("chat_greedy")};
+  const size_t n = static_cast<size_t>(exact_batched_decode_rows()) + 3;
+  std::vector<CacheList> solo, batched;
+  std::vector<int32_t> next;
+  for (size_t s = 0; s < n; ++s) {
+    std::vector<int32_t> p = base[s % base.size()];
+    p.push_back(static_cast<int32_t>(5 + s));  // every sequence its own
+    solo.push_back(model->make_cache(kv));
+    batched.push_back(model->make_cache(kv));
+    const std::vector<float> f = model->forward(p, solo.back(), false).to_floats();
+    model->forward(p, batched.back(), false);
+    next.push_back(static_cast<int32_t>(std::max_element(f.begin(), f.end()) - f.begin()));
+  }
+  const int64_t appends = batched_quantized_kv_appends();
+  for (int step = 0; step < 4; ++step) {
+    Batch batch;
+    for (size_t s = 0; s < n; ++s) batch.rows.push_back({{next[s]}, &batched[s], true, -1});
+    const std::vector<float> all = model->forward(batch).to_floats();
+    const size_t V = all.size() / n;
+    for (size_t s = 0; s < n; ++s) {
+      const std::vector<float> want = model->forward({next[s]}, solo[s], false).to_floats();
+      float scale = 1.f, diff = 0.f;
+      for (size_t i = 0; i < V; ++i) {
+        scale = std::max(scale, std::fabs(want[i]));
+        diff = std::max(diff, std::fabs(all[s * V + i] - want[i]));
+      }
+      EXPECT_LE(diff, 0.05f * scale) << "step " << step << " sequence " << s;
+      ASSERT_EQ(batched[s][0]->offset(), solo[s][0]->offset());
+      EXPECT_STREQ(batched[s][0]->kind(), "quantized");
+      next[s] = static_cast<int32_t>(std::max_element(want.begin(), want.end()) - want.begin());
+    }
+  }
+  EXPECT_GT(batched_quantized_kv_appends(), appends);  // the batched append served these steps
+  set_batched_decode_enabled(was);
 }
 
 TEST(CudaDecodeRows, ModelStepsEqualSoloBitwise) {

@@ -2,13 +2,16 @@
 // instead of dequantizing the whole cache every step. The contract: bitwise the output of dequantizing the cache
 // to bf16 (dequantize_any) and attending over that, for every group geometry, context length (one split to
 // many), GQA group, window, softcap and ring (explicit key positions) the kernel serves.
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 
 #include "cuda/cuda_test_util.h"
 #include "tensor/cuda/decode_attention.h"
+#include "tensor/cuda/decode_attention_wide.h"
 #include "tensor/cuda/kernels.h"
 #include "tensor/cuda/kernels_models.h"
+#include "tensor/cuda/runtime.h"
 #include "tensor/ops.h"
 #include "tensor/ops_cuda.h"
 #include "tensor/ops_cuda_check.h"
@@ -136,6 +139,77 @@ TEST(CudaQuantizedKvAttention, BatchedRowsEqualSolo) {
       EXPECT_EQ(out.slice(0, static_cast<int64_t>(r), static_cast<int64_t>(r) + 1).to_floats(), solo[r])
           << bits << "-bit row " << r;
   }
+}
+
+// A step wider than exact_decode_rows() takes the one-block-per-row kernel (decode_attention_wide.cu), which
+// reads quantized rows in place too: bitwise that kernel over the rows' dequantized copies (before, a wide step
+// dequantized every row's whole cache each layer and step: 64 streams served at 486 tok/s against 8,573 with bf16
+// K/V, H100).
+TEST(CudaQuantizedKvAttention, WideRowsEqualWideOverDequantized) {
+  LATHE_REQUIRE_GPU();
+  struct Shape {
+    int64_t Hq, Hkv, D;
+    int group;
+    int64_t window;
+  };
+  uint32_t seed = 900;
+  for (int bits : {4, 8})
+    for (const Shape& sh :
+         {Shape{32, 8, 128, 64, 0}, Shape{32, 8, 128, 32, 0}, Shape{16, 2, 64, 32, 100}, Shape{8, 1, 256, 64, 0}}) {
+      SCOPED_TRACE(testing::Message() << bits << "-bit group " << sh.group << " Hq " << sh.Hq << " Hkv " << sh.Hkv
+                                      << " D " << sh.D);
+      // Enough rows that rows × kv heads cover the SMs (the wide kernel's condition).
+      const int64_t n = std::max<int64_t>(gpu::exact_decode_rows() + 1, (cuda::sm_count() + sh.Hkv - 1) / sh.Hkv);
+      std::vector<QuantizedMatrix> qk, qv;
+      std::vector<Tensor> dk, dv;
+      qk.reserve(static_cast<size_t>(n));
+      qv.reserve(static_cast<size_t>(n));
+      dk.reserve(static_cast<size_t>(n));
+      dv.reserve(static_cast<size_t>(n));
+      std::vector<DecodeKV> quant, dense;
+      for (int64_t r = 0; r < n; ++r) {
+        const int64_t S = 1 + (r * 37) % 300;  // tiles full and partial, one key to many
+        const auto kv = [&](uint32_t s) {
+          return Tensor::from_floats(random_floats(static_cast<size_t>(S * sh.Hkv * sh.D), s, -3.f, 3.f),
+                                     {S * sh.Hkv, sh.D})
+              .to(DType::BF16)
+              .to(Device::CUDA);
+        };
+        qk.push_back(quantize_kv(kv(seed++), bits, sh.group));
+        qv.push_back(quantize_kv(kv(seed++), bits, sh.group));
+        dk.push_back(dequantized(qk.back(), S, sh.Hkv));
+        dv.push_back(dequantized(qv.back(), S, sh.Hkv));
+        DecodeKV d;
+        d.q = Tensor::from_floats(random_floats(static_cast<size_t>(sh.Hq * sh.D), seed++, -2.f, 2.f), {1, sh.Hq, sh.D})
+                  .to(DType::BF16)
+                  .to(Device::CUDA);
+        d.q_pos0 = S - 1;
+        DecodeKV e = d;
+        d.quantized = true;
+        d.kv_heads = sh.Hkv;
+        d.qk = &qk.back();
+        d.qv = &qv.back();
+        e.k = &dk.back();
+        e.v = &dv.back();
+        quant.push_back(d);
+        dense.push_back(e);
+      }
+      cuda::AttentionArgs a;
+      a.t = DType::BF16;
+      a.T = 1;
+      a.Hq = sh.Hq;
+      a.q_s1 = sh.D;
+      ASSERT_TRUE(gpu::quantized_kv_args(a, qk[0], qv[0], sh.Hkv));
+      ASSERT_TRUE(cuda::decode_attention_wide_applies(a, n));  // else the comparison would not test the kernel
+      AttentionParams p;
+      p.scale = 1.0f / std::sqrt(static_cast<float>(sh.D));
+      p.window = sh.window;
+      const std::vector<float> got = attention_decode_rows(quant, p).to_floats();
+      const std::vector<float> want = attention_decode_rows(dense, p).to_floats();
+      ASSERT_EQ(got.size(), want.size());
+      EXPECT_EQ(got, want);
+      EXPECT_GT(max_abs(got), 0.f);
+    }
 }
 
 }  // namespace

@@ -33,6 +33,10 @@ struct AttentionSpec {
 // Softmax attention of q [T, H, D] over what a cache update returned (f32 or quantized K/V).
 Tensor attend(const Tensor& q, const KVView& kv, const AttentionParams& params);
 
+// Layer steps whose quantized caches took one batched append (Attention::decode_rows_quantized) in this
+// process (tests).
+int64_t batched_quantized_kv_appends();
+
 class Attention {
  public:
   Attention() = default;
@@ -76,6 +80,14 @@ class Attention {
   // its decode_heads() result. Returns [B, heads · head_dim].
   Tensor decode_rows(const Tensor& y, const std::vector<LayerCache*>& caches, std::vector<KVView>* kv_out) const;
   AttentionParams params() const;  // scale, softcap and window of this layer's attention
+  // decode_rows over quantized caches in a step wider than the bitwise rows: one batched norm + RoPE into
+  // staging rows, one quantization, one batched copy into every cache's next row. Undefined where it does not
+  // apply (nothing changed then).
+  Tensor decode_rows_quantized(const Tensor& y, const std::vector<LayerCache*>& caches, const std::vector<int64_t>& pos,
+                               std::vector<KVView>* kv_out) const;
+  // The batched decode attention over the rows' q and cache views (per-row launches where it does not apply).
+  Tensor attend_rows(std::vector<DecodeKV>& rows, std::vector<KVView>& views, const std::vector<int64_t>& pos,
+                     std::vector<KVView>* kv_out) const;
   Tensor decode_rows_captured(const Tensor& y, const std::vector<LayerCache*>& caches,
                               std::vector<KVView>* kv_out) const;
   AttentionSpec spec_;

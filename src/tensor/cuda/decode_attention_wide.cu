@@ -7,6 +7,10 @@
 //   2. softmax: the tile's max and sum per head by warp shuffles, the warp's accumulators rescaled;
 //   3. p·V: each lane owns Dv/32 output dims of every head; a key's probability is broadcast by shuffle.
 // The block's four warps then merge their (max, sum, acc) in shared memory.
+// Quantized K/V (4/8-bit MLX codes, bf16 scale and bias per group) are read in place: keys 8 codes at a time,
+// value codes copied to shared memory with their rows' scales and biases. Each value goes through
+// dequantize_any's arithmetic (fmaf(scale, code, bias), rounded to bf16), so the output is bitwise this kernel's
+// over a dequantized copy, which wide steps made before (every row's whole cache, every layer, every step).
 #include <cfloat>
 #include <cmath>
 
@@ -17,6 +21,55 @@ namespace lathe::cuda {
 namespace {
 
 constexpr int kThreads = 128, kWarps = kThreads / 32, kTile = 32;
+
+// One code's value as dequantize_any gives it (bf16), as a float.
+__device__ __forceinline__ float dequant(float scale, uint32_t code, float bias) {
+  return __bfloat162float(__float2bfloat16_rn(fmaf(scale, static_cast<float>(code), bias)));
+}
+
+// 8 consecutive features [f, f + 8) of K row j from codes (kBits 4 or 8) whose group holds all 8.
+template <int kBits>
+__device__ __forceinline__ void load_k8(const AttentionArgs& a, const DecodeRow& row, int64_t kh, int64_t j, int f,
+                                        float* kf) {
+  {
+    const int64_t at = j * a.k_s0 + kh * a.k_s1 + f;  // in codes
+    const int64_t g = j * a.ksb_s0 + kh * a.ksb_s1 + f / a.k_gs;
+    const float sc = __bfloat162float(static_cast<const __nv_bfloat16*>(row.k_scales)[g]);
+    const float bi = __bfloat162float(static_cast<const __nv_bfloat16*>(row.k_biases)[g]);
+    if constexpr (kBits == 8) {
+      const uint2 w = *reinterpret_cast<const uint2*>(static_cast<const uint8_t*>(row.k) + at);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) kf[e] = dequant(sc, ((e < 4 ? w.x : w.y) >> (8 * (e & 3))) & 0xffu, bi);
+    } else {
+      const uint32_t w = *reinterpret_cast<const uint32_t*>(static_cast<const uint8_t*>(row.k) + at / 2);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) kf[e] = dequant(sc, (w >> (4 * e)) & 0xfu, bi);
+    }
+  }
+}
+
+// kDPL codes from shared memory (kBits wide, value 2k in the low nibble of byte k) as floats with one scale/bias.
+template <int kDPL, int kBits>
+__device__ __forceinline__ void load_v_codes(const uint8_t* p, float sc, float bi, float* f) {
+  constexpr int kBytes = kDPL * kBits / 8;
+  uint32_t w[kBytes > 4 ? 2 : 1];
+  if constexpr (kBytes == 8) {
+    const uint2 x = *reinterpret_cast<const uint2*>(p);
+    w[0] = x.x;
+    w[1] = x.y;
+  } else if constexpr (kBytes == 4) {
+    w[0] = *reinterpret_cast<const uint32_t*>(p);
+  } else if constexpr (kBytes == 2) {
+    w[0] = *reinterpret_cast<const uint16_t*>(p);
+  } else {
+    w[0] = *p;
+  }
+#pragma unroll
+  for (int e = 0; e < kDPL; ++e) {
+    const int bit = e * kBits;
+    f[e] = dequant(sc, (w[bit / 32] >> (bit % 32)) & ((1u << kBits) - 1u), bi);
+  }
+}
 
 // kDPL output dims per lane (Dv / 32) as bf16, read from one V row.
 template <int kDPL>
@@ -41,24 +94,32 @@ __device__ __forceinline__ void cp_async16(void* dst, const void* src) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src));
 }
 
-// Shared memory: the warps' V tiles, reused for their accumulators at the merge, then queries and (max, sum).
-__host__ __device__ inline int64_t tile_bytes(int64_t G, int64_t Dv) {
-  const int64_t v = int64_t{kWarps} * kTile * Dv * 2, acc = int64_t{kWarps} * G * Dv * 4;
+// Shared memory: the warps' V tiles (bf16 rows, or codes then each row's scales and biases), reused for their
+// accumulators at the merge, then queries and (max, sum).
+__host__ __device__ inline int64_t vrow_bytes(int64_t Dv, int bits) { return bits ? Dv * bits / 8 : Dv * 2; }
+__host__ __device__ inline int64_t tile_bytes(int64_t G, int64_t Dv, int bits, int64_t v_groups) {
+  const int64_t v = int64_t{kWarps} * kTile * (vrow_bytes(Dv, bits) + (bits ? 4 * v_groups : 0));
+  const int64_t acc = int64_t{kWarps} * G * Dv * 4;
   return v > acc ? v : acc;
 }
 
-// kG: the largest group served (query heads per kv head); kDPL: Dv / 32.
-template <int kG, int kDPL>
+// kG: the largest group served (query heads per kv head); kDPL: Dv / 32; kBits: 0 (bf16 K/V) or the codes' width.
+template <int kG, int kDPL, int kBits>
 __global__ void __launch_bounds__(kThreads)
     wide_decode_kernel(const AttentionArgs a, const DecodeRow* __restrict__ rows) {
   extern __shared__ float4 smem4[];
   const int G = static_cast<int>(a.Hq / a.Hkv), D = static_cast<int>(a.D), Dv = static_cast<int>(a.Dv);
+  const int v_groups = kBits ? static_cast<int>(Dv / a.v_gs) : 0;
+  const int vrow = static_cast<int>(vrow_bytes(Dv, kBits));
   char* smem = reinterpret_cast<char*>(smem4);
-  auto* vtiles = reinterpret_cast<__nv_bfloat16*>(smem);           // [kWarps][kTile][Dv] V rows of each warp's tile
-  float* wacc = reinterpret_cast<float*>(smem);                    // [kWarps][G][Dv] the warps' accumulators, after
-  float* qs = reinterpret_cast<float*>(smem + tile_bytes(G, Dv));  // [G][D] scaled queries
-  float* wm = qs + G * D;                                          // [kWarps][G] each warp's running max
-  float* wl = wm + kWarps * kG;                                    // [kWarps][G] and sum
+  // [kWarps][kTile] V rows of each warp's tile (bf16 values, or codes), then for codes [kWarps][kTile][v_groups]
+  // scales and biases
+  uint8_t* vtiles = reinterpret_cast<uint8_t*>(smem);
+  auto* vsb = reinterpret_cast<__nv_bfloat16*>(smem + int64_t{kWarps} * kTile * vrow);
+  float* wacc = reinterpret_cast<float*>(smem);  // [kWarps][G][Dv] the warps' accumulators, after
+  float* qs = reinterpret_cast<float*>(smem + tile_bytes(G, Dv, kBits, v_groups));  // [G][D] scaled queries
+  float* wm = qs + G * D;        // [kWarps][G] each warp's running max
+  float* wl = wm + kWarps * kG;  // [kWarps][G] and sum
   const int kh = blockIdx.x, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const DecodeRow& row = rows[blockIdx.y];
   const int S = static_cast<int>(row.S);
@@ -86,34 +147,57 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int e = 0; e < kDPL; ++e) acc[h][e] = 0.f;
   }
-  const auto* kbase = static_cast<const __nv_bfloat16*>(row.k) + kh * a.k_s1;
-  const auto* vbase = static_cast<const __nv_bfloat16*>(row.v) + kh * a.v_s1;
-  __nv_bfloat16* vt = vtiles + warp * kTile * Dv;
-  const int chunks = Dv / 8;  // 16-byte pieces of a V row
+  const auto* kbase = static_cast<const __nv_bfloat16*>(row.k) + kh * a.k_s1;  // bf16 K rows
+  // V rows in bytes: a row's first byte is vbase + j · v_row (bf16 values or codes alike).
+  const int64_t v_row = kBits ? a.v_s0 * kBits / 8 : a.v_s0 * 2;
+  const auto* vbase = static_cast<const uint8_t*>(row.v) + (kBits ? kh * a.v_s1 * kBits / 8 : kh * a.v_s1 * 2);
+  uint8_t* vt = vtiles + warp * kTile * vrow;
+  __nv_bfloat16* vsbt = vsb + warp * kTile * 2 * v_groups;  // per tile row: v_groups scales, then biases
+  const int chunks = vrow / 16;                             // 16-byte pieces of a V row
   for (int base = j0 + warp * kTile; base < j1; base += kWarps * kTile) {
     const int j = base + lane, n = min(kTile, j1 - base);
     // The tile's V rows start on their way to shared memory; the scores and softmax run meanwhile.
     for (int c = lane; c < n * chunks; c += 32) {
-      const int r = c / chunks, o = (c % chunks) * 8;
-      cp_async16(vt + r * Dv + o, vbase + static_cast<int64_t>(base + r) * a.v_s0 + o);
+      const int r = c / chunks, o = (c % chunks) * 16;
+      cp_async16(vt + r * vrow + o, vbase + static_cast<int64_t>(base + r) * v_row + o);
     }
     asm volatile("cp.async.commit_group;\n" ::);
+    if constexpr (kBits != 0) {  // this lane's key's value scales and biases
+      if (lane < n) {
+        const int64_t g = static_cast<int64_t>(j) * a.vsb_s0 + kh * a.vsb_s1;
+        for (int x = 0; x < v_groups; ++x) {
+          vsbt[lane * 2 * v_groups + x] = static_cast<const __nv_bfloat16*>(row.v_scales)[g + x];
+          vsbt[lane * 2 * v_groups + v_groups + x] = static_cast<const __nv_bfloat16*>(row.v_biases)[g + x];
+        }
+      }
+    }
     // 1. This lane's key against every head of the group, 8 features at a time, 8 chunks in flight.
     float s[kG];
 #pragma unroll
     for (int h = 0; h < kG; ++h) s[h] = 0.f;
     if (lane < n) {
-      const auto* kr = kbase + static_cast<int64_t>(j) * a.k_s0;
       for (int c0 = 0; c0 < D; c0 += 64) {
-        uint4 kc[8];
+        // bf16: 8 raw chunks in flight, widened at use; codes: dequantized as loaded (with their groups' scales).
+        uint4 kc[kBits ? 1 : 8];
+        float kq[kBits ? 8 : 1][8];
 #pragma unroll
-        for (int c = 0; c < 8; ++c)
-          kc[c] = c0 + 8 * c < D ? *reinterpret_cast<const uint4*>(kr + c0 + 8 * c) : make_uint4(0, 0, 0, 0);
+        for (int c = 0; c < 8; ++c) {
+          if constexpr (kBits == 0)
+            kc[c] = c0 + 8 * c < D
+                        ? *reinterpret_cast<const uint4*>(kbase + static_cast<int64_t>(j) * a.k_s0 + c0 + 8 * c)
+                        : make_uint4(0, 0, 0, 0);
+          else if (c0 + 8 * c < D)
+            load_k8<kBits>(a, row, kh, j, c0 + 8 * c, kq[c]);
+        }
 #pragma unroll
         for (int c = 0; c < 8; ++c) {
           if (c0 + 8 * c >= D) break;
-          float kf[8];
-          bf16x8(kc[c], kf);
+          float kb[8];
+          const float* kf = kb;
+          if constexpr (kBits == 0)
+            bf16x8(kc[c], kb);
+          else
+            kf = kq[c];
 #pragma unroll
           for (int h = 0; h < kG; ++h) {
             if (h < G) {
@@ -158,7 +242,14 @@ __global__ void __launch_bounds__(kThreads)
     __syncwarp();
     for (int i = 0; i < n; ++i) {
       float vf[kDPL];
-      load_v<kDPL>(vt + i * Dv + lane * kDPL, vf);
+      if constexpr (kBits == 0) {
+        load_v<kDPL>(reinterpret_cast<const __nv_bfloat16*>(vt + i * vrow) + lane * kDPL, vf);
+      } else {
+        const int g = lane * kDPL / static_cast<int>(a.v_gs);
+        const __nv_bfloat16* sb = vsbt + i * 2 * v_groups;
+        load_v_codes<kDPL, kBits>(vt + i * vrow + lane * kDPL * kBits / 8, __bfloat162float(sb[g]),
+                                  __bfloat162float(sb[v_groups + g]), vf);
+      }
 #pragma unroll
       for (int h = 0; h < kG; ++h) {
         if (h >= G) continue;
@@ -201,41 +292,64 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-template <int kG, int kDPL>
+template <int kG, int kDPL, int kBits>
 void launch_shape(const AttentionArgs& a, const DecodeRow* rows, int64_t n_rows, size_t smem) {
   static const bool opted = [] {  // above 48 KiB (8 heads of 256) a kernel must ask for its shared memory
-    LATHE_CUDA_CHECK(cudaFuncSetAttribute(wide_decode_kernel<kG, kDPL>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                          static_cast<int>(tile_bytes(kG, 32 * kDPL)) + 16 * 1024));
+    LATHE_CUDA_CHECK(cudaFuncSetAttribute(wide_decode_kernel<kG, kDPL, kBits>,
+                                          cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          static_cast<int>(tile_bytes(kG, 32 * kDPL, 0, 0)) + 16 * 1024));
     return true;
   }();
   (void)opted;
   const dim3 grid(static_cast<unsigned>(a.Hkv), static_cast<unsigned>(n_rows));
-  wide_decode_kernel<kG, kDPL><<<grid, kThreads, smem, stream()>>>(a, rows);
+  wide_decode_kernel<kG, kDPL, kBits><<<grid, kThreads, smem, stream()>>>(a, rows);
+}
+
+template <int kG, int kBits>
+void launch_dims(const AttentionArgs& a, const DecodeRow* rows, int64_t n_rows, size_t smem) {
+  if (a.Dv == 256)
+    launch_shape<kG, 8, kBits>(a, rows, n_rows, smem);
+  else if (a.Dv == 128)
+    launch_shape<kG, 4, kBits>(a, rows, n_rows, smem);
+  else
+    launch_shape<kG, 2, kBits>(a, rows, n_rows, smem);
 }
 
 template <int kG>
 void launch_group(const AttentionArgs& a, const DecodeRow* rows, int64_t n_rows, size_t smem) {
-  if (a.Dv == 256)
-    launch_shape<kG, 8>(a, rows, n_rows, smem);
-  else if (a.Dv == 128)
-    launch_shape<kG, 4>(a, rows, n_rows, smem);
+  if (a.kv_bits == 8)
+    launch_dims<kG, 8>(a, rows, n_rows, smem);
+  else if (a.kv_bits == 4)
+    launch_dims<kG, 4>(a, rows, n_rows, smem);
   else
-    launch_shape<kG, 2>(a, rows, n_rows, smem);
+    launch_dims<kG, 0>(a, rows, n_rows, smem);
 }
 
 size_t smem_bytes(const AttentionArgs& a) {
   const int64_t G = a.Hq / a.Hkv;
-  return static_cast<size_t>(tile_bytes(G, a.Dv) + (G * a.D + 2 * kWarps * 8) * int64_t{sizeof(float)});
+  const int64_t v_groups = a.kv_bits ? a.Dv / a.v_gs : 0;
+  return static_cast<size_t>(tile_bytes(G, a.Dv, static_cast<int>(a.kv_bits), v_groups) +
+                             (G * a.D + 2 * kWarps * 8) * int64_t{sizeof(float)});
+}
+
+// Quantized K/V: 4/8-bit codes with bf16 scales and biases, 8 features of a key (and a lane's kDPL values) in one
+// group, whole V rows of 16-byte pieces.
+bool quantized_wide_applies(const AttentionArgs& a) {
+  if (a.kv_bits == 0) return true;
+  const auto group_ok = [](int64_t gs, int64_t n) { return gs >= 8 && gs % 8 == 0 && n % gs == 0; };
+  return (a.kv_bits == 4 || a.kv_bits == 8) && a.k_scales && a.k_biases && a.v_scales && a.v_biases &&
+         group_ok(a.k_gs, a.D) && group_ok(a.v_gs, a.Dv) && (a.Dv * a.kv_bits / 8) % 16 == 0 &&
+         (a.v_s0 * a.kv_bits / 8) % 16 == 0 && (a.v_s1 * a.kv_bits / 8) % 16 == 0 && a.Dv / a.v_gs <= 32;
 }
 }  // namespace
 
 bool decode_attention_wide_applies(const AttentionArgs& a, int64_t n_rows) {
   const int64_t G = a.Hkv > 0 ? a.Hq / a.Hkv : 0;
   // Enough (row, kv head) blocks to cover the chip; fewer leave it idle and the split kernel does better.
-  return n_rows * a.Hkv >= sm_count() && n_rows <= 65535 && a.t == DType::BF16 && a.kv_bits == 0 && G >= 1 && G <= 8 &&
-         G * a.Hkv == a.Hq && a.D % 8 == 0 && a.D >= 8 && a.D <= 256 && (a.Dv == 64 || a.Dv == 128 || a.Dv == 256) &&
-         a.q_s1 % 8 == 0 && a.k_s0 % 8 == 0 && a.k_s1 % 8 == 0 && a.v_s0 % 8 == 0 && a.v_s1 % 8 == 0 &&
-         a.k_s0 < (int64_t{1} << 31) && a.v_s0 < (int64_t{1} << 31);
+  return n_rows * a.Hkv >= sm_count() && n_rows <= 65535 && a.t == DType::BF16 && quantized_wide_applies(a) && G >= 1 &&
+         G <= 8 && G * a.Hkv == a.Hq && a.D % 8 == 0 && a.D >= 8 && a.D <= 256 &&
+         (a.Dv == 64 || a.Dv == 128 || a.Dv == 256) && a.q_s1 % 8 == 0 && a.k_s0 % 8 == 0 && a.k_s1 % 8 == 0 &&
+         a.v_s0 % 8 == 0 && a.v_s1 % 8 == 0 && a.k_s0 < (int64_t{1} << 31) && a.v_s0 < (int64_t{1} << 31);
 }
 
 void decode_attention_wide(const AttentionArgs& a, const DecodeRow* rows, int64_t n_rows) {

@@ -112,6 +112,14 @@ __global__ void bias_kernel(T* y, int64_t N, int64_t total, const float* __restr
   if (i < total) y[i] = from_f<T>(to_f(y[i]) + bias[i % N]);
 }
 
+// One block per segment, 4-byte words (segment sizes and addresses are multiples of 4).
+__global__ void copy_segments_kernel(const CopySegment* __restrict__ segs) {
+  const CopySegment s = segs[blockIdx.x];
+  const auto* src = static_cast<const uint32_t*>(s.src);
+  auto* dst = static_cast<uint32_t*>(s.dst);
+  for (int64_t i = threadIdx.x; i < s.bytes / 4; i += blockDim.x) dst[i] = src[i];
+}
+
 __global__ void copy_rows_kernel(uint32_t* dst, int64_t dst_row, const uint32_t* __restrict__ src, int64_t words,
                                  int64_t row_words, const int64_t* __restrict__ delta) {
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
@@ -208,6 +216,12 @@ void add_bias(void* y, DType t, int64_t M, int64_t N, const float* bias) {
                      bias_kernel<T>
                      <<<blocks_for(total, kThreads), kThreads, 0, stream()>>>(static_cast<T*>(y), N, total, bias));
   check_launch("add_bias");
+}
+
+void copy_segments(const CopySegment* segs, int64_t n) {
+  if (n == 0) return;
+  copy_segments_kernel<<<static_cast<unsigned>(n), kThreads, 0, stream()>>>(segs);
+  check_launch("copy_segments");
 }
 
 void copy_rows(void* dst, int64_t dst_row, const void* src, int64_t n, size_t row_bytes) {

@@ -94,6 +94,14 @@ char* arena_host(GraphArena* a);  // free to write: waits until the last upload 
 char* arena_dev(GraphArena* a);
 void arena_upload(GraphArena* a);  // the whole staging to the device, ordered on the stream
 
+// Many small device-to-device copies in one launch: segs is a device array [n] (sizes and addresses multiples of 4).
+struct CopySegment {
+  const void* src = nullptr;
+  void* dst = nullptr;
+  int64_t bytes = 0;
+};
+void copy_segments(const CopySegment* segs, int64_t n);
+
 // dst rows [dst_row + *step_delta(), + n) = src rows [0, n); rows of row_bytes (a multiple of 4).
 void copy_rows(void* dst, int64_t dst_row, const void* src, int64_t n, size_t row_bytes);
 
