@@ -145,20 +145,28 @@ void SafetensorsWriter::write(const std::string& path) const {
   std::string h = header.dump();
   while ((h.size() + 8) % 8 != 0) h.push_back(' ');  // keep the data section 8-byte aligned
   const std::string tmp = path + ".tmp";
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  // Closes the descriptor and removes the temporary file on every way out but the rename that succeeded (a
+  // failed write, fsync or close, or a fill that throws).
+  struct TmpFile {
+    const std::string& name;
+    int fd;
+    bool keep;
+    ~TmpFile() {
+      if (fd >= 0) ::close(fd);
+      if (!keep) ::unlink(name.c_str());
+    }
+  };
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) throw OsError(tmp, errno);
+  TmpFile file{tmp, fd, false};
   uint64_t at = 0;  // file offset of the next write
   auto write_all = [&](const void* data, size_t size) {
     const char* p = static_cast<const char*>(data);
     while (size > 0) {
       ssize_t n = ::pwrite(fd, p, size, static_cast<off_t>(at));
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0) {
-        int e = errno;
-        ::close(fd);
-        ::unlink(tmp.c_str());
-        throw OsError(tmp + ": write failed", e);
-      }
+      const int e = errno;  // before anything else can change it
+      if (n < 0 && e == EINTR) continue;
+      if (n < 0) throw OsError(tmp + ": write failed", e);
       p += n;
       at += static_cast<uint64_t>(n);
       size -= static_cast<size_t>(n);
@@ -177,16 +185,20 @@ void SafetensorsWriter::write(const std::string& path) const {
     at = data_start + offsets[i];
     write_all(buf.data(), n);
   }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
+  if (::fsync(fd) != 0) {
     const int e = errno;
-    ::unlink(tmp.c_str());
+    throw OsError(tmp + ": fsync/close failed", e);
+  }
+  file.fd = -1;  // closed here whatever close says (a failed close(2) is not retried on Linux)
+  if (::close(fd) != 0) {
+    const int e = errno;
     throw OsError(tmp + ": fsync/close failed", e);
   }
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int e = errno;  // before unlink overwrites it
-    ::unlink(tmp.c_str());
+    const int e = errno;
     throw OsError("rename " + tmp + " -> " + path, e);
   }
+  file.keep = true;
 }
 
 }  // namespace lathe

@@ -21,20 +21,27 @@ StorageFault fault_of_errno(int e) {
   }
 }
 
+// The errno an error carries (an OsError's, a std::system_error's of the generic or system category), 0 if none.
+int errno_carried_by(const std::exception& e) {
+  if (const auto* os = dynamic_cast<const OsError*>(&e)) return os->os_errno();
+  if (const auto* sys = dynamic_cast<const std::system_error*>(&e)) {  // std::filesystem_error among them
+    const auto& cat = sys->code().category();
+    if (cat == std::generic_category() || cat == std::system_category()) return sys->code().value();
+  }
+  return 0;
+}
+
 }  // namespace
 
 // Only the code is read, never the message: an error that carries no errno is not known to be a storage fault.
-StorageFault storage_fault_of(const std::exception& e) {
-  if (const auto* os = dynamic_cast<const OsError*>(&e)) return fault_of_errno(os->os_errno());
-  if (const auto* sys = dynamic_cast<const std::system_error*>(&e)) {  // std::filesystem_error among them
-    const auto& cat = sys->code().category();
-    if (cat == std::generic_category() || cat == std::system_category()) return fault_of_errno(sys->code().value());
-  }
-  return StorageFault::None;
-}
+StorageFault storage_fault_of(const std::exception& e) { return fault_of_errno(errno_carried_by(e)); }
 
 ApiError api_error_from(const std::exception& e) {
   if (const auto* api = dynamic_cast<const ApiError*>(&e)) return *api;
+  // The host ran out of memory (ENOMEM): a condition of the moment, not a fault of the request or a bug.
+  if (errno_carried_by(e) == ENOMEM)
+    return ApiError(503, std::string("the server is out of memory; the request may be retried: ") + e.what(), {},
+                    "insufficient_memory");
   // The message is kept as it is (it names what could not be written, as it always did): the status and the
   // lead say what kind of fault it is.
   switch (storage_fault_of(e)) {

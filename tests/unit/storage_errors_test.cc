@@ -16,6 +16,8 @@
 #include "common/error.h"
 #include "common/fixture_reference.h"
 #include "common/os_error.h"
+#include "io/mapped_file.h"
+#include "io/safetensors.h"
 #include "jobs/event_log.h"
 #include "jobs/job_store.h"
 #include "lab/quantize/quantize_options.h"
@@ -86,6 +88,53 @@ TEST(StorageErrors, FullIs507ReadOnlyAndDeniedSaySoOtherIoIsNotInternal) {
   EXPECT_EQ(openai_error_body(full)["error"]["type"], "server_error");
   EXPECT_EQ(openai_error_body(full)["error"]["code"], "insufficient_storage");
   EXPECT_EQ(anthropic_error_body(full)["error"]["type"], "api_error");
+}
+
+TEST(StorageErrors, OutOfMemoryIs503InsufficientMemoryAndSaysItMayBeRetried) {
+  const ApiError a = api_error_from(OsError("x.safetensors: mmap failed", ENOMEM));
+  EXPECT_EQ(a.status(), 503);
+  EXPECT_EQ(a.code(), "insufficient_memory");
+  EXPECT_TRUE(storage_msg_starts_with(a.what(), "the server is out of memory; the request may be retried: "))
+      << a.what();
+  EXPECT_NE(std::string(a.what()).find("x.safetensors: mmap failed"), std::string::npos) << a.what();
+  EXPECT_EQ(storage_fault_of(OsError("x", ENOMEM)), StorageFault::None);
+  // A std::system_error's errno counts too; an Io error without one is read by its code, never its words.
+  EXPECT_EQ(api_error_from(std::system_error(std::error_code(ENOMEM, std::generic_category()), "x")).status(), 503);
+  EXPECT_EQ(api_error_from(Error(ErrorKind::Io, "x: Cannot allocate memory")).code(), "io_error");
+  EXPECT_EQ(openai_error_body(a)["error"]["type"], "server_error");
+  EXPECT_EQ(openai_error_body(a)["error"]["code"], "insufficient_memory");
+  EXPECT_EQ(anthropic_error_body(a)["error"]["type"], "api_error");
+}
+
+// Open descriptors of this process.
+size_t storage_open_fds() {
+  size_t n = 0;
+  for ([[maybe_unused]] const auto& entry : fs::directory_iterator("/proc/self/fd")) ++n;
+  return n;
+}
+
+TEST(StorageErrors, AnAtomicWriteThatFailsClosesItsFileAndLeavesNoTemporary) {
+  kvtest::TempDir dir;
+  // A safetensors fill that throws halfway: the descriptor is closed and the temporary file removed.
+  SafetensorsWriter w;
+  w.add("a", DType::F32, Shape{4}, [](void* dst) { std::memset(dst, 0, 16); });
+  w.add("b", DType::F32, Shape{4}, [](void*) { throw Error(ErrorKind::Internal, "fill failed"); });
+  const size_t fds = storage_open_fds();
+  EXPECT_THROW(w.write(dir.path + "/m.safetensors"), Error);
+  EXPECT_EQ(storage_open_fds(), fds);
+  EXPECT_FALSE(fs::exists(dir.path + "/m.safetensors.tmp"));
+  EXPECT_FALSE(fs::exists(dir.path + "/m.safetensors"));
+  // A rename onto a non-empty folder fails: an OsError with the errno, no temporary file left, no descriptor.
+  fs::create_directories(dir.path + "/taken/x");
+  const std::string text = "{}";
+  try {
+    write_file_atomic(dir.path + "/taken", text.data(), text.size());
+    ADD_FAILURE() << "nothing thrown";
+  } catch (const OsError& e) {
+    EXPECT_NE(e.os_errno(), 0) << e.what();
+  }
+  EXPECT_EQ(storage_open_fds(), fds);
+  EXPECT_FALSE(fs::exists(dir.path + "/taken.tmp"));
 }
 
 TEST(StorageErrors, AWriteToAFullDeviceIs507) {

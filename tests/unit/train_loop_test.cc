@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -15,6 +16,7 @@
 
 #include "chat/chat_template.h"
 #include "common/error.h"
+#include "common/os_error.h"
 #include "io/mapped_file.h"
 #include "lab/train/adapter_writer.h"
 #include "lab/train/lora_init.h"
@@ -683,6 +685,24 @@ TEST(TrainLoop, PackedSftLearnsAndReportsItsPacking) {
   EXPECT_LE(first["packing"]["pad_tokens"].get<int64_t>(), first["packing"]["unpacked_pad_tokens"].get<int64_t>());
   const auto cfg = ojson::parse(read_text_file(c.adapter_path + "/adapter_config.json"));
   EXPECT_EQ(cfg["training"]["pack"], true);
+}
+
+TEST(TrainLoop, AMetricsLineTheDiskCannotTakeFailsTheRunWithTheErrno) {
+  ScratchDir d;
+  fs::create_directories(d.str("data"));
+  write_sft_task(d.str("data"));
+  auto c = loop_config(d, train::Method::Sft);
+  c.iters = 2;
+  // /dev/full opens and answers every write with ENOSPC, as a full disk does.
+  fs::create_directories(c.adapter_path);
+  fs::create_symlink("/dev/full", c.adapter_path + "/metrics.jsonl");
+  try {
+    run_loop(c);
+    ADD_FAILURE() << "the run went on without its metrics";
+  } catch (const OsError& e) {
+    EXPECT_EQ(e.os_errno(), ENOSPC) << e.what();
+    EXPECT_NE(std::string(e.what()).find("metrics.jsonl"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

@@ -58,7 +58,7 @@ LossResult method_loss(const TrainConfig& c, LoraGradientEngine& engine, const s
 // Appends one JSON line to metrics.jsonl (a log, not a document: appended and flushed line by line).
 class MetricsFile {
  public:
-  explicit MetricsFile(const std::string& path) {
+  explicit MetricsFile(const std::string& path) : path_(path) {
     errno = 0;
     out_.open(path, std::ios::app | std::ios::binary);
     if (!out_) {
@@ -68,12 +68,21 @@ class MetricsFile {
       throw Error(ErrorKind::Io, what);
     }
   }
+  // A line the disk cannot take fails the run (a full disk is a storage error, not metrics silently lost).
   void write(const ojson& j) {
-    out_ << j.dump() << '\n';
-    out_.flush();
+    const std::string line = j.dump() + '\n';
+    errno = 0;
+    out_.write(line.data(), static_cast<std::streamsize>(line.size()));
+    if (out_) out_.flush();
+    if (!out_) {
+      const int err = errno;  // what the write(2) under the stream said, if it got that far
+      if (err != 0) throw OsError(path_ + ": cannot append a line", err);
+      throw Error(ErrorKind::Io, path_ + ": cannot append a line");
+    }
   }
 
  private:
+  std::string path_;
   std::ofstream out_;
 };
 
