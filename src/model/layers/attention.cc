@@ -116,6 +116,14 @@ Tensor Attention::decode_heads(const Tensor& y, LayerCache& cache, KVView* kv_ou
     if (kv_out) *kv_out = kv;
     return attend_heads(q, Tensor(), kv, pos0);
   }
+  if (y.device() != Device::CPU) {  // a quantized cache: the batched steps' append, so they stay bitwise this
+    std::vector<KVView> views;
+    const Tensor heads = decode_rows_quantized(y, {&cache}, {pos0}, kv_out ? &views : nullptr);
+    if (heads.defined()) {
+      if (kv_out) *kv_out = views[0];
+      return heads;
+    }
+  }
   Tensor gate, k, v;
   const Tensor q = project_q(y.slice(1, 0, qo), pos0, &gate);
   project_kv(y.slice(1, qo, qo + ko), spec_.k_eq_v ? Tensor() : y.slice(1, qo + ko, qo + 2 * ko), pos0, k, v);
@@ -173,10 +181,11 @@ int64_t batched_quantized_kv_appends() { return g_batched_quantized_appends.load
 Tensor Attention::decode_rows_quantized(const Tensor& y, const std::vector<LayerCache*>& caches,
                                         const std::vector<int64_t>& pos, std::vector<KVView>* kv_out) const {
   // Per row, update() projected, quantized and appended with ~12 launches a layer: 64 rows of Qwen3-4B with
-  // 8-bit K/V decoded at 486-628 tok/s against 8,573 with bf16 K/V (H100). Wide steps only: their rows are not
-  // bitwise their solo steps anyway, and the fused norm + RoPE is not bitwise project_q/project_kv.
+  // 8-bit K/V decoded at 486-628 tok/s against 8,573 with bf16 K/V (H100). Solo steps (decode_heads) take this
+  // path too, so a batched row stays bitwise its solo step: the fused norm + RoPE of a row is the same in both,
+  // and quantization is per row and group.
   const int64_t B = static_cast<int64_t>(caches.size());
-  if (!direct_ || B <= exact_batched_decode_rows() || !copy_segments_available(y.device())) return Tensor();
+  if (!direct_ || B == 0 || batch_graph_capturing() || !copy_segments_available(y.device())) return Tensor();
   std::vector<QuantizedKVCache*> qc(caches.size());
   for (size_t r = 0; r < caches.size(); ++r) {
     qc[r] = dynamic_cast<QuantizedKVCache*>(caches[r]);

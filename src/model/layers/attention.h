@@ -80,9 +80,9 @@ class Attention {
   // its decode_heads() result. Returns [B, heads · head_dim].
   Tensor decode_rows(const Tensor& y, const std::vector<LayerCache*>& caches, std::vector<KVView>* kv_out) const;
   AttentionParams params() const;  // scale, softcap and window of this layer's attention
-  // decode_rows over quantized caches in a step wider than the bitwise rows: one batched norm + RoPE into
-  // staging rows, one quantization, one batched copy into every cache's next row. Undefined where it does not
-  // apply (nothing changed then).
+  // A device decode step (solo or batched) over quantized caches: one batched norm + RoPE into staging rows,
+  // one quantization, one batched copy into every cache's next row. Undefined where it does not apply (nothing
+  // changed then).
   Tensor decode_rows_quantized(const Tensor& y, const std::vector<LayerCache*>& caches, const std::vector<int64_t>& pos,
                                std::vector<KVView>* kv_out) const;
   // The batched decode attention over the rows' q and cache views (per-row launches where it does not apply).
