@@ -32,6 +32,7 @@ namespace {
 using namespace lathe;
 using Clock = std::chrono::steady_clock;
 double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
+CacheOptions g_cache;  // --kv-bits: every sequence's K/V storage
 
 std::vector<int32_t> random_ids(int64_t n, int64_t vocab, uint32_t seed) {
   std::mt19937 rng(seed);
@@ -45,7 +46,7 @@ std::vector<int32_t> random_ids(int64_t n, int64_t vocab, uint32_t seed) {
 double prefill_ms(Model& m, const std::vector<int32_t>& ids, int reps) {
   std::vector<double> t;
   for (int r = 0; r < reps; ++r) {
-    CacheList cache = m.make_cache();
+    CacheList cache = m.make_cache(g_cache);
     const auto t0 = Clock::now();
     (void)argmax_rows(m.forward(ids, cache, false));
     t.push_back(ms_since(t0));
@@ -55,7 +56,7 @@ double prefill_ms(Model& m, const std::vector<int32_t>& ids, int reps) {
 }
 
 nlohmann::json decode(Model& m, int64_t ctx, int steps, int64_t vocab) {
-  CacheList cache = m.make_cache();
+  CacheList cache = m.make_cache(g_cache);
   int32_t next = argmax_rows(m.forward(random_ids(ctx, vocab, 5), cache, false))[0];
   // Warm-up: the first step may grow the cache (a new KV block), the next captures the decode graph.
   for (int i = 0; i < 2; ++i) next = argmax_rows(m.forward({next}, cache, false))[0];
@@ -85,7 +86,7 @@ nlohmann::json decode_batched(Model& m, int64_t ctx, int batch, int steps, int64
   std::vector<std::vector<int32_t>> toks(B);
   auto prompt = [&](size_t b) { return random_ids(ctx, vocab, 7 + static_cast<uint32_t>(b)); };
   for (size_t b = 0; b < B; ++b) {
-    caches[b] = m.make_cache();
+    caches[b] = m.make_cache(g_cache);
     toks[b].push_back(argmax_rows(m.forward(prompt(b), caches[b], false))[0]);
   }
   auto last_tokens = [&] {  // one decode row per sequence, fed its last token
@@ -118,7 +119,7 @@ nlohmann::json decode_batched(Model& m, int64_t ctx, int batch, int steps, int64
   std::sort(host.begin(), host.end());
   bool equal = true;
   for (size_t b : {size_t{0}, B - 1}) {
-    CacheList solo = m.make_cache();
+    CacheList solo = m.make_cache(g_cache);
     std::vector<int32_t> t{argmax_rows(m.forward(prompt(b), solo, false))[0]};
     while (t.size() < toks[b].size()) t.push_back(argmax_rows(m.forward({t.back()}, solo, false))[0]);
     equal = equal && t == toks[b];
@@ -157,6 +158,7 @@ int main(int argc, char** argv) {
     if (!std::strcmp(argv[i], "--decode-steps")) steps = std::atoi(argv[i + 1]);
     if (!std::strcmp(argv[i], "--batch-steps")) batch_steps = std::max(1, std::atoi(argv[i + 1]));
     if (!std::strcmp(argv[i], "--decode-only")) decode_only = std::atoll(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--kv-bits")) g_cache.kv_bits = std::atoi(argv[i + 1]);
     if (!std::strcmp(argv[i], "--batch"))
       for (const char* p = argv[i + 1]; *p; ++p)
         if (p == argv[i + 1] || p[-1] == ',') batches.push_back(std::atoi(p));
@@ -165,7 +167,7 @@ int main(int argc, char** argv) {
     std::fprintf(
         stderr,
         "usage: cuda_e2e --model DIR [--dtype bf16|f32] [--decode-steps N] [--decode-only CTX] [--batch 1,8,32] "
-        "[--batch-steps 32] [--dense-weights auto|on|off|BYTES]\n");
+        "[--batch-steps 32] [--dense-weights auto|on|off|BYTES] [--kv-bits 0|4|8]\n");
     return 2;
   }
   if (!cuda_available()) {
@@ -190,7 +192,10 @@ int main(int argc, char** argv) {
                             {"over_budget", d.over_budget}};
     };
     if (!batches.empty()) {
-      nlohmann::json out = {{"model", dir}, {"dtype", dtype}, {"weights_device_mib", weights_bytes / 1048576.0}};
+      nlohmann::json out = {{"model", dir},
+                            {"dtype", dtype},
+                            {"kv_bits", g_cache.kv_bits},
+                            {"weights_device_mib", weights_bytes / 1048576.0}};
       for (int b : batches) {
         if (b < 1) continue;
         out["batched_decode"].push_back(decode_batched(*model, 128, b, batch_steps, vocab));

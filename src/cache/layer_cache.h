@@ -42,6 +42,16 @@ struct DirectRow {
   int64_t row = 0;
 };
 
+// Where one token's row of a quantized cache goes (QuantizedKVCache): the token's row in each of the six parts
+// (key codes, scales, biases, value codes, scales, biases), the bytes of a row of each, and each part's row 0
+// (attention reads rows [0, row] of the same buffers).
+struct QuantizedRowDest {
+  void* dst[6] = {};
+  int64_t bytes[6] = {};
+  const void* base[6] = {};
+  int64_t row = 0;
+};
+
 class LayerCache {
  public:
   virtual ~LayerCache() = default;
@@ -78,6 +88,8 @@ class LayerCache {
     (void)like;
     return std::nullopt;
   }
+  // graph_append for caches that store rows quantized: where the token's row goes, the token counted at once.
+  virtual std::optional<QuantizedRowDest> graph_append_quantized() { return std::nullopt; }
   // Prefix sharing (the prompt cache's RAM tier, kv_block_pool.h): a cache of this one's first `tokens` tokens
   // that maps the same memory copy-on-write; false / null for kinds and caches that cannot (contiguous buffers,
   // rings, SSM states).

@@ -121,16 +121,35 @@ RowTensors QuantizedKVCache::quantize(const Tensor& k, const Tensor& v) const {
   return quantize_kv(k, v, bits_, group_size_);
 }
 
-std::optional<QuantizedKVCache::RowDest> QuantizedKVCache::next_row() {
+std::optional<QuantizedRowDest> QuantizedKVCache::next_row() {
   if (!decided_ || paged_ || !buf_.defined()) return std::nullopt;
   grow(buf_, offset_ + 1);
-  RowDest d;
+  QuantizedRowDest d;
+  d.row = offset_;
   for (size_t i = 0; i < 6; ++i) {
     const Tensor& part = buf_.parts[i];
     if (!part.is_contiguous() || part.dim(0) == 0) return std::nullopt;
     d.bytes[i] = static_cast<int64_t>(part.nbytes()) / part.dim(0);
+    d.base[i] = part.raw();
     d.dst[i] = static_cast<char*>(part.raw()) + offset_ * d.bytes[i];
   }
+  return d;
+}
+
+bool QuantizedKVCache::graph_appendable() const {
+  return decided_ && !paged_ && buf_.defined() && buf_.parts[0].device() != Device::CPU;
+}
+
+bool QuantizedKVCache::graph_prepare() {
+  if (!graph_appendable()) return false;
+  grow(buf_, offset_ + 1);
+  return true;
+}
+
+std::optional<QuantizedRowDest> QuantizedKVCache::graph_append_quantized() {
+  if (!graph_appendable()) return std::nullopt;
+  auto d = next_row();
+  if (d) ++offset_;
   return d;
 }
 

@@ -35,14 +35,14 @@ class QuantizedKVCache : public LayerCache {
   // k/v [T, Hkv, D] quantized as update() stores them: the six row tensors [T, Hkv, ...].
   RowTensors quantize(const Tensor& k, const Tensor& v) const;
   // A batched device decode step (model/layers/attention.cc) writes many caches' next rows with one launch:
-  // next_row() makes room for one more token and says where its six parts go (bytes per part); nullopt where
-  // the rows are paged (CPU) or no rows have arrived yet. commit_row() then counts that token, as update().
-  struct RowDest {
-    void* dst[6];
-    int64_t bytes[6];
-  };
-  std::optional<RowDest> next_row();
+  // next_row() makes room for one more token and says where its six parts go; nullopt where the rows are paged
+  // (CPU) or no rows have arrived yet. commit_row() then counts that token, as update().
+  std::optional<QuantizedRowDest> next_row();
   KVView commit_row();
+  // Batched decode graphs (model/batch_graph.h): contiguous device rows only.
+  bool graph_appendable() const override;
+  bool graph_prepare() override;
+  std::optional<QuantizedRowDest> graph_append_quantized() override;
   const PagedRows* paged_rows() const { return paged_.get(); }  // tests, statistics
 
  private:

@@ -7,6 +7,7 @@
 #include <unordered_map>
 #include <utility>
 
+#include "cache/quantized_kv_cache.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "tensor/dense_weights.h"
@@ -41,13 +42,29 @@ void set_batch_graphs_enabled(bool on) { g_enabled.store(on ? 1 : 0, std::memory
 
 int64_t batch_graph_replays() { return g_replays.load(std::memory_order_relaxed); }
 
+namespace {
+// The K/V storage a row's caches were made with (the graph's kernels and the padding rows' caches follow it).
+CacheOptions storage_of(const CacheList& caches) {
+  CacheOptions o;
+  if (const auto* q = caches.empty() ? nullptr : dynamic_cast<const QuantizedKVCache*>(caches[0].get())) {
+    o.kv_bits = q->bits();
+    o.kv_group_size = q->group_size();
+  }
+  return o;
+}
+bool same_storage(const CacheOptions& a, const CacheOptions& b) {
+  return a.kv_bits == b.kv_bits && (a.kv_bits == 0 || a.kv_group_size == b.kv_group_size);
+}
+}  // namespace
+
 #ifdef LATHE_HAVE_CUDA
 namespace {
 
 // The bucket a step of n rows runs in (0: none, run eagerly). Powers of two up to 8 keep batches of ≤ 8 rows
 // on the kernels that give each row its solo result (exact_decode_rows); wider steps pad by at most a third.
+// One row: solo steps over caches the single-step graph cannot replay (quantized K/V).
 int64_t bucket_for(int64_t n) {
-  static constexpr int64_t kBuckets[] = {2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256};
+  static constexpr int64_t kBuckets[] = {1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256};
   for (int64_t b : kBuckets)
     if (n <= b) return b;
   return 0;
@@ -75,8 +92,9 @@ struct BatchGraphs::Entry {
   int64_t dense_generation = 0;  // dense_weights_generation() at the capture
   struct Layer {
     size_t layer = 0;
-    size_t append = 0, attention = 0;  // table offsets in the arena
-    Tensor like;                       // [1, Hkv, D] in the K/V type
+    size_t append = 0, attention = 0, copies = 0;  // table offsets in the arena (copies: quantized caches)
+    bool quantized = false;
+    Tensor like;  // [1, Hkv, D] in the K/V type
   };
   std::vector<Layer> layers;
   std::unordered_map<const LayerCache*, size_t> where;  // capture only: a real row's cache -> its layer
@@ -108,12 +126,15 @@ BatchGraphs::~BatchGraphs() = default;
 
 bool BatchGraphs::eligible(const RowSpans& s) {
 #ifdef LATHE_HAVE_CUDA
-  if (!batch_graphs_enabled() || s.rows() < 2 || s.logit_rows.size() != s.rows() ||
+  if (!batch_graphs_enabled() || s.rows() < 1 || s.logit_rows.size() != s.rows() ||
       s.tokens() != static_cast<int64_t>(s.rows()))
     return false;
-  for (size_t r = 0; r < s.rows(); ++r)
+  const CacheOptions storage = storage_of(*s.caches[0]);
+  for (size_t r = 0; r < s.rows(); ++r) {
+    if (r > 0 && !same_storage(storage_of(*s.caches[r]), storage)) return false;
     for (const auto& c : *s.caches[r])
       if (!c->graph_appendable()) return false;
+  }
   return true;
 #else
   (void)s;
@@ -127,7 +148,7 @@ BatchGraphLayer batch_graph_layer(const std::vector<LayerCache*>& caches, const 
   LATHE_CHECK(e, "batch_graph_layer outside a capture");
   if (caches.size() != static_cast<size_t>(e->rows) || caches.empty())
     throw Error(ErrorKind::Unsupported, "batch graph: a layer's rows are not the step's");
-  const auto at = e->where.find(caches[0]);  // row 0 is a real row (≥ 2 rows, padding last)
+  const auto at = e->where.find(caches[0]);  // row 0 is a real row (padding last)
   if (at == e->where.end() || !e->capturing)
     throw Error(ErrorKind::Unsupported, "batch graph: a layer cache not in the step");
   const size_t layer = at->second;
@@ -139,11 +160,25 @@ BatchGraphLayer batch_graph_layer(const std::vector<LayerCache*>& caches, const 
   L.layer = layer;
   L.append = e->used;
   L.attention = align_up(L.append + n * sizeof(cuda::AppendRow));
-  e->used = align_up(L.attention + n * sizeof(cuda::DecodeRow));
+  L.copies = align_up(L.attention + n * sizeof(cuda::DecodeRow));
+  e->used = align_up(L.copies + 6 * n * sizeof(cuda::CopySegment));
   if (e->used > e->arena_bytes) throw Error(ErrorKind::Unsupported, "batch graph: more attention layers than planned");
   L.like = Tensor::empty(like.shape(), like.dtype(), like.device());
   BatchGraphLayer out;
+  out.quantized = dynamic_cast<const QuantizedKVCache*>(caches[0]);
+  L.quantized = out.quantized != nullptr;
   for (LayerCache* c : caches) {
+    if (L.quantized) {
+      // Room for the token and a view over the rows attention reads (what a replay then rewrites in the table).
+      auto* q = dynamic_cast<QuantizedKVCache*>(c);
+      const auto d = q && q->bits() == out.quantized->bits() && q->group_size() == out.quantized->group_size()
+                         ? q->next_row()
+                         : std::nullopt;
+      if (!d) throw Error(ErrorKind::Unsupported, "batch graph: a quantized cache cannot take graph rows");
+      out.qrows.push_back(*d);
+      out.qviews.push_back(q->commit_row());
+      continue;
+    }
     auto slot = c->graph_append(L.like);
     if (!slot) throw Error(ErrorKind::Unsupported, "batch graph: a cache cannot take graph rows");
     out.rows.push_back(*slot);
@@ -154,6 +189,8 @@ BatchGraphLayer batch_graph_layer(const std::vector<LayerCache*>& caches, const 
   out.append.dev = dev + L.append;
   out.attention.host = host + L.attention;
   out.attention.dev = dev + L.attention;
+  out.copies.host = host + L.copies;
+  out.copies.dev = dev + L.copies;
   e->layers.push_back(std::move(L));
   return out;
 }
@@ -162,7 +199,8 @@ Tensor BatchGraphs::run(const RowSpans& s, const Step& step, const MakeCache& ma
   const int64_t B = static_cast<int64_t>(s.rows());
   const int64_t bucket = bucket_for(B);
   if (!bucket) return step(s);
-  auto& slot = buckets_[bucket];
+  const CacheOptions storage = storage_of(*s.caches[0]);
+  auto& slot = buckets_[{bucket, storage.kv_bits, storage.kv_bits ? storage.kv_group_size : 0}];
   if (!slot) {
     slot = std::make_unique<Entry>();
     slot->rows = bucket;
@@ -176,7 +214,10 @@ Tensor BatchGraphs::run(const RowSpans& s, const Step& step, const MakeCache& ma
   }
   // The padding rows share one cache list of their own, emptied before every step: the k-th takes its row k
   // (a bucket pads fewer rows than one buffer of kKvGrowStep holds, so it never grows in a replay).
-  if (bucket > B && pad_.empty()) pad_ = make_cache();
+  if (bucket > B && (pad_.empty() || !same_storage(pad_options_, storage))) {
+    pad_ = make_cache(storage);
+    pad_options_ = storage;
+  }
   for (auto& c : pad_) c->trim(c->offset());
   RowSpans p = s;
   for (int64_t i = 0; i < bucket - B; ++i) {
@@ -204,6 +245,24 @@ Tensor BatchGraphs::run_bucket(Entry& e, const RowSpans& p, const Step& step) {
     for (const Entry::Layer& L : e.layers) {
       auto* app = reinterpret_cast<cuda::AppendRow*>(host + L.append);
       auto* att = reinterpret_cast<cuda::DecodeRow*>(host + L.attention);
+      if (L.quantized) {  // the append writes staging rows (fixed in the graph) at the rows' positions
+        auto* cp = reinterpret_cast<cuda::CopySegment*>(host + L.copies);
+        for (size_t r = 0; r < n; ++r) {
+          const auto d = (*p.caches[r])[L.layer]->graph_append_quantized();
+          LATHE_CHECK(d, "batch graph: a quantized cache stopped taking graph rows");
+          app[r].pos0 = d->row;
+          for (size_t i = 0; i < 6; ++i) cp[i * n + r].dst = d->dst[i];
+          att[r].k = d->base[0];
+          att[r].k_scales = d->base[1];
+          att[r].k_biases = d->base[2];
+          att[r].v = d->base[3];
+          att[r].v_scales = d->base[4];
+          att[r].v_biases = d->base[5];
+          att[r].S = d->row + 1;
+          att[r].q_pos0 = d->row;
+        }
+        continue;
+      }
       for (size_t r = 0; r < n; ++r) {
         const auto slot = (*p.caches[r])[L.layer]->graph_append(L.like);
         LATHE_CHECK(slot, "batch graph: a cache stopped taking graph rows");
@@ -241,7 +300,8 @@ Tensor BatchGraphs::run_bucket(Entry& e, const RowSpans& p, const Step& step) {
     }
   e.capturing = &p;
   e.arena_bytes = align_up(n * sizeof(int32_t)) +
-                  layers * (align_up(n * sizeof(cuda::AppendRow)) + align_up(n * sizeof(cuda::DecodeRow)));
+                  layers * (align_up(n * sizeof(cuda::AppendRow)) + align_up(n * sizeof(cuda::DecodeRow)) +
+                            align_up(6 * n * sizeof(cuda::CopySegment)));
   e.used = align_up(n * sizeof(int32_t));
   e.layers.clear();
   try {

@@ -82,6 +82,16 @@ Tensor DecoderModel::forward(const std::vector<int32_t>& ids, CacheList& caches,
   // serve them (the graph then reads that slot's device descriptors and holds the table they live in).
   if (ids.size() == 1 && !all_logits) {
     lora::GraphUse g = lora::graph_use();
+    // Caches the single-step graph cannot replay in place (quantized K/V) may take a batch graph of one row.
+    const bool in_place =
+        std::all_of(caches.begin(), caches.end(), [](const auto& c) { return c->replay_buffer() != nullptr; });
+    if (g.ok && !g.key && !in_place && batched_decode_enabled()) {
+      const RowSpans s = single_row(ids, caches, false);
+      if (BatchGraphs::eligible(s))
+        return batch_graphs_.run(
+            s, [this](const RowSpans& rows) { return forward_rows(rows); },
+            [this](const CacheOptions& o) { return make_cache(o); });
+    }
     if (g.ok)
       return step_graph_.run(
           ids[0], caches, [&] { return forward_tokens(ids, caches, false); }, g.key, std::move(g.hold));
@@ -104,7 +114,8 @@ Tensor DecoderModel::forward(const Batch& batch) {
   }
   if (graphs)
     return batch_graphs_.run(
-        s, [this](const RowSpans& rows) { return forward_rows(rows); }, [this] { return make_cache(CacheOptions{}); });
+        s, [this](const RowSpans& rows) { return forward_rows(rows); },
+        [this](const CacheOptions& o) { return make_cache(o); });
   return forward_rows(s);
 }
 

@@ -360,8 +360,9 @@ std::vector<int32_t> sample_rows(const Tensor& x, const std::vector<RowSampling>
   return std::vector<int32_t>(h, h + n);
 }
 
-void copy_segments(const std::vector<CopySegment>& segs) {
+void copy_segments(const std::vector<CopySegment>& segs, const GraphTable* table) {
   if (segs.empty()) return;
+  LATHE_CHECK(table || !cuda::capturing(), "copy_segments: a captured copy needs a table its replays rewrite");
   std::vector<cuda::CopySegment> host(segs.size());
   for (size_t i = 0; i < segs.size(); ++i) {
     const CopySegment& s = segs[i];
@@ -371,6 +372,11 @@ void copy_segments(const std::vector<CopySegment>& segs) {
     host[i] = {s.src, s.dst, s.bytes};
   }
   const size_t bytes = host.size() * sizeof(cuda::CopySegment);
+  if (table) {
+    std::memcpy(table->host, host.data(), bytes);
+    cuda::copy_segments(static_cast<const cuda::CopySegment*>(table->dev), static_cast<int64_t>(host.size()));
+    return;
+  }
   Tensor dev = Tensor::empty({static_cast<int64_t>(bytes)}, DType::U8, Device::CUDA);
   cuda::upload_async(dev.raw(), host.data(), bytes);
   cuda::copy_segments(static_cast<const cuda::CopySegment*>(dev.raw()), static_cast<int64_t>(host.size()));

@@ -37,7 +37,7 @@ void apply_logit_edits(Tensor& x, const std::vector<LogitEdit>& edits);
 void apply_token_masks(Tensor& x, const std::vector<int32_t>& rows, const std::vector<uint64_t>& bits);
 std::vector<int32_t> sample_rows(const Tensor& x, const std::vector<RowSampling>& rows, std::vector<float>& logprobs);
 void copy_rows(void* dst, int64_t dst_row, const void* src_rows, int64_t n, size_t row_bytes);
-void copy_segments(const std::vector<CopySegment>& segs);
+void copy_segments(const std::vector<CopySegment>& segs, const GraphTable* table);
 
 // Newer families and cache kinds (ops_cuda_models.cc).
 Tensor convert(const Tensor& x, DType t);

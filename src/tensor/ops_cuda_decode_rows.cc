@@ -36,9 +36,10 @@ Tensor attention_decode_rows(const std::vector<DecodeKV>& rows, const AttentionP
     if (q.device() != Device::CUDA || q.dtype() != DType::BF16 || q.ndim() != 3 || q.dim(0) != 1 || !q.is_contiguous())
       return Tensor();
     cuda::AttentionArgs ai;
-    // Quantized rows are read in place by either kernel; a captured step (whose replays rewrite a table of
-    // dense rows) or LATHE_CUDA_KV_IN_PLACE=0 dequantizes them (to q's type, as attention_quantized's fallback).
-    const bool in_place = row.quantized && all_quantized && !table && cuda::kv_in_place_on();
+    // Quantized rows are read in place by either kernel (a captured step's replays rewrite their codes, scales
+    // and biases in the table); LATHE_CUDA_KV_IN_PLACE=0 dequantizes them (to q's type, as attention_quantized's
+    // fallback), outside captures.
+    const bool in_place = row.quantized && all_quantized && cuda::kv_in_place_on();
     const Tensor* kp = row.k;
     const Tensor* vp = row.v;
     if (row.quantized && !in_place) {

@@ -134,10 +134,11 @@ bool copy_segments_available(Device d) {
 #endif
 }
 
-void copy_segments(const std::vector<CopySegment>& segs) {
+void copy_segments(const std::vector<CopySegment>& segs, const GraphTable* table) {
 #ifdef LATHE_HAVE_CUDA
-  gpu::copy_segments(segs);
+  gpu::copy_segments(segs, table);
 #else
+  (void)table;
   LATHE_CHECK(segs.empty(), "copy_segments: no device backend in this build");
 #endif
 }

@@ -78,7 +78,8 @@ struct CopySegment {
 };
 // Whether copy_segments can serve device pointers here (a CUDA build with a device in use).
 bool copy_segments_available(Device d);
-void copy_segments(const std::vector<CopySegment>& segs);
+// table: under a batched graph capture, where the segment list goes (replays rewrite its destinations).
+void copy_segments(const std::vector<CopySegment>& segs, const GraphTable* table = nullptr);
 // Rows a batched device decode step may have and stay bitwise its rows' solo steps (0 without CUDA).
 int64_t exact_batched_decode_rows();
 

@@ -191,30 +191,16 @@ Tensor Attention::decode_rows_quantized(const Tensor& y, const std::vector<Layer
     qc[r] = dynamic_cast<QuantizedKVCache*>(caches[r]);
     if (!qc[r] || qc[r]->bits() != qc[0]->bits() || qc[r]->group_size() != qc[0]->group_size()) return Tensor();
   }
-  std::vector<QuantizedKVCache::RowDest> dest(caches.size());
+  std::vector<QuantizedRowDest> dest(caches.size());
   for (size_t r = 0; r < caches.size(); ++r) {
     const auto d = qc[r]->next_row();  // (room made for a row that is not counted yet changes nothing)
     if (!d) return Tensor();
     dest[r] = *d;
   }
-  Tensor ks = Tensor::empty({B, spec_.kv_heads, spec_.head_dim}, y.dtype(), y.device());
-  Tensor vs = Tensor::empty({B, spec_.kv_heads, spec_.head_dim}, y.dtype(), y.device());
-  std::vector<AppendSlot> slots(caches.size());
-  for (size_t r = 0; r < caches.size(); ++r) slots[r] = {&ks, &vs, static_cast<int64_t>(r), pos[r]};
-  const Tensor q_all = qkv_rope_append_rows(y, direct_step_, spec_.rope, slots);
+  Tensor ks, vs;
+  const Tensor q_all = stage_rows(y, pos, nullptr, ks, vs);
   if (!q_all.defined()) return Tensor();
-  const RowTensors quantized = qc[0]->quantize(ks, vs);
-  std::vector<CopySegment> segs;
-  segs.reserve(6 * caches.size());
-  for (size_t i = 0; i < 6; ++i) {
-    const Tensor& part = quantized.parts[i];
-    const int64_t bytes = static_cast<int64_t>(part.nbytes()) / B;
-    for (size_t r = 0; r < caches.size(); ++r) {
-      LATHE_CHECK(dest[r].bytes[i] == bytes, "quantized KV rows: a cache's row does not match the step's");
-      segs.push_back({static_cast<const char*>(part.raw()) + static_cast<int64_t>(r) * bytes, dest[r].dst[i], bytes});
-    }
-  }
-  copy_segments(segs);
+  copy_quantized_rows(qc[0]->quantize(ks, vs), dest, nullptr);
   g_batched_quantized_appends.fetch_add(1, std::memory_order_relaxed);
   std::vector<KVView> views(caches.size());
   std::vector<DecodeKV> rows(caches.size());
@@ -225,8 +211,50 @@ Tensor Attention::decode_rows_quantized(const Tensor& y, const std::vector<Layer
   return attend_rows(rows, views, pos, kv_out);
 }
 
+Tensor Attention::stage_rows(const Tensor& y, const std::vector<int64_t>& pos, const GraphTable* table, Tensor& ks,
+                             Tensor& vs) const {
+  const int64_t B = y.dim(0);
+  ks = Tensor::empty({B, spec_.kv_heads, spec_.head_dim}, y.dtype(), y.device());
+  vs = Tensor::empty({B, spec_.kv_heads, spec_.head_dim}, y.dtype(), y.device());
+  std::vector<AppendSlot> slots(pos.size());
+  for (size_t r = 0; r < pos.size(); ++r) slots[r] = {&ks, &vs, static_cast<int64_t>(r), pos[r]};
+  return qkv_rope_append_rows(y, direct_step_, spec_.rope, slots, table);
+}
+
+void Attention::copy_quantized_rows(const RowTensors& quantized, const std::vector<QuantizedRowDest>& dest,
+                                    const GraphTable* table) {
+  const int64_t B = static_cast<int64_t>(dest.size());
+  std::vector<CopySegment> segs;
+  segs.reserve(6 * dest.size());
+  for (size_t i = 0; i < 6; ++i) {  // part-major: a replay rewrites entry i·B + r (model/batch_graph.cc)
+    const Tensor& part = quantized.parts[i];
+    const int64_t bytes = static_cast<int64_t>(part.nbytes()) / B;
+    for (size_t r = 0; r < dest.size(); ++r) {
+      LATHE_CHECK(dest[r].bytes[i] == bytes, "quantized KV rows: a cache's row does not match the step's");
+      segs.push_back({static_cast<const char*>(part.raw()) + static_cast<int64_t>(r) * bytes, dest[r].dst[i], bytes});
+    }
+  }
+  copy_segments(segs, table);
+}
+
+// A captured step over quantized caches: decode_rows_quantized's launches, reading their tables from the graph's
+// arena (batch_graph.cc rewrites each row's position, copy destinations and attention buffers per replay).
+Tensor Attention::decode_rows_captured_quantized(const Tensor& y, BatchGraphLayer& t) const {
+  std::vector<int64_t> pos;
+  pos.reserve(t.qrows.size());
+  for (const QuantizedRowDest& d : t.qrows) pos.push_back(d.row);
+  Tensor ks, vs;
+  const Tensor q_all = stage_rows(y, pos, &t.append, ks, vs);
+  if (!q_all.defined()) throw Error(ErrorKind::Unsupported, "batch graph: the fused append does not cover this layer");
+  copy_quantized_rows(t.quantized->quantize(ks, vs), t.qrows, &t.copies);
+  std::vector<DecodeKV> rows(pos.size());
+  for (size_t r = 0; r < pos.size(); ++r)
+    rows[r].q = q_all.slice(0, static_cast<int64_t>(r), static_cast<int64_t>(r) + 1);
+  return attend_rows(rows, t.qviews, pos, nullptr, &t.attention);
+}
+
 Tensor Attention::attend_rows(std::vector<DecodeKV>& rows, std::vector<KVView>& views, const std::vector<int64_t>& pos,
-                              std::vector<KVView>* kv_out) const {
+                              std::vector<KVView>* kv_out, const GraphTable* table) const {
   const size_t B = rows.size();
   for (size_t r = 0; r < B; ++r) {
     const KVView& kv = views[r];
@@ -241,9 +269,11 @@ Tensor Attention::attend_rows(std::vector<DecodeKV>& rows, std::vector<KVView>& 
     d.k_pos0 = kv.pos0;
     d.k_pos = kv.positions.empty() ? nullptr : &kv.positions;
   }
-  Tensor heads = attention_decode_rows(rows, params());
+  Tensor heads = attention_decode_rows(rows, params(), table);
   if (heads.defined()) {
     heads = heads.reshape({static_cast<int64_t>(B), spec_.heads * spec_.head_dim});
+  } else if (table) {
+    throw Error(ErrorKind::Unsupported, "batch graph: the batched attention does not cover this layer");
   } else {
     std::vector<Tensor> parts;
     parts.reserve(B);
@@ -264,6 +294,7 @@ Tensor Attention::decode_rows_captured(const Tensor& y, const std::vector<LayerC
   const int64_t qo = q_.w.out_features(), ko = k_.w.out_features();
   const Tensor like = y.slice(0, 0, 1).slice(1, qo, qo + ko).reshape({1, spec_.kv_heads, spec_.head_dim});
   BatchGraphLayer t = batch_graph_layer(caches, like);
+  if (t.quantized) return decode_rows_captured_quantized(y, t);
   std::vector<AppendSlot> slots;
   slots.reserve(t.rows.size());
   for (const DirectRow& d : t.rows) slots.push_back({d.keys, d.values, d.row, d.row});

@@ -13,6 +13,9 @@
 
 namespace lathe {
 
+struct BatchGraphLayer;  // model/batch_graph.h
+struct RowTensors;       // cache/row_tensors.h
+
 struct AttentionSpec {
   int64_t hidden = 0, heads = 0, kv_heads = 0, head_dim = 0;
   bool qkv_bias = false, o_bias = false;
@@ -85,11 +88,20 @@ class Attention {
   // changed then).
   Tensor decode_rows_quantized(const Tensor& y, const std::vector<LayerCache*>& caches, const std::vector<int64_t>& pos,
                                std::vector<KVView>* kv_out) const;
-  // The batched decode attention over the rows' q and cache views (per-row launches where it does not apply).
+  // decode_rows_quantized's parts, shared with its captured form: the fused norm + RoPE of the rows into
+  // staging rows ks/vs [B, Hkv, D] (returns q [B, Hq, D]; undefined where it does not apply), and the copy of
+  // their quantized form into each row's destination. table: the tables of a batch graph capture.
+  Tensor stage_rows(const Tensor& y, const std::vector<int64_t>& pos, const GraphTable* table, Tensor& ks,
+                    Tensor& vs) const;
+  static void copy_quantized_rows(const RowTensors& quantized, const std::vector<QuantizedRowDest>& dest,
+                                  const GraphTable* table);
+  // The batched decode attention over the rows' q and cache views (per-row launches where it does not apply;
+  // under a capture, with its table, the batched kernel or an Unsupported error).
   Tensor attend_rows(std::vector<DecodeKV>& rows, std::vector<KVView>& views, const std::vector<int64_t>& pos,
-                     std::vector<KVView>* kv_out) const;
+                     std::vector<KVView>* kv_out, const GraphTable* table = nullptr) const;
   Tensor decode_rows_captured(const Tensor& y, const std::vector<LayerCache*>& caches,
                               std::vector<KVView>* kv_out) const;
+  Tensor decode_rows_captured_quantized(const Tensor& y, BatchGraphLayer& t) const;
   AttentionSpec spec_;
   Linear q_, k_, v_, o_;
   Weight qkv_;  // on a device: q, k (and v) stacked (one GEMV); q_/k_/v_ are then row views of it
