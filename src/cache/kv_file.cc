@@ -9,13 +9,13 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
-#include <filesystem>
 
 #include "cache/content_hash.h"
 #include "cache/kv_file_json.h"
 #include "cache/kv_file_reader.h"
 #include "common/error.h"
 #include "common/os_error.h"
+#include "io/atomic_file.h"
 #include "io/mapped_file.h"
 
 namespace lathe {
@@ -39,60 +39,6 @@ void put_u32(uint8_t* p, uint32_t v) {
 void put_u64(uint8_t* p, uint64_t v) {
   for (int i = 0; i < 8; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
 }
-
-// `what: strerror(errno)`, carrying errno (a full disk is the server's 507: server/api_error.h).
-[[noreturn]] void io_error(const std::string& what) { throw OsError(what, errno); }
-
-// path.tmp while being written; renamed over path by commit(). Destroyed uncommitted, it removes the .tmp.
-class AtomicFile {
- public:
-  explicit AtomicFile(const std::string& path) : path_(path), tmp_(path + ".tmp") {
-    fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd_ < 0) io_error(tmp_);
-  }
-  ~AtomicFile() {
-    if (fd_ >= 0) ::close(fd_);
-    if (!committed_) ::unlink(tmp_.c_str());
-  }
-  AtomicFile(const AtomicFile&) = delete;
-  AtomicFile& operator=(const AtomicFile&) = delete;
-
-  void write_at(uint64_t off, const void* data, size_t n) {
-    const char* p = static_cast<const char*>(data);
-    while (n > 0) {
-      const ssize_t w = ::pwrite(fd_, p, n, static_cast<off_t>(off));
-      if (w < 0 && errno == EINTR) continue;
-      if (w == 0) errno = EIO;  // nothing written and no error: say so rather than a stale errno
-      if (w <= 0) io_error(tmp_ + ": write failed");
-      p += w;
-      off += static_cast<uint64_t>(w);
-      n -= static_cast<size_t>(w);
-    }
-  }
-
-  void commit(uint64_t size) {
-    if (::ftruncate(fd_, static_cast<off_t>(size)) != 0) io_error(tmp_ + ": truncate failed");
-    if (::fsync(fd_) != 0) io_error(tmp_ + ": fsync failed");
-    const int fd = fd_;
-    fd_ = -1;
-    if (::close(fd) != 0) io_error(tmp_ + ": close failed");
-    if (::rename(tmp_.c_str(), path_.c_str()) != 0) io_error("rename " + tmp_ + " -> " + path_);
-    committed_ = true;
-    // The rename is durable only once the directory entry is.
-    std::string dir = std::filesystem::path(path_).parent_path().string();
-    if (dir.empty()) dir = ".";
-    const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd >= 0) {
-      ::fsync(dfd);
-      ::close(dfd);
-    }
-  }
-
- private:
-  std::string path_, tmp_;
-  int fd_ = -1;
-  bool committed_ = false;
-};
 
 size_t json_string_bound(const std::string& s) { return 6 * s.size() + 32; }  // \u00XX escapes at worst
 

@@ -17,6 +17,7 @@
 #include "common/error.h"
 #include "common/limits.h"
 #include "common/os_error.h"
+#include "io/atomic_file.h"
 
 namespace lathe {
 
@@ -128,46 +129,9 @@ std::string read_text_file(const std::string& path) {
 }
 
 void write_file_atomic(const std::string& path, const void* data, size_t size) {
-  const std::string tmp = path + ".tmp";
-  // Closes the descriptor and removes the temporary file on every way out but the rename that succeeded.
-  struct TmpFile {
-    const std::string& name;
-    int fd;
-    bool keep;
-    ~TmpFile() {
-      if (fd >= 0) ::close(fd);
-      if (!keep) ::unlink(name.c_str());
-    }
-  };
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw OsError(tmp, errno);
-  TmpFile file{tmp, fd, false};
-  const char* p = static_cast<const char*>(data);
-  size_t left = size;
-  while (left > 0) {
-    ssize_t n = ::write(fd, p, left);
-    if (n < 0) {
-      const int e = errno;  // before anything else can change it (the guard closes and unlinks after the throw)
-      if (e == EINTR) continue;
-      throw OsError(tmp + ": write failed", e);
-    }
-    p += n;
-    left -= static_cast<size_t>(n);
-  }
-  if (::fsync(fd) != 0) {
-    const int e = errno;
-    throw OsError(tmp + ": fsync/close failed", e);
-  }
-  file.fd = -1;  // closed here whatever close says (a failed close(2) is not retried on Linux)
-  if (::close(fd) != 0) {
-    const int e = errno;
-    throw OsError(tmp + ": fsync/close failed", e);
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int e = errno;
-    throw OsError("rename " + tmp + " -> " + path, e);
-  }
-  file.keep = true;
+  AtomicFile file(path);
+  file.write(data, size);
+  file.commit();
 }
 
 }  // namespace lathe

@@ -32,7 +32,8 @@ class MappedFile {
 
 // Reads a whole (small) text file; throws Error(NotFound/Io) naming the path.
 std::string read_text_file(const std::string& path);
-// Writes bytes to path atomically: path.tmp, fsync, rename. A crash never leaves a half-written file at `path`.
+// Writes bytes to path atomically (io/atomic_file.h: path.tmp, fsync, rename, directory fsync). A crash never
+// leaves a half-written file at `path`.
 void write_file_atomic(const std::string& path, const void* data, size_t size);
 
 }  // namespace lathe

@@ -1,15 +1,11 @@
 #include "io/safetensors.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <cstring>
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
-#include "common/os_error.h"
+#include "io/atomic_file.h"
 #include "io/json_guard.h"
 
 namespace lathe {
@@ -144,37 +140,10 @@ void SafetensorsWriter::write(const std::string& path) const {
   }
   std::string h = header.dump();
   while ((h.size() + 8) % 8 != 0) h.push_back(' ');  // keep the data section 8-byte aligned
-  const std::string tmp = path + ".tmp";
-  // Closes the descriptor and removes the temporary file on every way out but the rename that succeeded (a
-  // failed write, fsync or close, or a fill that throws).
-  struct TmpFile {
-    const std::string& name;
-    int fd;
-    bool keep;
-    ~TmpFile() {
-      if (fd >= 0) ::close(fd);
-      if (!keep) ::unlink(name.c_str());
-    }
-  };
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw OsError(tmp, errno);
-  TmpFile file{tmp, fd, false};
-  uint64_t at = 0;  // file offset of the next write
-  auto write_all = [&](const void* data, size_t size) {
-    const char* p = static_cast<const char*>(data);
-    while (size > 0) {
-      ssize_t n = ::pwrite(fd, p, size, static_cast<off_t>(at));
-      const int e = errno;  // before anything else can change it
-      if (n < 0 && e == EINTR) continue;
-      if (n < 0) throw OsError(tmp + ": write failed", e);
-      p += n;
-      at += static_cast<uint64_t>(n);
-      size -= static_cast<size_t>(n);
-    }
-  };
+  AtomicFile file(path);  // removed on every way out but a commit that succeeded (a fill that throws too)
   const uint64_t hlen = h.size();
-  write_all(&hlen, 8);
-  write_all(h.data(), h.size());
+  file.write_at(0, &hlen, 8);
+  file.write_at(8, h.data(), h.size());
   const uint64_t data_start = 8 + hlen;
   std::vector<char> buf;
   for (size_t i = 0; i < entries_.size(); ++i) {
@@ -182,23 +151,9 @@ void SafetensorsWriter::write(const std::string& path) const {
     const size_t n = static_cast<size_t>(shape_numel(e.shape)) * dtype_size(e.dtype);
     buf.resize(n);
     e.fill(buf.data());
-    at = data_start + offsets[i];
-    write_all(buf.data(), n);
+    file.write_at(data_start + offsets[i], buf.data(), n);
   }
-  if (::fsync(fd) != 0) {
-    const int e = errno;
-    throw OsError(tmp + ": fsync/close failed", e);
-  }
-  file.fd = -1;  // closed here whatever close says (a failed close(2) is not retried on Linux)
-  if (::close(fd) != 0) {
-    const int e = errno;
-    throw OsError(tmp + ": fsync/close failed", e);
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int e = errno;
-    throw OsError("rename " + tmp + " -> " + path, e);
-  }
-  file.keep = true;
+  file.commit(data_start + off);
 }
 
 }  // namespace lathe

@@ -46,7 +46,7 @@ class SafetensorsWriter {
   void add(const std::string& name, DType dtype, const Shape& shape, Fill fill);
   void add(const std::string& name, const Tensor& t);  // CPU tensor, copied when written
   void set_metadata(const std::string& key, const std::string& value) { metadata_[key] = value; }
-  void write(const std::string& path) const;  // atomic: path.tmp + fsync + rename
+  void write(const std::string& path) const;  // atomic (io/atomic_file.h): path.tmp + fsync + rename
 
  private:
   struct Entry {

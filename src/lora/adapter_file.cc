@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -10,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
+#include "common/os_error.h"
 #include "io/finite_check.h"
 #include "io/mapped_file.h"
 #include "io/safetensors.h"
@@ -18,9 +20,17 @@
 namespace lathe::lora {
 namespace {
 
+// Whether p is a regular file (its size in *size). Only a missing one (ENOENT; ENOTDIR: a component of the path is
+// a file) is false: any other failure of stat (a folder that may not be searched, EACCES; a symlink loop; an I/O
+// error) is an OsError naming p with its errno (a permission error, not "not found": server/api_error.h).
 bool is_file(const std::string& p, size_t* size = nullptr) {
   struct stat st {};
-  if (::stat(p.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return false;
+  if (::stat(p.c_str(), &st) != 0) {
+    const int e = errno;
+    if (e == ENOENT || e == ENOTDIR) return false;
+    throw OsError(p, e);
+  }
+  if (!S_ISREG(st.st_mode)) return false;
   if (size) *size = static_cast<size_t>(st.st_size);
   return true;
 }

@@ -52,7 +52,8 @@ struct AdapterWeights {
   size_t skipped = 0;  // tensors that are not LoRA factors (e.g. modules_to_save), counted and left out
 };
 
-// Throws Error(NotFound) when dir holds no adapter, Error(Corrupt/Unsupported) naming the file on bad content.
+// Throws Error(NotFound) when dir holds no adapter, Error(Corrupt/Unsupported) naming the file on bad content, and
+// OsError (errno kept: EACCES for a folder that may not be searched) when the files cannot be looked at.
 AdapterConfig read_adapter_config(const std::string& dir);
 AdapterWeights read_adapter(const std::string& dir);
 // ".../models--org--name/snapshots/<rev>" -> "org/name"; other strings unchanged.

@@ -1,6 +1,7 @@
 #include "server/api_error.h"
 
 #include <cerrno>
+#include <new>
 #include <system_error>
 
 #include "common/error.h"
@@ -38,8 +39,9 @@ StorageFault storage_fault_of(const std::exception& e) { return fault_of_errno(e
 
 ApiError api_error_from(const std::exception& e) {
   if (const auto* api = dynamic_cast<const ApiError*>(&e)) return *api;
-  // The host ran out of memory (ENOMEM): a condition of the moment, not a fault of the request or a bug.
-  if (errno_carried_by(e) == ENOMEM)
+  // The host ran out of memory (ENOMEM; a std::bad_alloc from operator new): a condition of the moment, not a
+  // fault of the request or a bug.
+  if (errno_carried_by(e) == ENOMEM || dynamic_cast<const std::bad_alloc*>(&e))
     return ApiError(503, std::string("the server is out of memory; the request may be retried: ") + e.what(), {},
                     "insufficient_memory");
   // The message is kept as it is (it names what could not be written, as it always did): the status and the

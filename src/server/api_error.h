@@ -28,9 +28,9 @@ inline ApiError invalid_field(const std::string& field, const std::string& messa
 }
 
 // Maps a typed engine error (bad input vs. internal fault) to the status a client should see. An errno of ENOMEM
-// is 503 insufficient_memory (the request may be retried); storage faults (storage_fault_of) are 507 (full) or a
-// 500 that says so; other I/O errors a 500 with their own message (not "internal error": they are the host's, not
-// a bug).
+// (an OsError's: a failed mmap, a device or pinned-host allocation) and a std::bad_alloc are 503
+// insufficient_memory (the request may be retried); storage faults (storage_fault_of) are 507 (full) or a 500 that
+// says so; other I/O errors a 500 with their own message (not "internal error": they are the host's, not a bug).
 ApiError api_error_from(const std::exception& e);
 
 // What the operating system said about the server's storage, from an OsError's errno (common/os_error.h: the

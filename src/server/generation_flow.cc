@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <new>
 #include <random>
 #include <utility>
 
@@ -65,6 +66,8 @@ PreparedGeneration prepare_chat(ServerContext& ctx, ChatRequest request) {
   std::string text;
   try {
     text = tmpl->render(std::move(in));
+  } catch (const std::bad_alloc&) {
+    throw;  // the server's memory, not the conversation: 503 insufficient_memory (server/api_error.h)
   } catch (const std::exception& e) {
     if (ctx.stopping().load()) throw ApiError(503, "the server is shutting down", std::string(), "shutting_down");
     // The template rejected the conversation (raise_exception, wrong roles): the client's to fix.

@@ -152,6 +152,7 @@ std::vector<Route> jobs_routes(ServerContext& ctx) {
                    // The row or its log could not be written: the store has removed what it had made. A read-only
                    // or forbidden data directory says so; any other failed write is taken for a full disk.
                    if (e.kind() != ErrorKind::Io) throw;
+                   if (api_error_from(e).status() == 503) throw;  // out of memory (ENOMEM) is not a full disk
                    const StorageFault fault = storage_fault_of(e);
                    if (fault == StorageFault::ReadOnly || fault == StorageFault::Denied) {
                      const ApiError mapped = api_error_from(e);

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdint>
 #include <cstdlib>
 #include <deque>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "common/os_error.h"
 
 namespace lathe {
 namespace {
@@ -121,7 +123,8 @@ void* acquire_host_buffer(size_t bytes, size_t* capacity) {
   }
   if (!p) {
     p = std::aligned_alloc(64, cls);
-    if (!p) throw Error(ErrorKind::Io, "out of host memory allocating " + std::to_string(bytes) + " bytes");
+    // ENOMEM: the server's 503 insufficient_memory (server/api_error.h), not a 500.
+    if (!p) throw OsError(ENOMEM, "out of host memory allocating " + std::to_string(bytes) + " bytes");
     // A new buffer of a megabyte or more is about to be written whole (a first chunk's activations): its pages
     // in one call (4,000-token prefill of the 0.6B shape: 113 k -> 14 k faults, ~5% less CPU time).
     if (cls >= (size_t{1} << 20)) populate_host_pages(p, bytes);

@@ -10,7 +10,8 @@
 namespace lathe {
 
 // A buffer of at least `bytes` (rounded up to its size class, 64-byte aligned), recycled when one is free;
-// *capacity is set to the class size, which release_host_buffer() takes back. Throws on out of memory.
+// *capacity is set to the class size, which release_host_buffer() takes back. Out of memory is an OsError of
+// ENOMEM (common/os_error.h; the server answers 503 insufficient_memory).
 void* acquire_host_buffer(size_t bytes, size_t* capacity);
 void release_host_buffer(void* p, size_t capacity);
 

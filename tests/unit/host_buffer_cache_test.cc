@@ -7,9 +7,12 @@
 #include <sys/mman.h>
 #include <sys/resource.h>
 
+#include <cerrno>
 #include <cstring>
+#include <string>
 #include <vector>
 
+#include "common/os_error.h"
 #include "tensor/tensor.h"
 
 namespace lathe {
@@ -108,6 +111,33 @@ TEST(HostBufferCache, PopulateMakesTheWholePagesAtOnce) {
 #endif
   (void)made;
   munmap(m, kPages * kPage);
+}
+
+// A sanitizer's allocator reports an impossible allocation instead of returning null (GCC says so with
+// __SANITIZE_*__, clang with __has_feature).
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define LATHE_HOST_BUFFER_NULL_ON_FAILURE 0
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) || __has_feature(memory_sanitizer)
+#define LATHE_HOST_BUFFER_NULL_ON_FAILURE 0
+#endif
+#endif
+#ifndef LATHE_HOST_BUFFER_NULL_ON_FAILURE
+#define LATHE_HOST_BUFFER_NULL_ON_FAILURE 1
+#endif
+
+TEST(HostBufferCache, AnAllocationTheHostCannotMakeIsAnOsErrorOfEnomem) {
+  if (!LATHE_HOST_BUFFER_NULL_ON_FAILURE) GTEST_SKIP() << "the sanitizer's allocator aborts instead";
+  size_t cap = 0;
+  const size_t huge = size_t{1} << 62;  // more than any address space: aligned_alloc returns null
+  try {
+    void* p = acquire_host_buffer(huge, &cap);
+    release_host_buffer(p, cap);
+    ADD_FAILURE() << "nothing thrown";
+  } catch (const OsError& e) {  // the server's 503 insufficient_memory (server/api_error.h)
+    EXPECT_EQ(e.os_errno(), ENOMEM) << e.what();
+    EXPECT_EQ(std::string(e.what()), "out of host memory allocating " + std::to_string(huge) + " bytes");
+  }
 }
 
 }  // namespace

@@ -3,11 +3,14 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
 #include "common/error.h"
+#include "common/os_error.h"
 #include "io/safetensors.h"
 #include "lora/adapter_file.h"
 #include "lora/adapter_manager.h"
@@ -184,6 +187,48 @@ TEST(LoraFiles, NonFiniteFactorsAreRefusedNamingTheTensor) {
       }
     }
   }
+}
+
+// Only a missing file is "not found": a config that cannot be looked at is an OsError with its errno (EACCES is a
+// permission error to the server, not a 404), and names the path.
+TEST(LoraFiles, ACheckThatFailsForAnotherReasonThanAbsenceIsAnOsErrorNotNotFound) {
+  ScratchDir t;
+  // Absent (ENOENT), or under a path whose component is a file (ENOTDIR): NotFound, as before.
+  for (const std::string& dir : {t.str("missing"), t.str("plain/sub")}) {
+    if (dir == t.str("plain/sub")) write_text(t.str("plain"), "x");
+    try {
+      lora::read_adapter_config(dir);
+      ADD_FAILURE() << dir;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::NotFound) << e.what();
+      EXPECT_EQ(dynamic_cast<const OsError*>(&e), nullptr) << e.what();
+    }
+  }
+  // A symlink loop where the config should be: ELOOP, naming it.
+  const std::string loop = t.str("loop");
+  fs::create_directories(loop);
+  fs::create_symlink("adapter_config.json", loop + "/adapter_config.json");
+  try {
+    lora::read_adapter_config(loop);
+    ADD_FAILURE() << "nothing thrown";
+  } catch (const OsError& e) {
+    EXPECT_EQ(e.os_errno(), ELOOP) << e.what();
+    EXPECT_EQ(std::string(e.what()), loop + "/adapter_config.json: " + std::strerror(ELOOP));
+  }
+  // An adapter whose folder may not be searched (root may search any): EACCES, not "no adapter_config.json".
+  if (::geteuid() == 0) return;
+  const std::string locked = t.str("locked");
+  write_mlx(locked, {{"model.layers.0.self_attn.q_proj.lora_a", {64, 4}}}, 4);
+  fs::permissions(locked, fs::perms::owner_read | fs::perms::owner_write);  // 0600: no search
+  try {
+    lora::read_adapter_config(locked);
+    ADD_FAILURE() << "nothing thrown";
+  } catch (const OsError& e) {
+    EXPECT_EQ(e.os_errno(), EACCES) << e.what();
+    EXPECT_EQ(e.kind(), ErrorKind::Io);
+    EXPECT_EQ(std::string(e.what()), locked + "/adapter_config.json: " + std::strerror(EACCES));
+  }
+  fs::permissions(locked, fs::perms::owner_all);  // so that the folder can be removed
 }
 
 TEST(LoraManager, MountValidatesAgainstTheBaseAllOrNothing) {

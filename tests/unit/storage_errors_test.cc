@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <new>
 #include <system_error>
 
 #include "cache/kv_file.h"
@@ -101,6 +102,17 @@ TEST(StorageErrors, OutOfMemoryIs503InsufficientMemoryAndSaysItMayBeRetried) {
   // A std::system_error's errno counts too; an Io error without one is read by its code, never its words.
   EXPECT_EQ(api_error_from(std::system_error(std::error_code(ENOMEM, std::generic_category()), "x")).status(), 503);
   EXPECT_EQ(api_error_from(Error(ErrorKind::Io, "x: Cannot allocate memory")).code(), "io_error");
+  // A std::bad_alloc (operator new, a container that cannot grow) is a 503 too, not an "internal error" 500.
+  const ApiError b = api_error_from(std::bad_alloc());
+  EXPECT_EQ(b.status(), 503);
+  EXPECT_EQ(b.code(), "insufficient_memory");
+  EXPECT_TRUE(storage_msg_starts_with(b.what(), "the server is out of memory; the request may be retried: "))
+      << b.what();
+  EXPECT_EQ(api_error_from(std::bad_array_new_length()).status(), 503);
+  // The allocators' own failures carry ENOMEM (host buffers here; device and pinned host memory in CUDA builds).
+  const ApiError host = api_error_from(OsError(ENOMEM, "out of host memory allocating 8 bytes"));
+  EXPECT_EQ(host.status(), 503);
+  EXPECT_NE(std::string(host.what()).find("out of host memory allocating 8 bytes"), std::string::npos) << host.what();
   EXPECT_EQ(openai_error_body(a)["error"]["type"], "server_error");
   EXPECT_EQ(openai_error_body(a)["error"]["code"], "insufficient_memory");
   EXPECT_EQ(anthropic_error_body(a)["error"]["type"], "api_error");

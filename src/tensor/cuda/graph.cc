@@ -27,7 +27,7 @@ struct StepState {
 StepState* device_state() {
   static StepState* d = [] {
     void* p = nullptr;
-    LATHE_CUDA_CHECK(cudaMalloc(&p, sizeof(StepState)));
+    LATHE_CUDA_ALLOC_CHECK(cudaMalloc(&p, sizeof(StepState)), "device", sizeof(StepState));
     LATHE_CUDA_CHECK(cudaMemset(p, 0, sizeof(StepState)));
     return static_cast<StepState*>(p);
   }();
@@ -38,7 +38,7 @@ StepState* device_state() {
 StepState* host_state() {
   static StepState* h = [] {
     void* p = nullptr;
-    LATHE_CUDA_CHECK(cudaMallocHost(&p, 2 * sizeof(StepState)));
+    LATHE_CUDA_ALLOC_CHECK(cudaMallocHost(&p, 2 * sizeof(StepState)), "pinned host", 2 * sizeof(StepState));
     std::memset(p, 0, 2 * sizeof(StepState));
     return static_cast<StepState*>(p);
   }();
@@ -111,9 +111,9 @@ GraphArena* arena_create(size_t bytes) {
   auto* a = new GraphArena();
   a->bytes = bytes;
   try {
-    LATHE_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&a->host), bytes));
+    LATHE_CUDA_ALLOC_CHECK(cudaMallocHost(reinterpret_cast<void**>(&a->host), bytes), "pinned host", bytes);
     std::memset(a->host, 0, bytes);
-    LATHE_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&a->dev), bytes));
+    LATHE_CUDA_ALLOC_CHECK(cudaMalloc(reinterpret_cast<void**>(&a->dev), bytes), "device", bytes);
     LATHE_CUDA_CHECK(cudaEventCreateWithFlags(&a->read, cudaEventDisableTiming));
   } catch (...) {
     arena_destroy(a);

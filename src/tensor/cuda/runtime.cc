@@ -1,6 +1,7 @@
 // Device, stream, cuBLAS handle and the caching allocator behind tensor/device_memory.h.
 // The allocator keeps freed blocks in exact-size bins (sizes rounded up) and hands them out again, so a
 // decode step that asks for the same shapes as the one before calls cudaMalloc zero times.
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "common/os_error.h"
 #include "tensor/cuda/allocator.h"
 #include "tensor/cuda/cublas_api.h"
 #include "tensor/cuda/runtime.h"
@@ -28,6 +30,16 @@ void check(cublasStatus_t s, const char* what) {
   if (s != CUBLAS_STATUS_SUCCESS)
     throw Error(ErrorKind::Internal,
                 std::string("cuBLAS error ") + std::to_string(static_cast<int>(s)) + " in " + what);
+}
+
+void check_alloc(cudaError_t e, const char* memory, size_t bytes, const char* what) {
+  if (e == cudaSuccess) return;
+  if (e == cudaErrorMemoryAllocation) {
+    cudaGetLastError();  // not sticky: clear it so that the next check does not report it again
+    throw OsError(ENOMEM, std::string("out of ") + memory + " memory allocating " + std::to_string(bytes) + " bytes (" +
+                              what + ")");
+  }
+  check(e, what);
 }
 
 void check_launch(const char* kernel) { check(cudaGetLastError(), kernel); }
@@ -86,10 +98,15 @@ class CachingAllocator {
         release_cached_locked();
         e = cudaMalloc(&p, size);
       }
-      if (e != cudaSuccess) {
+      if (e == cudaErrorMemoryAllocation) {  // ENOMEM: the server's 503 insufficient_memory (server/api_error.h)
         cudaGetLastError();
-        throw Error(ErrorKind::Io, "out of device memory allocating " + std::to_string(bytes) + " bytes (" +
-                                       std::to_string(stats_.reserved_bytes >> 20) + " MiB reserved)");
+        throw OsError(ENOMEM, "out of device memory allocating " + std::to_string(bytes) + " bytes (" +
+                                  std::to_string(stats_.reserved_bytes >> 20) + " MiB reserved)");
+      }
+      if (e != cudaSuccess) {  // not a lack of memory (a sticky fault of an earlier kernel, say): said as it is
+        cudaGetLastError();
+        throw Error(ErrorKind::Internal,
+                    "CUDA error in cudaMalloc of " + std::to_string(bytes) + " bytes: " + cudaGetErrorString(e));
       }
       ++stats_.malloc_calls;
       stats_.reserved_bytes += size;
@@ -219,7 +236,7 @@ void upload_async(void* dst, const void* src, size_t bytes) {
   constexpr size_t kRing = size_t{8} << 20;
   static char* ring = [] {
     void* p = nullptr;
-    LATHE_CUDA_CHECK(cudaMallocHost(&p, kRing));
+    LATHE_CUDA_ALLOC_CHECK(cudaMallocHost(&p, kRing), "pinned host", kRing);
     return static_cast<char*>(p);
   }();
   static size_t head = 0;

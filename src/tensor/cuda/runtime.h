@@ -4,6 +4,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <mutex>
 
 namespace lathe::cuda {
@@ -20,9 +21,14 @@ std::recursive_mutex& capture_mutex();
 
 void check(cudaError_t e, const char* what);
 void check(cublasStatus_t s, const char* what);
+// After cudaMalloc / cudaMallocHost of `bytes`: running out (cudaErrorMemoryAllocation) is an OsError of ENOMEM,
+// "out of <memory> memory allocating <bytes> bytes (<what>)" (`memory`: "device", "pinned host"), which the server
+// answers with 503 insufficient_memory (server/api_error.h); any other failure is check()'s.
+void check_alloc(cudaError_t e, const char* memory, size_t bytes, const char* what);
 // After a kernel launch: reports a bad configuration (or an earlier asynchronous fault) by name.
 void check_launch(const char* kernel);
 
 }  // namespace lathe::cuda
 
 #define LATHE_CUDA_CHECK(expr) ::lathe::cuda::check((expr), #expr)
+#define LATHE_CUDA_ALLOC_CHECK(expr, memory, bytes) ::lathe::cuda::check_alloc((expr), (memory), (bytes), #expr)
