@@ -5,8 +5,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
+#include <utility>
 
 #include "cuda/cuda_test_util.h"
+#include "quant/affine.h"
 #include "tensor/cuda/decode_attention.h"
 #include "tensor/cuda/decode_attention_wide.h"
 #include "tensor/cuda/kernels.h"
@@ -210,6 +213,33 @@ TEST(CudaQuantizedKvAttention, WideRowsEqualWideOverDequantized) {
       EXPECT_EQ(got, want);
       EXPECT_GT(max_abs(got), 0.f);
     }
+}
+
+// The device's K/V quantization (a warp per group of 32 or 64, kv_quant.cu) stores what the CPU's
+// quant::quantize_kv_rows stores for the same bf16 values with bf16 scales: codes, scales and biases bitwise,
+// for both widths, both group sizes, ranges that straddle zero or not, and a constant group.
+TEST(CudaKvQuantize, RowsEqualTheCpuQuantization) {
+  LATHE_REQUIRE_GPU();
+  const int64_t rows = 96, cols = 256;
+  for (int bits : {4, 8})
+    for (int gs : {32, 64})
+      for (const auto& [lo, hi] : {std::pair{-3.f, 3.f}, std::pair{0.5f, 2.f}, std::pair{-2.f, -0.25f}}) {
+        SCOPED_TRACE(testing::Message() << bits << "-bit group " << gs << " range " << lo << ".." << hi);
+        std::vector<float> x = random_floats(static_cast<size_t>(rows * cols), 11 + bits + gs, lo, hi);
+        std::fill(x.begin(), x.begin() + gs, 1.25f);  // one group of equal values
+        const Tensor xb = Tensor::from_floats(x, {rows, cols}).to(DType::BF16);
+        const std::vector<float> exact = xb.to_floats();  // the values as bf16 holds them
+        const QuantizedMatrix want = quant::quantize_kv_rows(exact.data(), rows, cols, bits, gs, DType::BF16);
+        const QuantizedMatrix got = quantize_kv(xb.to(Device::CUDA), bits, gs);
+        const Tensor w = got.w.to(Device::CPU), sc = got.scales.to(Device::CPU), bi = got.biases.to(Device::CPU);
+        ASSERT_EQ(w.nbytes(), want.w.nbytes());
+        ASSERT_EQ(sc.nbytes(), want.scales.nbytes());
+        EXPECT_EQ(std::memcmp(sc.raw(), want.scales.raw(), sc.nbytes()), 0) << "scales differ";
+        EXPECT_EQ(std::memcmp(bi.raw(), want.biases.raw(), bi.nbytes()), 0) << "biases differ";
+        int64_t differ = 0;
+        for (int64_t i = 0; i < w.numel(); ++i) differ += w.data<uint32_t>()[i] != want.w.data<uint32_t>()[i];
+        EXPECT_EQ(differ, 0) << "code words differ";
+      }
 }
 
 }  // namespace

@@ -52,6 +52,62 @@ __global__ void quantize_kernel(const TX* __restrict__ x, int64_t rows, int64_t 
   }
 }
 
+// One warp per (row, group) for groups of 32·kPer values: lane l holds values kPer·l .. kPer·l + kPer - 1. The
+// arithmetic per group is quantize_kernel's (min and max do not depend on the order they are taken in), so the
+// codes, scales and biases are bitwise the same; a thread per group left a 64-row step's K/V quantization at
+// ~8 blocks of work (16 us a launch on an H100, 14% of an 8-bit K/V decode step).
+template <class TX, class TS, int kPer>
+__global__ void quantize_warp_kernel(const TX* __restrict__ x, int64_t rows, int64_t cols, int bits,
+                                     uint32_t* __restrict__ w, TS* __restrict__ scales, TS* __restrict__ biases) {
+  constexpr int gs = 32 * kPer;
+  const int64_t groups = cols / gs;
+  const int lane = static_cast<int>(threadIdx.x & 31);
+  const int64_t i = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) >> 5;
+  if (i >= rows * groups) return;  // whole warps leave together (blockDim is a multiple of 32)
+  const int64_t r = i / groups, gi = i % groups;
+  const TX* xg = x + r * cols + gi * gs + kPer * lane;
+  float v[kPer];
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) v[j] = to_f(xg[j]);
+  float mn = v[0], mx = v[0];
+#pragma unroll
+  for (int j = 1; j < kPer; ++j) {
+    mn = fminf(mn, v[j]);
+    mx = fmaxf(mx, v[j]);
+  }
+  for (int o = 16; o > 0; o >>= 1) {
+    mn = fminf(mn, __shfl_xor_sync(0xffffffffu, mn, o));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+  }
+  const float n_bins = static_cast<float>((1 << bits) - 1);
+  const bool neg_edge = fabsf(mn) > fabsf(mx);
+  float scale = fmaxf((mx - mn) / n_bins, 1e-7f);
+  scale = neg_edge ? scale : -scale;
+  const float edge = neg_edge ? mn : mx;
+  const float q0 = rintf(edge / scale);
+  float bias = 0.0f;
+  if (q0 != 0.0f) {
+    scale = edge / q0;
+    bias = edge;
+  }
+  const TS s_stored = from_f<TS>(scale), b_stored = from_f<TS>(bias);
+  if (lane == 0) {
+    scales[i] = s_stored;
+    biases[i] = b_stored;
+  }
+  const float s = to_f(s_stored), b = to_f(b_stored);
+  // This lane's codes at their places in its word, then OR-ed across the lanes that share the word.
+  const int epw = 32 / bits, lanes_per_word = epw / kPer;
+  uint32_t word = 0;
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) {
+    const float code = fminf(fmaxf(rintf((v[j] - b) / s), 0.0f), n_bins);
+    word |= static_cast<uint32_t>(code) << (bits * ((kPer * lane + j) % epw));
+  }
+  for (int o = 1; o < lanes_per_word; o <<= 1) word |= __shfl_xor_sync(0xffffffffu, word, o);
+  if (lane % lanes_per_word == 0) w[r * (cols / epw) + (gi * gs + kPer * lane) / epw] = word;
+}
+
 template <class TO>
 __global__ void dequant_any_kernel(const QuantView q, TO* __restrict__ out) {
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
@@ -73,6 +129,18 @@ void quantize_rows(const void* x, DType xt, int64_t rows, int64_t cols, int bits
     throw Error(ErrorKind::Unsupported, "quantize_rows: geometry not supported on CUDA");
   const int64_t n = rows * (cols / gs);
   if (n == 0) return;
+  if (gs == 32 || gs == 64) {  // a warp per group (the 4- and 8-bit words then never straddle two lanes' values)
+    const unsigned blocks = static_cast<unsigned>((n + 3) / 4);
+    LATHE_DISPATCH_ACT(xt, "quantize_rows", TX, {
+      LATHE_DISPATCH_ACT(st, "quantize_rows", TS, {
+        auto* kernel = gs == 32 ? quantize_warp_kernel<TX, TS, 1> : quantize_warp_kernel<TX, TS, 2>;
+        kernel<<<blocks, 128, 0, stream()>>>(static_cast<const TX*>(x), rows, cols, bits, w, static_cast<TS*>(scales),
+                                             static_cast<TS*>(biases));
+      });
+    });
+    check_launch("quantize_rows");
+    return;
+  }
   LATHE_DISPATCH_ACT(xt, "quantize_rows", TX, {
     LATHE_DISPATCH_ACT(st, "quantize_rows", TS,
                        quantize_kernel<TX, TS>
