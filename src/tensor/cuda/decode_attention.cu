@@ -20,6 +20,7 @@
 
 #include "tensor/cuda/common.cuh"
 #include "tensor/cuda/decode_attention.h"
+#include "tensor/cuda/kv_dequant.cuh"
 
 namespace lathe::cuda {
 namespace {
@@ -117,15 +118,10 @@ __device__ __forceinline__ void kv_floats(const KvRaw<kBits>& r, float f[8]) {
     bf16x8(r.w, f);
   } else {
     const float sc = __bfloat162float(r.s), bi = __bfloat162float(r.b);
-#pragma unroll
-    for (int e = 0; e < 8; ++e) {
-      uint32_t code;
-      if constexpr (kBits == 8)
-        code = ((e < 4 ? r.w.x : r.w.y) >> (8 * (e & 3))) & 0xffu;
-      else
-        code = (r.w >> (4 * e)) & 0xfu;
-      f[e] = __bfloat162float(__float2bfloat16_rn(fmaf(sc, static_cast<float>(code), bi)));
-    }
+    if constexpr (kBits == 8)
+      dequant8<8>(r.w, sc, bi, f);
+    else
+      dequant8<4>(make_uint2(r.w, 0u), sc, bi, f);
   }
 }
 

@@ -16,36 +16,26 @@
 
 #include "tensor/cuda/common.cuh"
 #include "tensor/cuda/decode_attention_wide.h"
+#include "tensor/cuda/kv_dequant.cuh"
 
 namespace lathe::cuda {
 namespace {
 
 constexpr int kThreads = 128, kWarps = kThreads / 32, kTile = 32;
 
-// One code's value as dequantize_any gives it (bf16), as a float.
-__device__ __forceinline__ float dequant(float scale, uint32_t code, float bias) {
-  return __bfloat162float(__float2bfloat16_rn(fmaf(scale, static_cast<float>(code), bias)));
-}
-
-// 8 consecutive features [f, f + 8) of K row j from codes (kBits 4 or 8) whose group holds all 8.
+// The codes of 8 consecutive features [f, f + 8) of K row j (kBits 4 or 8) whose group holds all 8, and that
+// group's scale and bias: loaded ahead, dequantized at use (dequant8).
 template <int kBits>
 __device__ __forceinline__ void load_k8(const AttentionArgs& a, const DecodeRow& row, int64_t kh, int64_t j, int f,
-                                        float* kf) {
-  {
-    const int64_t at = j * a.k_s0 + kh * a.k_s1 + f;  // in codes
-    const int64_t g = j * a.ksb_s0 + kh * a.ksb_s1 + f / a.k_gs;
-    const float sc = __bfloat162float(static_cast<const __nv_bfloat16*>(row.k_scales)[g]);
-    const float bi = __bfloat162float(static_cast<const __nv_bfloat16*>(row.k_biases)[g]);
-    if constexpr (kBits == 8) {
-      const uint2 w = *reinterpret_cast<const uint2*>(static_cast<const uint8_t*>(row.k) + at);
-#pragma unroll
-      for (int e = 0; e < 8; ++e) kf[e] = dequant(sc, ((e < 4 ? w.x : w.y) >> (8 * (e & 3))) & 0xffu, bi);
-    } else {
-      const uint32_t w = *reinterpret_cast<const uint32_t*>(static_cast<const uint8_t*>(row.k) + at / 2);
-#pragma unroll
-      for (int e = 0; e < 8; ++e) kf[e] = dequant(sc, (w >> (4 * e)) & 0xfu, bi);
-    }
-  }
+                                        uint2& w, float& sc, float& bi) {
+  const int64_t at = j * a.k_s0 + kh * a.k_s1 + f;  // in codes
+  const int64_t g = j * a.ksb_s0 + kh * a.ksb_s1 + f / a.k_gs;
+  sc = __bfloat162float(static_cast<const __nv_bfloat16*>(row.k_scales)[g]);
+  bi = __bfloat162float(static_cast<const __nv_bfloat16*>(row.k_biases)[g]);
+  if constexpr (kBits == 8)
+    w = *reinterpret_cast<const uint2*>(static_cast<const uint8_t*>(row.k) + at);
+  else
+    w = make_uint2(*reinterpret_cast<const uint32_t*>(static_cast<const uint8_t*>(row.k) + at / 2), 0u);
 }
 
 // kDPL codes from shared memory (kBits wide, value 2k in the low nibble of byte k) as floats with one scale/bias.
@@ -65,9 +55,10 @@ __device__ __forceinline__ void load_v_codes(const uint8_t* p, float sc, float b
     w[0] = *p;
   }
 #pragma unroll
-  for (int e = 0; e < kDPL; ++e) {
-    const int bit = e * kBits;
-    f[e] = dequant(sc, (w[bit / 32] >> (bit % 32)) & ((1u << kBits) - 1u), bi);
+  for (int e = 0; e < kDPL; e += 2) {
+    const int per_word = 32 / kBits;
+    dequant2(sc, bi, code_bits<kBits>(w[e / per_word], e % per_word),
+             code_bits<kBits>(w[(e + 1) / per_word], (e + 1) % per_word), f[e], f[e + 1]);
   }
 }
 
@@ -177,9 +168,10 @@ __global__ void __launch_bounds__(kThreads)
     for (int h = 0; h < kG; ++h) s[h] = 0.f;
     if (lane < n) {
       for (int c0 = 0; c0 < D; c0 += 64) {
-        // bf16: 8 raw chunks in flight, widened at use; codes: dequantized as loaded (with their groups' scales).
+        // 8 raw chunks in flight (bf16, or codes with their groups' scales and biases), widened at use.
         uint4 kc[kBits ? 1 : 8];
-        float kq[kBits ? 8 : 1][8];
+        uint2 kw[kBits ? 8 : 1];
+        float ksc[kBits ? 8 : 1], kbi[kBits ? 8 : 1];
 #pragma unroll
         for (int c = 0; c < 8; ++c) {
           if constexpr (kBits == 0)
@@ -187,7 +179,7 @@ __global__ void __launch_bounds__(kThreads)
                         ? *reinterpret_cast<const uint4*>(kbase + static_cast<int64_t>(j) * a.k_s0 + c0 + 8 * c)
                         : make_uint4(0, 0, 0, 0);
           else if (c0 + 8 * c < D)
-            load_k8<kBits>(a, row, kh, j, c0 + 8 * c, kq[c]);
+            load_k8<kBits>(a, row, kh, j, c0 + 8 * c, kw[c], ksc[c], kbi[c]);
         }
 #pragma unroll
         for (int c = 0; c < 8; ++c) {
@@ -197,7 +189,7 @@ __global__ void __launch_bounds__(kThreads)
           if constexpr (kBits == 0)
             bf16x8(kc[c], kb);
           else
-            kf = kq[c];
+            dequant8<kBits>(kw[c], ksc[c], kbi[c], kb);
 #pragma unroll
           for (int h = 0; h < kG; ++h) {
             if (h < G) {
