@@ -75,6 +75,9 @@ constexpr size_t kMaxPoolBytes = size_t{1} << 30;
 
 size_t align_up(size_t n) { return (n + 255) / 256 * 256; }
 
+// A row of a layer's append table: dense caches' AppendRow or quantized caches' QuantAppendRow.
+constexpr size_t kAppendRowBytes = std::max(sizeof(cuda::AppendRow), sizeof(cuda::QuantAppendRow));
+
 }  // namespace
 #endif
 
@@ -93,8 +96,8 @@ struct BatchGraphs::Entry {
   struct Layer {
     size_t layer = 0;
     size_t append = 0, attention = 0, copies = 0;  // table offsets in the arena (copies: quantized caches)
-    bool quantized = false;
-    Tensor like;  // [1, Hkv, D] in the K/V type
+    bool quantized = false, fused = false;         // fused: the append table holds QuantAppendRows
+    Tensor like;                                   // [1, Hkv, D] in the K/V type
   };
   std::vector<Layer> layers;
   std::unordered_map<const LayerCache*, size_t> where;  // capture only: a real row's cache -> its layer
@@ -159,7 +162,7 @@ BatchGraphLayer batch_graph_layer(const std::vector<LayerCache*>& caches, const 
   BatchGraphs::Entry::Layer L;
   L.layer = layer;
   L.append = e->used;
-  L.attention = align_up(L.append + n * sizeof(cuda::AppendRow));
+  L.attention = align_up(L.append + n * kAppendRowBytes);
   L.copies = align_up(L.attention + n * sizeof(cuda::DecodeRow));
   e->used = align_up(L.copies + 6 * n * sizeof(cuda::CopySegment));
   if (e->used > e->arena_bytes) throw Error(ErrorKind::Unsupported, "batch graph: more attention layers than planned");
@@ -167,6 +170,8 @@ BatchGraphLayer batch_graph_layer(const std::vector<LayerCache*>& caches, const 
   BatchGraphLayer out;
   out.quantized = dynamic_cast<const QuantizedKVCache*>(caches[0]);
   L.quantized = out.quantized != nullptr;
+  L.fused = out.fused_append = L.quantized && quantized_append_covers(like.device(), like.dim(2), out.quantized->bits(),
+                                                                      out.quantized->group_size());
   for (LayerCache* c : caches) {
     if (L.quantized) {
       // Room for the token and a view over the rows attention reads (what a replay then rewrites in the table).
@@ -245,13 +250,19 @@ Tensor BatchGraphs::run_bucket(Entry& e, const RowSpans& p, const Step& step) {
     for (const Entry::Layer& L : e.layers) {
       auto* app = reinterpret_cast<cuda::AppendRow*>(host + L.append);
       auto* att = reinterpret_cast<cuda::DecodeRow*>(host + L.attention);
-      if (L.quantized) {  // the append writes staging rows (fixed in the graph) at the rows' positions
+      if (L.quantized) {  // fused: the append writes each row's parts; else staging rows, then the copies
+        auto* qa = reinterpret_cast<cuda::QuantAppendRow*>(host + L.append);
         auto* cp = reinterpret_cast<cuda::CopySegment*>(host + L.copies);
         for (size_t r = 0; r < n; ++r) {
           const auto d = (*p.caches[r])[L.layer]->graph_append_quantized();
           LATHE_CHECK(d, "batch graph: a quantized cache stopped taking graph rows");
-          app[r].pos0 = d->row;
-          for (size_t i = 0; i < 6; ++i) cp[i * n + r].dst = d->dst[i];
+          if (L.fused) {
+            for (size_t i = 0; i < 6; ++i) qa[r].dst[i] = d->dst[i];
+            qa[r].pos0 = d->row;
+          } else {
+            app[r].pos0 = d->row;
+            for (size_t i = 0; i < 6; ++i) cp[i * n + r].dst = d->dst[i];
+          }
           att[r].k = d->base[0];
           att[r].k_scales = d->base[1];
           att[r].k_biases = d->base[2];
@@ -299,9 +310,9 @@ Tensor BatchGraphs::run_bucket(Entry& e, const RowSpans& p, const Step& step) {
       if (p.caches[r] != &pad_) e.where[c] = l;
     }
   e.capturing = &p;
-  e.arena_bytes = align_up(n * sizeof(int32_t)) +
-                  layers * (align_up(n * sizeof(cuda::AppendRow)) + align_up(n * sizeof(cuda::DecodeRow)) +
-                            align_up(6 * n * sizeof(cuda::CopySegment)));
+  e.arena_bytes =
+      align_up(n * sizeof(int32_t)) + layers * (align_up(n * kAppendRowBytes) + align_up(n * sizeof(cuda::DecodeRow)) +
+                                                align_up(6 * n * sizeof(cuda::CopySegment)));
   e.used = align_up(n * sizeof(int32_t));
   e.layers.clear();
   try {

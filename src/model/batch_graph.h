@@ -58,6 +58,7 @@ struct BatchGraphLayer {
   GraphTable append, attention, copies;
   std::vector<DirectRow> rows;
   const QuantizedKVCache* quantized = nullptr;  // row 0's cache where the layer's caches are quantized
+  bool fused_append = false;                    // quantized rows appended by one fused launch (no copies table)
   std::vector<QuantizedRowDest> qrows;
   std::vector<KVView> qviews;
 };

@@ -7,11 +7,12 @@
 #include "tensor/ops.h"
 
 namespace lathe {
-struct QkvStep;      // ops_extra.h
-struct AppendSlot;   // ops_extra.h
-struct DecodeKV;     // ops_extra.h
-struct GraphTable;   // ops_extra.h
-struct CopySegment;  // ops_extra.h
+struct QkvStep;          // ops_extra.h
+struct AppendSlot;       // ops_extra.h
+struct DecodeKV;         // ops_extra.h
+struct GraphTable;       // ops_extra.h
+struct CopySegment;      // ops_extra.h
+struct QuantAppendSlot;  // ops_extra.h
 namespace cuda {
 struct AttentionArgs;  // cuda/kernels.h
 }
@@ -61,6 +62,10 @@ Tensor qkv_rope_append(const Tensor& y, const QkvStep& s, const RopeTable& rope,
                        Tensor& values, int64_t row);
 Tensor qkv_rope_append_rows(const Tensor& y, const QkvStep& s, const RopeTable& rope,
                             const std::vector<AppendSlot>& slots, const GraphTable* table);
+bool quantized_append_covers(int64_t head_dim, int bits, int group_size);
+Tensor qkv_rope_append_quantized_rows(const Tensor& y, const QkvStep& s, const RopeTable& rope,
+                                      const std::vector<QuantAppendSlot>& slots, int bits, int group_size,
+                                      const GraphTable* table);
 Tensor attention_decode_rows(const std::vector<DecodeKV>& rows, const AttentionParams& p, const GraphTable* table);
 // Rows up to which a batched decode step keeps every row bitwise its solo run: the linears' GEMV boundary where
 // dense copies serve the wider steps (8), or LATHE_CUDA_GEMV_ROWS. Wider steps' attention takes the

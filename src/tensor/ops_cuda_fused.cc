@@ -85,5 +85,47 @@ Tensor qkv_rope_append_rows(const Tensor& y, const QkvStep& s, const RopeTable& 
   return q;
 }
 
+bool quantized_append_covers(int64_t head_dim, int bits, int group_size) {
+  return cuda::qkv_rope_append_quantized_covers(head_dim, bits, group_size);
+}
+
+Tensor qkv_rope_append_quantized_rows(const Tensor& y, const QkvStep& s, const RopeTable& rope,
+                                      const std::vector<QuantAppendSlot>& slots, int bits, int group_size,
+                                      const GraphTable* table) {
+  const int64_t B = static_cast<int64_t>(slots.size()), qn = s.q_heads * s.head_dim, kn = s.kv_heads * s.head_dim;
+  if (B == 0 || (cuda::capturing() && !table) || y.device() != Device::CUDA ||
+      (y.dtype() != DType::BF16 && y.dtype() != DType::F32) || 2 * (rope.dims / 2) > s.head_dim ||
+      rope.dims / 2 > 256 || !cuda::qkv_rope_append_quantized_covers(s.head_dim, bits, group_size))
+    return Tensor();
+  LATHE_CHECK(y.ndim() == 2 && y.dim(0) == B && y.dim(1) == qn + 2 * kn && y.is_contiguous(),
+              "qkv_rope_append_quantized_rows: expects one contiguous row of q|k|v heads per slot");
+  std::vector<cuda::QuantAppendRow> host(slots.size());
+  for (size_t r = 0; r < slots.size(); ++r) {
+    for (size_t i = 0; i < 6; ++i) {
+      LATHE_CHECK(slots[r].dst[i], "qkv_rope_append_quantized_rows: a row without a destination");
+      host[r].dst[i] = slots[r].dst[i];
+    }
+    host[r].pos0 = slots[r].pos;
+  }
+  const size_t bytes = host.size() * sizeof(cuda::QuantAppendRow);
+  Tensor dev;
+  const void* rows_dev = nullptr;
+  if (table) {  // a captured step: the replays rewrite this table
+    std::memcpy(table->host, host.data(), bytes);
+    rows_dev = table->dev;
+  } else {
+    dev = Tensor::empty({static_cast<int64_t>(bytes)}, DType::U8, Device::CUDA);
+    cuda::upload_async(dev.raw(), host.data(), bytes);
+    rows_dev = dev.raw();
+  }
+  Tensor q = Tensor::empty({B, s.q_heads, s.head_dim}, y.dtype(), Device::CUDA);
+  const float* qw = s.norm ? f32_ptr(&s.q_w, "qkv_rope_append") : nullptr;
+  const float* kw = s.norm ? f32_ptr(&s.k_w, "qkv_rope_append") : nullptr;
+  cuda::qkv_rope_append_quantized_rows(y.raw(), q.raw(), static_cast<const cuda::QuantAppendRow*>(rows_dev), B,
+                                       y.dtype(), s.q_heads, s.kv_heads, s.head_dim, bits, group_size, s.norm, qw, kw,
+                                       s.eps, s.plus_one, rope.inv_freq.data(), rope.dims, rope.attention_scaling);
+  return q;
+}
+
 }  // namespace lathe::gpu
 #endif

@@ -125,6 +125,32 @@ Tensor qkv_rope_append_rows(const Tensor& y, const QkvStep& s, const RopeTable& 
   return Tensor();
 }
 
+bool quantized_append_covers(Device d, int64_t head_dim, int bits, int group_size) {
+#ifdef LATHE_HAVE_CUDA
+  return d == Device::CUDA && gpu::quantized_append_covers(head_dim, bits, group_size);
+#else
+  (void)d;
+  (void)head_dim;
+  (void)bits;
+  (void)group_size;
+  return false;
+#endif
+}
+
+Tensor qkv_rope_append_quantized_rows(const Tensor& y, const QkvStep& s, const RopeTable& rope,
+                                      const std::vector<QuantAppendSlot>& slots, int bits, int group_size,
+                                      const GraphTable* table) {
+  LATHE_CHECK(rope.dims <= s.head_dim && static_cast<int64_t>(rope.inv_freq.size()) == rope.dims / 2,
+              "qkv_rope_append: rope table does not fit the head");
+#ifdef LATHE_HAVE_CUDA
+  if (quantized_append_covers(y.device(), s.head_dim, bits, group_size))
+    return gpu::qkv_rope_append_quantized_rows(y, s, rope, slots, bits, group_size, table);
+#endif
+  (void)slots;
+  (void)table;
+  return Tensor();
+}
+
 bool copy_segments_available(Device d) {
 #ifdef LATHE_HAVE_CUDA
   return d == Device::CUDA;

@@ -86,6 +86,18 @@ int64_t exact_batched_decode_rows();
 // qkv_rope_append over y [B, (Hq + 2·Hkv)·D], one slot per row: returns q [B, Hq, D].
 Tensor qkv_rope_append_rows(const Tensor& y, const QkvStep& s, const RopeTable& rope,
                             const std::vector<AppendSlot>& slots, const GraphTable* table = nullptr);
+// qkv_rope_append_rows over quantized caches: each row's k and v heads quantized (bits, group_size, scales and
+// biases in y's type) straight into its destinations — dst: the token's row of key codes, scales, biases, value
+// codes, scales, biases — at position pos. Undefined where the fused kernel does not cover the geometry
+// (quantized_append_covers; nothing written then). table: under a batched graph capture, as above.
+struct QuantAppendSlot {
+  void* dst[6] = {};
+  int64_t pos = 0;
+};
+bool quantized_append_covers(Device d, int64_t head_dim, int bits, int group_size);
+Tensor qkv_rope_append_quantized_rows(const Tensor& y, const QkvStep& s, const RopeTable& rope,
+                                      const std::vector<QuantAppendSlot>& slots, int bits, int group_size,
+                                      const GraphTable* table = nullptr);
 // One row of a batched decode attention: its query [1, Hq, D] and keys/values as attention() (dense k, v
 // [S, Hkv, D]) or attention_quantized() (qk, qv, kv_heads) takes them, with its own positions.
 struct DecodeKV {

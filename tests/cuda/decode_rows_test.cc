@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 
 #include "cuda/cuda_test_util.h"
 #include "model/layers/attention.h"
@@ -153,6 +154,63 @@ TEST(CudaDecodeRows, QkvRopeAppendEqualsSoloBitwise) {
       EXPECT_EQ(vb[static_cast<size_t>(r)].to_floats(), vs[static_cast<size_t>(r)].to_floats());
     }
   }
+}
+
+// The fused append over quantized caches (one launch: norm + RoPE, quantization, writes to each row's parts)
+// stores bitwise what staging the rows (qkv_rope_append_rows) and quantizing them (quantize_kv) stores, and
+// returns the same q: 4 and 8 bits, groups of 32 and 64, with and without the q/k norm, partial rotation.
+TEST(CudaDecodeRows, FusedQuantizedAppendEqualsStagedBitwise) {
+  LATHE_REQUIRE_GPU();
+  const int64_t Hq = 8, Hkv = 2, D = 128, B = 5;
+  RopeTable rope;
+  rope.dims = 96;
+  for (int i = 0; i < 48; ++i) rope.inv_freq.push_back(std::pow(10000.f, -static_cast<float>(2 * i) / 96.f));
+  for (bool norm : {false, true})
+    for (int bits : {4, 8})
+      for (int gs : {32, 64}) {
+        SCOPED_TRACE(testing::Message() << "norm " << norm << ", " << bits << "-bit group " << gs);
+        ASSERT_TRUE(quantized_append_covers(Device::CUDA, D, bits, gs));
+        const QkvStep st{Hq,
+                         Hkv,
+                         D,
+                         norm,
+                         Tensor::from_floats(random_floats(static_cast<size_t>(D), 32), {D}).to(Device::CUDA),
+                         Tensor::from_floats(random_floats(static_cast<size_t>(D), 33), {D}).to(Device::CUDA)};
+        const Tensor y = dev_bf16(random_floats(static_cast<size_t>(B * (Hq + 2 * Hkv) * D), 31 + bits + gs, -3.f, 3.f),
+                                  {B, (Hq + 2 * Hkv) * D});
+        std::vector<int64_t> pos;
+        for (int64_t r = 0; r < B; ++r) pos.push_back(500 + 41 * r);
+        // Staged: rows into [B, Hkv, D] buffers, then quantized.
+        Tensor ks = Tensor::zeros({B, Hkv, D}, DType::BF16, Device::CUDA);
+        Tensor vs = Tensor::zeros({B, Hkv, D}, DType::BF16, Device::CUDA);
+        std::vector<AppendSlot> slots;
+        for (int64_t r = 0; r < B; ++r) slots.push_back({&ks, &vs, r, pos[static_cast<size_t>(r)]});
+        const Tensor q_staged = qkv_rope_append_rows(y, st, rope, slots);
+        ASSERT_TRUE(q_staged.defined());
+        const QuantizedMatrix qk = quantize_kv(ks.reshape({B * Hkv, D}), bits, gs);
+        const QuantizedMatrix qv = quantize_kv(vs.reshape({B * Hkv, D}), bits, gs);
+        // Fused: straight into six part buffers laid out as a cache's rows [B, Hkv, ...].
+        std::vector<Tensor> parts = {Tensor::zeros({B, Hkv, D * bits / 32}, DType::U32, Device::CUDA),
+                                     Tensor::zeros({B, Hkv, D / gs}, DType::BF16, Device::CUDA),
+                                     Tensor::zeros({B, Hkv, D / gs}, DType::BF16, Device::CUDA),
+                                     Tensor::zeros({B, Hkv, D * bits / 32}, DType::U32, Device::CUDA),
+                                     Tensor::zeros({B, Hkv, D / gs}, DType::BF16, Device::CUDA),
+                                     Tensor::zeros({B, Hkv, D / gs}, DType::BF16, Device::CUDA)};
+        std::vector<QuantAppendSlot> qslots(static_cast<size_t>(B));
+        for (int64_t r = 0; r < B; ++r) {
+          for (size_t i = 0; i < 6; ++i) qslots[static_cast<size_t>(r)].dst[i] = parts[i].slice(0, r, r + 1).raw();
+          qslots[static_cast<size_t>(r)].pos = pos[static_cast<size_t>(r)];
+        }
+        const Tensor q_fused = qkv_rope_append_quantized_rows(y, st, rope, qslots, bits, gs);
+        ASSERT_TRUE(q_fused.defined());
+        EXPECT_EQ(q_fused.to_floats(), q_staged.to_floats());
+        const Tensor* want[6] = {&qk.w, &qk.scales, &qk.biases, &qv.w, &qv.scales, &qv.biases};
+        for (size_t i = 0; i < 6; ++i) {
+          const Tensor a = parts[i].to(Device::CPU), b = want[i]->to(Device::CPU);
+          ASSERT_EQ(a.nbytes(), b.nbytes()) << "part " << i;
+          EXPECT_EQ(std::memcmp(a.raw(), b.raw(), a.nbytes()), 0) << "part " << i << " differs";
+        }
+      }
 }
 
 // Four sequences of different lengths decode together; every step's logits equal each one's solo step.

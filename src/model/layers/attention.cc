@@ -197,10 +197,13 @@ Tensor Attention::decode_rows_quantized(const Tensor& y, const std::vector<Layer
     if (!d) return Tensor();
     dest[r] = *d;
   }
-  Tensor ks, vs;
-  const Tensor q_all = stage_rows(y, pos, nullptr, ks, vs);
-  if (!q_all.defined()) return Tensor();
-  copy_quantized_rows(qc[0]->quantize(ks, vs), dest, nullptr);
+  Tensor q_all = append_quantized_fused(y, dest, pos, qc[0]->bits(), qc[0]->group_size(), nullptr);
+  if (!q_all.defined()) {  // a geometry the fused kernel does not cover: staging rows, quantized, then copied
+    Tensor ks, vs;
+    q_all = stage_rows(y, pos, nullptr, ks, vs);
+    if (!q_all.defined()) return Tensor();
+    copy_quantized_rows(qc[0]->quantize(ks, vs), dest, nullptr);
+  }
   g_batched_quantized_appends.fetch_add(1, std::memory_order_relaxed);
   std::vector<KVView> views(caches.size());
   std::vector<DecodeKV> rows(caches.size());
@@ -219,6 +222,24 @@ Tensor Attention::stage_rows(const Tensor& y, const std::vector<int64_t>& pos, c
   std::vector<AppendSlot> slots(pos.size());
   for (size_t r = 0; r < pos.size(); ++r) slots[r] = {&ks, &vs, static_cast<int64_t>(r), pos[r]};
   return qkv_rope_append_rows(y, direct_step_, spec_.rope, slots, table);
+}
+
+Tensor Attention::append_quantized_fused(const Tensor& y, const std::vector<QuantizedRowDest>& dest,
+                                         const std::vector<int64_t>& pos, int bits, int group_size,
+                                         const GraphTable* table) const {
+  if (!quantized_append_covers(y.device(), spec_.head_dim, bits, group_size)) return Tensor();
+  const int64_t codes = spec_.kv_heads * spec_.head_dim * bits / 8;
+  const int64_t sb = spec_.kv_heads * (spec_.head_dim / group_size) * static_cast<int64_t>(dtype_size(y.dtype()));
+  std::vector<QuantAppendSlot> slots(dest.size());
+  for (size_t r = 0; r < dest.size(); ++r) {
+    for (size_t i = 0; i < 6; ++i) {
+      LATHE_CHECK(dest[r].bytes[i] == (i % 3 == 0 ? codes : sb),
+                  "quantized KV rows: a cache's row does not match the step's");
+      slots[r].dst[i] = dest[r].dst[i];
+    }
+    slots[r].pos = pos[r];
+  }
+  return qkv_rope_append_quantized_rows(y, direct_step_, spec_.rope, slots, bits, group_size, table);
 }
 
 void Attention::copy_quantized_rows(const RowTensors& quantized, const std::vector<QuantizedRowDest>& dest,
@@ -243,10 +264,15 @@ Tensor Attention::decode_rows_captured_quantized(const Tensor& y, BatchGraphLaye
   std::vector<int64_t> pos;
   pos.reserve(t.qrows.size());
   for (const QuantizedRowDest& d : t.qrows) pos.push_back(d.row);
-  Tensor ks, vs;
-  const Tensor q_all = stage_rows(y, pos, &t.append, ks, vs);
+  Tensor q_all;
+  if (t.fused_append) {
+    q_all = append_quantized_fused(y, t.qrows, pos, t.quantized->bits(), t.quantized->group_size(), &t.append);
+  } else {
+    Tensor ks, vs;
+    q_all = stage_rows(y, pos, &t.append, ks, vs);
+    if (q_all.defined()) copy_quantized_rows(t.quantized->quantize(ks, vs), t.qrows, &t.copies);
+  }
   if (!q_all.defined()) throw Error(ErrorKind::Unsupported, "batch graph: the fused append does not cover this layer");
-  copy_quantized_rows(t.quantized->quantize(ks, vs), t.qrows, &t.copies);
   std::vector<DecodeKV> rows(pos.size());
   for (size_t r = 0; r < pos.size(); ++r)
     rows[r].q = q_all.slice(0, static_cast<int64_t>(r), static_cast<int64_t>(r) + 1);

@@ -93,6 +93,11 @@ class Attention {
   // their quantized form into each row's destination. table: the tables of a batch graph capture.
   Tensor stage_rows(const Tensor& y, const std::vector<int64_t>& pos, const GraphTable* table, Tensor& ks,
                     Tensor& vs) const;
+  // The fused form of both (one launch: norm + RoPE, quantization, writes to dest); undefined where its kernel
+  // does not cover the geometry.
+  Tensor append_quantized_fused(const Tensor& y, const std::vector<QuantizedRowDest>& dest,
+                                const std::vector<int64_t>& pos, int bits, int group_size,
+                                const GraphTable* table) const;
   static void copy_quantized_rows(const RowTensors& quantized, const std::vector<QuantizedRowDest>& dest,
                                   const GraphTable* table);
   // The batched decode attention over the rows' q and cache views (per-row launches where it does not apply;

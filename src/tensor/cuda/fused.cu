@@ -91,6 +91,89 @@ __global__ void qkv_rope_append_kernel(const T* __restrict__ y, T* __restrict__ 
   dst[i] = from_f<T>(o);
 }
 
+// qkv_rope_append_kernel's batched form over quantized caches: q heads as there; a k or v head's values (normed
+// and rotated, or copied), rounded to T as a staging row would hold them, are quantized in place — per group of
+// kGs values the min and max by warp shuffles (and shared memory across the two warps of a 64-group), then
+// quantize_warp_kernel's arithmetic, so codes, scales and biases are bitwise what staging the row and quantizing
+// it gave — and written straight to the row's cache destinations: one launch where staging, quantizing and
+// copying took four.
+template <class T, int kGs>
+__global__ void qkv_rope_append_q_kernel(const T* __restrict__ y, T* __restrict__ q_out, int Hq, int Hkv, int D,
+                                         int bits, bool norm, const float* __restrict__ q_w,
+                                         const float* __restrict__ k_w, float eps, bool plus_one, const Freqs f,
+                                         int half, float scaling, const QuantAppendRow* __restrict__ rows) {
+  __shared__ float buf[1024];
+  __shared__ float gmin[32], gmax[32];
+  const int b = blockIdx.x, i = threadIdx.x, lane = i & 31, warp = i >> 5;
+  const QuantAppendRow& r = rows[blockIdx.y];
+  y += static_cast<int64_t>(blockIdx.y) * (Hq + 2 * Hkv) * D;
+  const T* src = y + static_cast<int64_t>(b) * D;
+  const bool is_q = b < Hq, is_v = b >= Hq + Hkv;
+  const float v = i < D ? to_f(src[i]) : 0.f;
+  float o = v;
+  if (!is_v) {
+    if (norm) {
+      const float* w = is_q ? q_w : k_w;
+      const float inv = 1.0f / sqrtf(block_sum(v * v) / static_cast<float>(D) + eps);
+      o = i < D ? norm_gain(w, i, plus_one) * (v * inv) : 0.f;
+    }
+    if (i < D) buf[i] = o;
+    __syncthreads();
+    if (i < 2 * half) {
+      const int j = i < half ? i : i - half;
+      float s, c;
+      sincosf(static_cast<float>(r.pos0) * f.inv_freq[j], &s, &c);
+      c *= scaling;
+      s *= scaling;
+      o = i < half ? buf[i] * c - buf[i + half] * s : buf[i] * c + buf[i - half] * s;
+    }
+  }
+  if (is_q) {
+    if (i < D) q_out[(static_cast<int64_t>(blockIdx.y) * Hq + b) * D + i] = from_f<T>(o);
+    return;
+  }
+  // Threads past D (D is a multiple of kGs, so whole warps) only take part in the block's barriers.
+  const float x = to_f(from_f<T>(o));
+  float mn = x, mx = x;
+  for (int k = 16; k > 0; k >>= 1) {
+    mn = fminf(mn, __shfl_xor_sync(0xffffffffu, mn, k));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, k));
+  }
+  if constexpr (kGs == 64) {  // the group's two warps meet in shared memory
+    if (lane == 0) {
+      gmin[warp] = mn;
+      gmax[warp] = mx;
+    }
+    __syncthreads();
+    mn = fminf(gmin[warp & ~1], gmin[warp | 1]);
+    mx = fmaxf(gmax[warp & ~1], gmax[warp | 1]);
+  }
+  if (i >= D) return;
+  const float n_bins = static_cast<float>((1 << bits) - 1);
+  const bool neg_edge = fabsf(mn) > fabsf(mx);
+  float scale = fmaxf((mx - mn) / n_bins, 1e-7f);
+  scale = neg_edge ? scale : -scale;
+  const float edge = neg_edge ? mn : mx;
+  const float q0 = rintf(edge / scale);
+  float bias = 0.0f;
+  if (q0 != 0.0f) {
+    scale = edge / q0;
+    bias = edge;
+  }
+  const T s_stored = from_f<T>(scale), b_stored = from_f<T>(bias);
+  const int h = is_v ? b - Hq - Hkv : b - Hq;
+  const int groups = D / kGs, part = is_v ? 3 : 0;
+  if (i % kGs == 0) {
+    static_cast<T*>(r.dst[part + 1])[h * groups + i / kGs] = s_stored;
+    static_cast<T*>(r.dst[part + 2])[h * groups + i / kGs] = b_stored;
+  }
+  const float code = fminf(fmaxf(rintf((x - to_f(b_stored)) / to_f(s_stored)), 0.0f), n_bins);
+  const int epw = 32 / bits;
+  uint32_t word = static_cast<uint32_t>(code) << (bits * (i % epw));
+  for (int k = 1; k < epw; k <<= 1) word |= __shfl_xor_sync(0xffffffffu, word, k);
+  if (i % epw == 0) static_cast<uint32_t*>(r.dst[part])[(h * D + i) / epw] = word;
+}
+
 // One block per row. Each thread keeps its kPer values in registers between the sum of squares and the
 // output, and issues all its loads before any arithmetic: a decode row (one block) is latency-bound, and the
 // earlier loop (load, add, store, repeat; then re-read) paid a memory round trip per element stride.
@@ -178,6 +261,31 @@ void qkv_rope_append_rows(const void* y, void* q_out, const AppendRow* rows, int
                          static_cast<int>(Hkv), static_cast<int>(D), norm, q_w, k_w, eps, plus_one, f, half, scaling, 0,
                          nullptr, rows));
   check_launch("qkv_rope_append_rows");
+}
+
+bool qkv_rope_append_quantized_covers(int64_t D, int bits, int group_size) {
+  return (bits == 4 || bits == 8) && (group_size == 32 || group_size == 64) && D % group_size == 0 && D <= 1024;
+}
+
+void qkv_rope_append_quantized_rows(const void* y, void* q_out, const QuantAppendRow* rows, int64_t n_rows, DType t,
+                                    int64_t Hq, int64_t Hkv, int64_t D, int bits, int group_size, bool norm,
+                                    const float* q_w, const float* k_w, float eps, bool plus_one, const float* inv_freq,
+                                    int dims, float scaling) {
+  const int half = dims / 2;
+  if (!qkv_rope_append_quantized_covers(D, bits, group_size) || half > 256 || 2 * half > D)
+    throw Error(ErrorKind::Unsupported, "qkv_rope_append_quantized_rows: geometry not covered on CUDA");
+  if (n_rows == 0) return;
+  Freqs f{};
+  std::memcpy(f.inv_freq, inv_freq, sizeof(float) * static_cast<size_t>(half));
+  const int threads = static_cast<int>((D + 31) / 32 * 32);
+  const dim3 grid(static_cast<unsigned>(Hq + 2 * Hkv), static_cast<unsigned>(n_rows));
+  LATHE_DISPATCH_ACT(t, "qkv_rope_append_quantized_rows", T, {
+    auto* kernel = group_size == 32 ? qkv_rope_append_q_kernel<T, 32> : qkv_rope_append_q_kernel<T, 64>;
+    kernel<<<grid, threads, 0, stream()>>>(static_cast<const T*>(y), static_cast<T*>(q_out), static_cast<int>(Hq),
+                                           static_cast<int>(Hkv), static_cast<int>(D), bits, norm, q_w, k_w, eps,
+                                           plus_one, f, half, scaling, rows);
+  });
+  check_launch("qkv_rope_append_quantized_rows");
 }
 
 void add_rms_norm(void* h, DType ht, const void* b, DType bt, void* out, DType ot, int64_t rows, int64_t D,

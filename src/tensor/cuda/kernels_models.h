@@ -60,6 +60,18 @@ struct AppendRow {
 void qkv_rope_append_rows(const void* y, void* q_out, const AppendRow* rows, int64_t n_rows, DType t, int64_t Hq,
                           int64_t Hkv, int64_t D, bool norm, const float* q_w, const float* k_w, float eps,
                           bool plus_one, const float* inv_freq, int dims, float scaling);
+// The same over quantized caches (4/8-bit, groups of 32 or 64 that divide D): each row's k and v heads quantized
+// as quantize_rows does and written to dst (key codes, scales, biases, value codes, scales, biases: the token's
+// row of each part [Hkv, ...], scales and biases of type t), bitwise what staging them and quantize_rows give.
+struct QuantAppendRow {
+  void* dst[6] = {};
+  int64_t pos0 = 0;
+};
+bool qkv_rope_append_quantized_covers(int64_t D, int bits, int group_size);
+void qkv_rope_append_quantized_rows(const void* y, void* q_out, const QuantAppendRow* rows, int64_t n_rows, DType t,
+                                    int64_t Hq, int64_t Hkv, int64_t D, int bits, int group_size, bool norm,
+                                    const float* q_w, const float* k_w, float eps, bool plus_one, const float* inv_freq,
+                                    int dims, float scaling);
 // h += b (h F32 or BF16, b any activation type), then out = RMSNorm(h) of type ot; rows of D.
 void add_rms_norm(void* h, DType ht, const void* b, DType bt, void* out, DType ot, int64_t rows, int64_t D,
                   const float* w, float eps, bool plus_one);
