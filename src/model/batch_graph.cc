@@ -42,6 +42,7 @@ void set_batch_graphs_enabled(bool on) { g_enabled.store(on ? 1 : 0, std::memory
 
 int64_t batch_graph_replays() { return g_replays.load(std::memory_order_relaxed); }
 
+#ifdef LATHE_HAVE_CUDA
 namespace {
 // The K/V storage a row's caches were made with (the graph's kernels and the padding rows' caches follow it).
 CacheOptions storage_of(const CacheList& caches) {
@@ -56,6 +57,7 @@ bool same_storage(const CacheOptions& a, const CacheOptions& b) {
   return a.kv_bits == b.kv_bits && (a.kv_bits == 0 || a.kv_group_size == b.kv_group_size);
 }
 }  // namespace
+#endif
 
 #ifdef LATHE_HAVE_CUDA
 namespace {
