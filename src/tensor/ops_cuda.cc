@@ -371,15 +371,19 @@ void copy_segments(const std::vector<CopySegment>& segs, const GraphTable* table
         "copy_segments: sizes and addresses must be multiples of 4 bytes");
     host[i] = {s.src, s.dst, s.bytes};
   }
-  const size_t bytes = host.size() * sizeof(cuda::CopySegment);
-  if (table) {
-    std::memcpy(table->host, host.data(), bytes);
-    cuda::copy_segments(static_cast<const cuda::CopySegment*>(table->dev), static_cast<int64_t>(host.size()));
-    return;
+  Tensor dev;
+  const void* segs_dev = row_table(host.data(), host.size() * sizeof(cuda::CopySegment), table, dev);
+  cuda::copy_segments(static_cast<const cuda::CopySegment*>(segs_dev), static_cast<int64_t>(host.size()));
+}
+
+const void* row_table(const void* host, size_t bytes, const GraphTable* table, Tensor& keep) {
+  if (table) {  // a captured step: the replays rewrite this table
+    std::memcpy(table->host, host, bytes);
+    return table->dev;
   }
-  Tensor dev = Tensor::empty({static_cast<int64_t>(bytes)}, DType::U8, Device::CUDA);
-  cuda::upload_async(dev.raw(), host.data(), bytes);
-  cuda::copy_segments(static_cast<const cuda::CopySegment*>(dev.raw()), static_cast<int64_t>(host.size()));
+  keep = Tensor::empty({static_cast<int64_t>(bytes)}, DType::U8, Device::CUDA);
+  cuda::upload_async(keep.raw(), host, bytes);
+  return keep.raw();
 }
 
 void copy_rows(void* dst, int64_t dst_row, const void* src_rows, int64_t n, size_t row_bytes) {

@@ -39,6 +39,9 @@ void apply_token_masks(Tensor& x, const std::vector<int32_t>& rows, const std::v
 std::vector<int32_t> sample_rows(const Tensor& x, const std::vector<RowSampling>& rows, std::vector<float>& logprobs);
 void copy_rows(void* dst, int64_t dst_row, const void* src_rows, int64_t n, size_t row_bytes);
 void copy_segments(const std::vector<CopySegment>& segs, const GraphTable* table);
+// Where a batched op's row table of `bytes` is on the device: under a capture, the graph's table (written at its
+// host staging, which each replay rewrites); else a fresh upload that `keep` holds until the launch is queued.
+const void* row_table(const void* host, size_t bytes, const GraphTable* table, Tensor& keep);
 
 // Newer families and cache kinds (ops_cuda_models.cc).
 Tensor convert(const Tensor& x, DType t);

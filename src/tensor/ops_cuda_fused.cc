@@ -67,15 +67,7 @@ Tensor qkv_rope_append_rows(const Tensor& y, const QkvStep& s, const RopeTable& 
   }
   const size_t bytes = host.size() * sizeof(cuda::AppendRow);
   Tensor dev;
-  const void* rows_dev = nullptr;
-  if (table) {  // a captured step: the replays rewrite this table
-    std::memcpy(table->host, host.data(), bytes);
-    rows_dev = table->dev;
-  } else {
-    dev = Tensor::empty({static_cast<int64_t>(bytes)}, DType::U8, Device::CUDA);
-    cuda::upload_async(dev.raw(), host.data(), bytes);
-    rows_dev = dev.raw();
-  }
+  const void* rows_dev = row_table(host.data(), bytes, table, dev);
   Tensor q = Tensor::empty({B, s.q_heads, s.head_dim}, y.dtype(), Device::CUDA);
   const float* qw = s.norm ? f32_ptr(&s.q_w, "qkv_rope_append") : nullptr;
   const float* kw = s.norm ? f32_ptr(&s.k_w, "qkv_rope_append") : nullptr;
@@ -109,15 +101,7 @@ Tensor qkv_rope_append_quantized_rows(const Tensor& y, const QkvStep& s, const R
   }
   const size_t bytes = host.size() * sizeof(cuda::QuantAppendRow);
   Tensor dev;
-  const void* rows_dev = nullptr;
-  if (table) {  // a captured step: the replays rewrite this table
-    std::memcpy(table->host, host.data(), bytes);
-    rows_dev = table->dev;
-  } else {
-    dev = Tensor::empty({static_cast<int64_t>(bytes)}, DType::U8, Device::CUDA);
-    cuda::upload_async(dev.raw(), host.data(), bytes);
-    rows_dev = dev.raw();
-  }
+  const void* rows_dev = row_table(host.data(), bytes, table, dev);
   Tensor q = Tensor::empty({B, s.q_heads, s.head_dim}, y.dtype(), Device::CUDA);
   const float* qw = s.norm ? f32_ptr(&s.q_w, "qkv_rope_append") : nullptr;
   const float* kw = s.norm ? f32_ptr(&s.k_w, "qkv_rope_append") : nullptr;

@@ -6,6 +6,7 @@
 
 #include "tensor/cuda/common.cuh"
 #include "tensor/cuda/kernels_models.h"
+#include "tensor/cuda/kv_quant.cuh"
 
 namespace lathe::cuda {
 namespace {
@@ -39,6 +40,28 @@ __global__ void norm_rope_kernel(const T* __restrict__ x, T* __restrict__ out, i
   out[r * D + i] = from_f<T>(o);
 }
 
+// A q or k head's value i after the RMSNorm (w: its gain; null: no norm) and RoPE at position pos, as the decode
+// steps compute it. Every thread of the block calls it (a block sum and a barrier); buf: shared, ≥ D floats.
+__device__ __forceinline__ float norm_rope_value(float v, int i, int D, const float* w, float eps, bool plus_one,
+                                                 const Freqs& f, int half, float scaling, int64_t pos, float* buf) {
+  float o = v;
+  if (w) {
+    const float inv = 1.0f / sqrtf(block_sum(v * v) / static_cast<float>(D) + eps);
+    o = i < D ? norm_gain(w, i, plus_one) * (v * inv) : 0.f;
+  }
+  if (i < D) buf[i] = o;
+  __syncthreads();
+  if (i < 2 * half) {
+    const int j = i < half ? i : i - half;
+    float s, c;
+    sincosf(static_cast<float>(pos) * f.inv_freq[j], &s, &c);
+    c *= scaling;
+    s *= scaling;
+    o = i < half ? buf[i] * c - buf[i + half] * s : buf[i] * c + buf[i - half] * s;
+  }
+  return o;
+}
+
 // Decode step: one block per head of the stacked q|k|v row (q heads, k heads, v heads), one thread per value.
 // q and k heads: optional RMSNorm, then RoPE (as norm_rope_kernel); q goes to q_out, k and v to row
 // row + delta of the caches (delta: the graph replay's shift, as copy_rows). With `rows` (a batched step),
@@ -69,24 +92,9 @@ __global__ void qkv_rope_append_kernel(const T* __restrict__ y, T* __restrict__ 
     return;
   }
   const bool is_q = b < Hq;
-  const float v = i < D ? to_f(src[i]) : 0.f;
-  float o = v;
-  if (norm) {
-    const float* w = is_q ? q_w : k_w;
-    const float inv = 1.0f / sqrtf(block_sum(v * v) / static_cast<float>(D) + eps);
-    o = i < D ? norm_gain(w, i, plus_one) * (v * inv) : 0.f;
-  }
-  if (i < D) buf[i] = o;
-  __syncthreads();
+  const float o = norm_rope_value(i < D ? to_f(src[i]) : 0.f, i, D, norm ? (is_q ? q_w : k_w) : nullptr, eps, plus_one,
+                                  f, half, scaling, pos0 + dl, buf);
   if (i >= D) return;
-  if (i < 2 * half) {
-    const int j = i < half ? i : i - half;
-    float s, c;
-    sincosf(static_cast<float>(pos0 + dl) * f.inv_freq[j], &s, &c);
-    c *= scaling;
-    s *= scaling;
-    o = i < half ? buf[i] * c - buf[i + half] * s : buf[i] * c + buf[i - half] * s;
-  }
   T* dst = is_q ? q_out + static_cast<int64_t>(b) * D : keys + ((row + dl) * Hkv + (b - Hq)) * D;
   dst[i] = from_f<T>(o);
 }
@@ -110,24 +118,9 @@ __global__ void qkv_rope_append_q_kernel(const T* __restrict__ y, T* __restrict_
   const T* src = y + static_cast<int64_t>(b) * D;
   const bool is_q = b < Hq, is_v = b >= Hq + Hkv;
   const float v = i < D ? to_f(src[i]) : 0.f;
-  float o = v;
-  if (!is_v) {
-    if (norm) {
-      const float* w = is_q ? q_w : k_w;
-      const float inv = 1.0f / sqrtf(block_sum(v * v) / static_cast<float>(D) + eps);
-      o = i < D ? norm_gain(w, i, plus_one) * (v * inv) : 0.f;
-    }
-    if (i < D) buf[i] = o;
-    __syncthreads();
-    if (i < 2 * half) {
-      const int j = i < half ? i : i - half;
-      float s, c;
-      sincosf(static_cast<float>(r.pos0) * f.inv_freq[j], &s, &c);
-      c *= scaling;
-      s *= scaling;
-      o = i < half ? buf[i] * c - buf[i + half] * s : buf[i] * c + buf[i - half] * s;
-    }
-  }
+  const float o = is_v ? v
+                       : norm_rope_value(v, i, D, norm ? (is_q ? q_w : k_w) : nullptr, eps, plus_one, f, half, scaling,
+                                         r.pos0, buf);
   if (is_q) {
     if (i < D) q_out[(static_cast<int64_t>(blockIdx.y) * Hq + b) * D + i] = from_f<T>(o);
     return;
@@ -150,16 +143,8 @@ __global__ void qkv_rope_append_q_kernel(const T* __restrict__ y, T* __restrict_
   }
   if (i >= D) return;
   const float n_bins = static_cast<float>((1 << bits) - 1);
-  const bool neg_edge = fabsf(mn) > fabsf(mx);
-  float scale = fmaxf((mx - mn) / n_bins, 1e-7f);
-  scale = neg_edge ? scale : -scale;
-  const float edge = neg_edge ? mn : mx;
-  const float q0 = rintf(edge / scale);
-  float bias = 0.0f;
-  if (q0 != 0.0f) {
-    scale = edge / q0;
-    bias = edge;
-  }
+  float scale, bias;
+  affine_scale_bias(mn, mx, n_bins, scale, bias);
   const T s_stored = from_f<T>(scale), b_stored = from_f<T>(bias);
   const int h = is_v ? b - Hq - Hkv : b - Hq;
   const int groups = D / kGs, part = is_v ? 3 : 0;
@@ -167,9 +152,8 @@ __global__ void qkv_rope_append_q_kernel(const T* __restrict__ y, T* __restrict_
     static_cast<T*>(r.dst[part + 1])[h * groups + i / kGs] = s_stored;
     static_cast<T*>(r.dst[part + 2])[h * groups + i / kGs] = b_stored;
   }
-  const float code = fminf(fmaxf(rintf((x - to_f(b_stored)) / to_f(s_stored)), 0.0f), n_bins);
   const int epw = 32 / bits;
-  uint32_t word = static_cast<uint32_t>(code) << (bits * (i % epw));
+  uint32_t word = affine_code(x, to_f(s_stored), to_f(b_stored), n_bins) << (bits * (i % epw));
   for (int k = 1; k < epw; k <<= 1) word |= __shfl_xor_sync(0xffffffffu, word, k);
   if (i % epw == 0) static_cast<uint32_t*>(r.dst[part])[(h * D + i) / epw] = word;
 }

@@ -3,6 +3,7 @@
 // small groups of narrow heads, which the weight kernels (groups ≥ 32) do not.
 #include "tensor/cuda/common.cuh"
 #include "tensor/cuda/kernels_models.h"
+#include "tensor/cuda/kv_quant.cuh"
 
 namespace lathe::cuda {
 namespace {
@@ -26,17 +27,8 @@ __global__ void quantize_kernel(const TX* __restrict__ x, int64_t rows, int64_t 
     mx = fmaxf(mx, to_f(xg[j]));
   }
   const float n_bins = static_cast<float>((1 << bits) - 1);
-  // Represent the extreme of larger magnitude exactly: it becomes code 0 or n_bins.
-  const bool neg_edge = fabsf(mn) > fabsf(mx);
-  float scale = fmaxf((mx - mn) / n_bins, 1e-7f);
-  scale = neg_edge ? scale : -scale;
-  const float edge = neg_edge ? mn : mx;
-  const float q0 = rintf(edge / scale);
-  float bias = 0.0f;
-  if (q0 != 0.0f) {
-    scale = edge / q0;
-    bias = edge;
-  }
+  float scale, bias;
+  affine_scale_bias(mn, mx, n_bins, scale, bias);
   scales[i] = from_f<TS>(scale);
   biases[i] = from_f<TS>(bias);
   const float s = to_f(scales[i]), b = to_f(biases[i]);  // codes against the stored (rounded) values
@@ -45,8 +37,7 @@ __global__ void quantize_kernel(const TX* __restrict__ x, int64_t rows, int64_t 
   for (int wi = 0; wi < gs / epw; ++wi) {
     uint32_t word = 0;
     for (int j = 0; j < epw; ++j) {
-      const float code = fminf(fmaxf(rintf((to_f(xg[wi * epw + j]) - b) / s), 0.0f), n_bins);
-      word |= static_cast<uint32_t>(code) << (bits * j);
+      word |= affine_code(to_f(xg[wi * epw + j]), s, b, n_bins) << (bits * j);
     }
     wg[wi] = word;
   }
@@ -80,16 +71,8 @@ __global__ void quantize_warp_kernel(const TX* __restrict__ x, int64_t rows, int
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
   }
   const float n_bins = static_cast<float>((1 << bits) - 1);
-  const bool neg_edge = fabsf(mn) > fabsf(mx);
-  float scale = fmaxf((mx - mn) / n_bins, 1e-7f);
-  scale = neg_edge ? scale : -scale;
-  const float edge = neg_edge ? mn : mx;
-  const float q0 = rintf(edge / scale);
-  float bias = 0.0f;
-  if (q0 != 0.0f) {
-    scale = edge / q0;
-    bias = edge;
-  }
+  float scale, bias;
+  affine_scale_bias(mn, mx, n_bins, scale, bias);
   const TS s_stored = from_f<TS>(scale), b_stored = from_f<TS>(bias);
   if (lane == 0) {
     scales[i] = s_stored;
@@ -101,8 +84,7 @@ __global__ void quantize_warp_kernel(const TX* __restrict__ x, int64_t rows, int
   uint32_t word = 0;
 #pragma unroll
   for (int j = 0; j < kPer; ++j) {
-    const float code = fminf(fmaxf(rintf((v[j] - b) / s), 0.0f), n_bins);
-    word |= static_cast<uint32_t>(code) << (bits * ((kPer * lane + j) % epw));
+    word |= affine_code(v[j], s, b, n_bins) << (bits * ((kPer * lane + j) % epw));
   }
   for (int o = 1; o < lanes_per_word; o <<= 1) word |= __shfl_xor_sync(0xffffffffu, word, o);
   if (lane % lanes_per_word == 0) w[r * (cols / epw) + (gi * gs + kPer * lane) / epw] = word;
