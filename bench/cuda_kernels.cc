@@ -3,6 +3,7 @@
 // already-dense weights. Times with CUDA events, medians over repeats; GEMV inputs rotate over enough weight
 // copies to miss the L2, and are timed both as 20 stream launches and as the same 20 calls in one CUDA graph.
 // --dense-rows: only cuBLAS over dense bf16 weights at decode-batch rows (the dense weight copies' path).
+// --q4-rows: gemm_q4 over 4-bit codes at the same rows and shapes, each next to --dense-rows' figure.
 // Prints one JSON object.
 #ifdef LATHE_HAVE_CUDA
 #include <cuda_runtime.h>
@@ -15,6 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tensor/cuda/gemm_q4.h"
 #include "tensor/cuda/kernels.h"
 #include "tensor/cuda/runtime.h"
 #include "tensor/device_memory.h"
@@ -202,6 +204,72 @@ nlohmann::json dense_rows(int64_t M, int64_t N, int64_t K, double copy_gbs) {
       {"M", M}, {"N", N}, {"K", K}, {"us", ms * 1e3}, {"weight_GB_s", gbs}, {"pct_of_copy", 100.0 * gbs / copy_gbs}};
 }
 
+// gemm_q4 (tensor/cuda/gemm_q4.h) at decode-batch rows over 4-bit g64 weights, 20 calls back to back over copies
+// that miss the L2, next to dense_rows' cuBLAS over bf16 copies of the same shape: time, the bytes of codes,
+// scales and biases read per second, and the tensor-core rate.
+nlohmann::json q4_rows(int64_t M, int64_t N, int64_t K, double copy_gbs) {
+  const size_t wbytes = static_cast<size_t>(N * K / 2), groups = static_cast<size_t>(N * K / 64);
+  const size_t bytes = wbytes + groups * 4;
+  const int copies = static_cast<int>(std::clamp<size_t>((size_t{400} << 20) / bytes + 1, 2, 16)), calls = 20;
+  std::vector<cuda::QuantView> qs;
+  for (int c = 0; c < copies; ++c) {
+    cuda::QuantView q;
+    q.w = static_cast<const uint32_t*>(dalloc(wbytes, 500 + c));
+    q.scales = dalloc_bf16(groups, 600 + c, 0.001f, 0.01f);
+    q.biases = dalloc_bf16(groups, 700 + c, -0.05f, 0.05f);
+    q.rows = N;
+    q.cols = K;
+    q.w_stride = K / 8;
+    q.sb_stride = K / 64;
+    qs.push_back(q);
+  }
+  void* x = dalloc_bf16(static_cast<size_t>(M * K), 9, -1.f, 1.f);
+  void* y = device_alloc(static_cast<size_t>(M * N) * 2);
+  const cuda::GemmQ4Plan plan = cuda::plan_gemm_q4(qs[0], x, M);
+  const int chunks = static_cast<int>(K / 256);
+  void* ws = device_alloc(static_cast<size_t>(8 * M * N) * 4);
+  auto time_plan = [&](const cuda::GemmQ4Plan& p) {
+    return median_ms(20,
+                     [&](int i) {
+                       for (int c = 0; c < calls; ++c)
+                         cuda::gemm_q4(p, qs[static_cast<size_t>((i * calls + c) % copies)], x, M, y, DType::BF16,
+                                       nullptr, static_cast<float*>(ws));
+                     }) /
+           calls;
+  };
+  const double ms = time_plan(plan);
+  // The same call at other split counts, to check the plan's estimate.
+  nlohmann::json sweep = nlohmann::json::object();
+  for (int sp : {1, 2, 3, 4, 6, 8}) {
+    if (sp > chunks) continue;
+    cuda::GemmQ4Plan p = plan;
+    p.chunks_per_split = (chunks + sp - 1) / sp;
+    p.splits = (chunks + p.chunks_per_split - 1) / p.chunks_per_split;
+    sweep[std::to_string(p.splits)] = time_plan(p) * 1e3;
+  }
+  for (auto& q : qs) {
+    device_free(const_cast<uint32_t*>(q.w));
+    device_free(const_cast<void*>(q.scales));
+    device_free(const_cast<void*>(q.biases));
+  }
+  device_free(x);
+  device_free(y);
+  device_free(ws);
+  const double gbs = static_cast<double>(bytes) / (ms * 1e-3) / 1e9;
+  const nlohmann::json dense = dense_rows(M, N, K, copy_gbs);
+  return {{"M", M},
+          {"N", N},
+          {"K", K},
+          {"splits", plan.splits},
+          {"us_by_splits", sweep},
+          {"us", ms * 1e3},
+          {"weight_GB_s", gbs},
+          {"pct_of_copy", 100.0 * gbs / copy_gbs},
+          {"tflops", 2.0 * static_cast<double>(M * N * K) / (ms * 1e-3) / 1e12},
+          {"dense_bf16_us", dense["us"]},
+          {"speedup_vs_dense", dense["us"].get<double>() / (ms * 1e3)}};
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -214,6 +282,14 @@ int main(int argc, char** argv) {
   nlohmann::json out;
   const double copy = copy_bandwidth();
   out["copy_GB_s"] = copy;
+  if (argc > 1 && std::strcmp(argv[1], "--q4-rows") == 0) {  // the same shapes through gemm_q4
+    for (int64_t M : {16, 32, 64, 128})
+      for (auto [N, K] :
+           {std::pair<int64_t, int64_t>{6144, 2560}, {2560, 4096}, {19456, 2560}, {2560, 9728}, {151936, 2560}})
+        out["q4_rows"].push_back(q4_rows(M, N, K, copy));
+    std::printf("%s\n", out.dump().c_str());
+    return 0;
+  }
   if (dense_only) {  // Qwen3-4B's matmuls in a wide decode step: q|k|v, o_proj, gate (and up), down_proj, lm_head
     for (int64_t M : {16, 32, 64, 128})
       for (auto [N, K] :

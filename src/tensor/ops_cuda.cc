@@ -11,6 +11,7 @@
 
 #include "common/error.h"
 #include "tensor/cuda/decode_attention.h"
+#include "tensor/cuda/gemm_q4.h"
 #include "tensor/cuda/gemv_mma.h"
 #include "tensor/cuda/kernels.h"
 #include "tensor/cuda/kernels_models.h"
@@ -63,6 +64,17 @@ int64_t gemv_rows_limit(const cuda::QuantView& q) {
 // on the GEMV, so they stay bitwise their rows' solo results, for 12% at 8 rows.
 constexpr int64_t kGemvRowsWithDenseCopy = 8;
 
+// Rows up to which quantized linears above the GEMV's limit take gemm_q4 (4-bit weights): LATHE_CUDA_Q4_ROWS,
+// default 32, 0 turns it off. H100, Qwen3-4B 4-bit decode step against cuBLAS over dense copies: faster up to 32
+// rows, slower at 64 (docs/benchmarks/cuda.md, session 29). Up to the limit no dense copy is made.
+int64_t q4_rows_limit() {
+  static const int64_t limit = [] {
+    const char* e = std::getenv("LATHE_CUDA_Q4_ROWS");
+    return e ? std::max<int64_t>(0, std::atoll(e)) : int64_t{32};
+  }();
+  return limit;
+}
+
 }  // namespace
 
 int64_t exact_decode_rows() { return gemv_rows_env() > 0 ? gemv_rows_env() : kGemvRowsWithDenseCopy; }
@@ -86,10 +98,20 @@ Tensor linear(const Tensor& x_in, const Weight& w, const Tensor* bias, bool f32_
     // GEMM's fixed cost (writing and reading the bf16 weights) is the cheaper one; with a kept dense copy there
     // is no such cost and the limit is lower.
     int64_t limit = gemv_rows_limit(q);
+    // Wider decode steps over 4-bit weights: the GEMM that reads the codes (gemm_q4.cu) instead of a dense copy.
+    cuda::GemmQ4Plan q4;
+    if (M > kGemvRowsWithDenseCopy && M <= q4_rows_limit() && gemv_rows_env() == 0 && x.dtype() == DType::BF16)
+      q4 = cuda::plan_gemm_q4(q, x.raw(), M);
     const void* wd = nullptr;
-    if (M > kGemvRowsWithDenseCopy && gemv_rows_env() == 0 && (wd = dense_weight(w.q, x.dtype())))
+    if (q4.covered || (M > kGemvRowsWithDenseCopy && gemv_rows_env() == 0 && (wd = dense_weight(w.q, x.dtype()))))
       limit = kGemvRowsWithDenseCopy;
     if (M <= limit && cuda::gemv_quantized_rows(q, x.raw(), x.dtype(), M, y.raw(), yt, b)) return y;
+    if (q4.covered) {
+      Tensor ws;
+      if (q4.workspace_floats > 0) ws = Tensor::empty({q4.workspace_floats}, DType::F32, Device::CUDA);
+      cuda::gemm_q4(q4, q, x.raw(), M, y.raw(), yt, b, q4.workspace_floats > 0 ? ws.data<float>() : nullptr);
+      return y;
+    }
     // Prefill and wide decode steps: a tensor-core GEMM over the weight dequantized to the activation type. A
     // dense copy kept within --cuda-dense-weights' budget (tensor/dense_weights.h) skips the dequantize, which
     // writes and rereads 2 bytes per weight for the GEMM's 2: ~2/3 of a 64-row Qwen3-4B step on the H200.

@@ -2,9 +2,12 @@
 // bit width and group size, attention (decode with split-KV, prefill, sliding window, softcap, GQA, bf16
 // tensor-core path), and the small row ops.
 #include <cmath>
+#include <sstream>
 #include <tuple>
 
 #include "cuda/cuda_test_util.h"
+#include "tensor/cuda/gemm_q4.h"
+#include "tensor/cuda/kernels.h"
 #include "tensor/ops.h"
 #include "tensor/ops_extra.h"
 
@@ -77,11 +80,14 @@ INSTANTIATE_TEST_SUITE_P(Shapes, QuantLinear,
                                            QCase{4, 128, 1, 2560}, QCase{8, 128, 1, 2560}, QCase{4, 64, 1, 1344},
                                            // 5 to 8 iterations of 8 groups per row
                                            QCase{4, 64, 1, 2560}, QCase{8, 64, 1, 3072}, QCase{4, 32, 1, 2048},
-                                           QCase{8, 32, 1, 1792}));
+                                           QCase{8, 32, 1, 1792},
+                                           // 4-bit above 8 rows: gemm_q4 (split K for N = 333)
+                                           QCase{4, 64, 9}, QCase{4, 32, 40, 2048}, QCase{4, 128, 64, 2560},
+                                           QCase{4, 64, 128}));
 
 // Batched decode: bf16 rows run the GEMV per row in one launch (4-bit g32/g64: weights unpacked once per 8
 // rows), each row bit-identical to its own one-row GEMV (what makes batched greedy equal solo greedy in the
-// linears), up to linear()'s GEMV row limit (16, or 32 where the rows share the unpacking).
+// linears), up to linear()'s GEMV row limit: 8 where 4-bit weights take gemm_q4 above it, else 16.
 TEST(CudaOps, QuantLinearRowsEqualOneRowCalls) {
   LATHE_REQUIRE_GPU();
   for (const auto& [bits, gs, K] : std::vector<std::tuple<int, int, int64_t>>{
@@ -89,8 +95,8 @@ TEST(CudaOps, QuantLinearRowsEqualOneRowCalls) {
     const int64_t N = 333;
     const Weight wd = on_device(random_quantized(N, K, bits, gs, 21));
     const Tensor bias = Tensor::from_floats(random_floats(static_cast<size_t>(N), 22), {N}).to(Device::CUDA);
-    for (int64_t M : {2, 9, 16, 25, 32}) {
-      if (M > 16 && !(bits == 4 && gs <= 64)) continue;  // the dequantized GEMM above 16 rows
+    for (int64_t M : {2, 5, 8, 9, 16}) {
+      if (M > 8 && bits == 4) continue;  // gemm_q4 above 8 rows
       const Tensor x = Tensor::from_floats(random_floats(static_cast<size_t>(M * K), 23), {M, K}).to(DType::BF16);
       const Tensor xd = x.to(Device::CUDA);
       for (bool f32_out : {true, false}) {
@@ -100,6 +106,57 @@ TEST(CudaOps, QuantLinearRowsEqualOneRowCalls) {
           const std::vector<float> row(all.begin() + m * N, all.begin() + (m + 1) * N);
           EXPECT_EQ(row, one) << bits << "-bit g" << gs << " K " << K << " M " << M << " row " << m;
         }
+      }
+    }
+  }
+}
+
+// gemm_q4 (4-bit weights) against cuBLAS over the same weights dequantized to bf16: the same products summed in
+// another order, for every group size and row-tile width (16, 32, 64 rows per block; 128 rows as two blocks),
+// with split K (N = 333: 3 column tiles; K = 1792 splits unevenly) and without (N = 1000 over K = 256), f32 and
+// bf16 outputs, bias; the same bits on a rerun; and linear() taking it for 9-32 rows.
+TEST(CudaOps, GemmQ4MatchesDequantizedGemm) {
+  LATHE_REQUIRE_GPU();
+  for (const auto& [gs, N, K] : std::vector<std::tuple<int, int64_t, int64_t>>{
+           {64, 333, 2048}, {32, 333, 2048}, {128, 333, 1792}, {64, 1000, 256}, {32, 1000, 256}}) {
+    const QuantizedMatrix qm = random_quantized(N, K, 4, gs, 31);
+    const Weight wd = on_device(qm);
+    cuda::QuantView v;
+    v.w = wd.q.w.data<uint32_t>();
+    v.scales = wd.q.scales.raw();
+    v.biases = wd.q.biases.raw();
+    v.group_size = gs;
+    v.rows = N;
+    v.cols = K;
+    v.w_stride = K / 8;
+    v.sb_stride = K / gs;
+    const Tensor dense = dequantize(qm).to(DType::BF16).to(Device::CUDA);
+    const Tensor bias = Tensor::from_floats(random_floats(static_cast<size_t>(N), 32), {N}).to(Device::CUDA);
+    for (int64_t M : {9, 16, 17, 32, 33, 64, 65, 128}) {
+      const Tensor xd =
+          Tensor::from_floats(random_floats(static_cast<size_t>(M * K), 33), {M, K}).to(DType::BF16).to(Device::CUDA);
+      Tensor ref = Tensor::empty({M, N}, DType::F32, Device::CUDA);
+      cuda::gemm(xd.raw(), dense.raw(), DType::BF16, M, N, K, ref.raw(), DType::F32);
+      cuda::add_bias(ref.raw(), DType::F32, M, N, bias.data<float>());
+      const std::vector<float> want = ref.to_floats();
+      const cuda::GemmQ4Plan plan = cuda::plan_gemm_q4(v, xd.raw(), M);
+      ASSERT_TRUE(plan.covered);
+      EXPECT_EQ(plan.splits > 1, N == 333) << "K " << K << " M " << M;
+      Tensor ws = Tensor::empty({std::max<int64_t>(1, plan.workspace_floats)}, DType::F32, Device::CUDA);
+      auto run = [&](DType yt) {
+        Tensor y = Tensor::empty({M, N}, yt, Device::CUDA);
+        cuda::gemm_q4(plan, v, xd.raw(), M, y.raw(), yt, bias.data<float>(), ws.data<float>());
+        return y.to_floats();
+      };
+      const std::vector<float> got = run(DType::F32);
+      std::ostringstream where;
+      where << "g" << gs << " N " << N << " K " << K << " M " << M;
+      const std::string at = where.str();
+      EXPECT_LE(max_abs_diff(got, want), 1e-4f * std::max(1.f, max_abs(want))) << at;
+      EXPECT_EQ(got, run(DType::F32)) << "rerun, " << at;
+      EXPECT_LE(max_abs_diff(run(DType::BF16), want), 1e-2f * std::max(1.f, max_abs(want))) << "bf16 out, " << at;
+      if (M <= 32) {
+        EXPECT_EQ(linear(xd, wd, &bias, true).to_floats(), got) << "linear(), " << at;
       }
     }
   }
