@@ -227,7 +227,7 @@ nlohmann::json q4_rows(int64_t M, int64_t N, int64_t K, double copy_gbs) {
   void* y = device_alloc(static_cast<size_t>(M * N) * 2);
   const cuda::GemmQ4Plan plan = cuda::plan_gemm_q4(qs[0], x, M);
   const int chunks = static_cast<int>(K / 256);
-  void* ws = device_alloc(static_cast<size_t>(8 * M * N) * 4);
+  void* ws = device_alloc(static_cast<size_t>(std::max<int64_t>(8 * M * N, plan.workspace_floats)) * 4);
   auto time_plan = [&](const cuda::GemmQ4Plan& p) {
     return median_ms(20,
                      [&](int i) {
