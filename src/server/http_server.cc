@@ -62,7 +62,9 @@ void write_json(httplib::Response& res, const nlohmann::ordered_json& body, int 
 
 void write_error(httplib::Response& res, const ApiError& e, Surface surface) {
   write_json(res, surface == Surface::Anthropic ? anthropic_error_body(e) : openai_error_body(e), e.status());
+  // Conditions of the moment say when to try again: a full queue (429) soon, memory (503) a little later.
   if (e.status() == 429) res.set_header("Retry-After", "1");
+  if (e.status() == 503 && e.code() == "insufficient_memory") res.set_header("Retry-After", "5");
 }
 
 namespace {

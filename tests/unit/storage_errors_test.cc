@@ -4,6 +4,7 @@
 // under a KV file, folders of mode 0555 under KV files, adapters and quantize outputs): each carries its errno
 // (OsError), which is all the mapping reads.
 #include <gtest/gtest.h>
+#include <httplib.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -25,6 +26,7 @@
 #include "lab/train/adapter_writer.h"
 #include "model/model.h"
 #include "server/api_error.h"
+#include "server/http_server.h"
 #include "support/kv_test_util.h"
 
 namespace lathe::server {
@@ -116,6 +118,14 @@ TEST(StorageErrors, OutOfMemoryIs503InsufficientMemoryAndSaysItMayBeRetried) {
   EXPECT_EQ(openai_error_body(a)["error"]["type"], "server_error");
   EXPECT_EQ(openai_error_body(a)["error"]["code"], "insufficient_memory");
   EXPECT_EQ(anthropic_error_body(a)["error"]["type"], "api_error");
+  // The answer tells a client when to retry; a shutting-down server does not (it is going away).
+  httplib::Response res;
+  write_error(res, a, Surface::OpenAI);
+  EXPECT_EQ(res.status, 503);
+  EXPECT_EQ(res.get_header_value("Retry-After"), "5");
+  httplib::Response down;
+  write_error(down, ApiError(503, "the server is shutting down", std::string(), "shutting_down"), Surface::Anthropic);
+  EXPECT_FALSE(down.has_header("Retry-After"));
 }
 
 // Open descriptors of this process.
