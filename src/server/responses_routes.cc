@@ -87,8 +87,13 @@ json chat_body(const json& body, json messages) {
     json tools = json::array();
     for (size_t i = 0; i < t->size(); ++i) {
       const json& tool = (*t)[i];
-      if (!tool.is_object() || tool.value("type", "") != "function") continue;
       const std::string at = "tools[" + std::to_string(i) + "]";
+      // An entry that is not a tool at all is a 400 naming it, as chat completions answers; a hosted tool (web
+      // search, file search: a {"type": ...} this server has no runner for) is left out, its index still counted.
+      if (!tool.is_object()) throw invalid_field(at, at + " must be an object with a \"type\"");
+      if (!tool.contains("type") || !tool["type"].is_string())
+        throw invalid_field(at + ".type", at + ".type must be a string");
+      if (tool["type"] != "function") continue;
       if (!tool.contains("name") || !tool["name"].is_string())
         throw invalid_field(at + ".name", at + ".name must be a string");
       json fn = {{"name", tool["name"]}};

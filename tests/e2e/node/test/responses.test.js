@@ -111,6 +111,31 @@ describe('/v1/responses', () => {
     assert.equal(none.output_text, 'HELLO WORLD');
   });
 
+  test('a tools entry that is not a tool is a 400 naming it, never dropped; a hosted tool is left out', async () => {
+    const cases = [
+      [[3], 'tools[0]'],
+      [[{ name: 'f' }], 'tools[0].type'],
+      [[{ type: 'web_search' }, { type: 7 }], 'tools[1].type'],
+      [[{ type: 'function' }], 'tools[0].name'],
+    ];
+    for (const [tools, param] of cases) {
+      for (const stream of [false, true]) {
+        const r = await request(ctx.server, 'POST', '/v1/responses', {
+          body: { model: 'demo', input: 'hello world', max_output_tokens: 8, tools, stream },
+        });
+        assert.equal(r.status, 400, r.text);
+        assert.equal(r.json.error.param, param, r.text);
+      }
+    }
+    const ok = await oai().responses.create({
+      model: 'demo',
+      input: 'hello world',
+      max_output_tokens: 32,
+      tools: [{ type: 'web_search_preview' }, { type: 'function', name: 'f', parameters: { type: 'object' } }],
+    });
+    assert.ok(['completed', 'incomplete'].includes(ok.status), ok.status);
+  });
+
   test("@ai-sdk/openai's default model (Responses) generates and streams", async () => {
     const provider = createOpenAI({ baseURL: `${ctx.server.base}/v1`, apiKey: 'sk-lathe-test' });
     const { text } = await generateText({ model: provider('demo'), prompt: 'hello world', maxOutputTokens: 32 });
