@@ -1,4 +1,4 @@
-// Tensor-core GEMM over 4-bit MLX weights for a wide decode step's rows: the packed codes stream from DRAM into
+// Tensor-core GEMM over 4-bit MLX weights for a batched decode step's rows: the packed codes stream from DRAM into
 // shared memory and are dequantized in registers, so a step reads 4.5 bits a weight instead of a dense bf16
 // copy's 16.
 //
@@ -11,9 +11,10 @@
 // Weights are dequantized as the dense copy is (bf16 of q·scale + bias, one rounding). When the tiles do not
 // cover the SMs, K is split over blocks and a second launch adds the splits in order: deterministic.
 //
-// H100, Qwen3-4B shapes: 1.2-2× cuBLAS over dense bf16 copies at 16 rows, ~1.1× at 32, slower at 64 and above,
-// where the kernel runs at ~200 TFLOPS (bound by its one or two warps per SM sub-partition, not by DRAM), so
-// linear() uses it up to 32 rows (docs/benchmarks/cuda.md, session 29).
+// H100, Qwen3-4B shapes: 1.3-2× cuBLAS over dense bf16 copies at 16 rows, 1.05-1.6× at 32, slower at 64 and
+// above, where the kernel tops out at ~200 TFLOPS (neither DRAM nor an execution unit is saturated: more warps,
+// wider tiles and narrower stages did not move it; docs/benchmarks/cuda.md, session 29), so linear() uses it up
+// to 32 rows.
 #include <cuda_bf16.h>
 
 #include <algorithm>
