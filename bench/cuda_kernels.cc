@@ -49,6 +49,29 @@ void* dalloc_bf16(size_t n, uint32_t seed, float lo, float hi) {
   return p;
 }
 
+// A random 4/8-bit weight [N, K] on the device: codes from seed, scales and biases from seed + step and
+// seed + 2·step (bf16 in ranges a real checkpoint has).
+cuda::QuantView random_quant(int64_t N, int64_t K, int bits, int gs, uint32_t seed, uint32_t step) {
+  const size_t groups = static_cast<size_t>(N * K / gs);
+  cuda::QuantView q;
+  q.w = static_cast<const uint32_t*>(dalloc(static_cast<size_t>(N * K * bits / 8), seed));
+  q.scales = dalloc_bf16(groups, seed + step, 0.001f, 0.01f);
+  q.biases = dalloc_bf16(groups, seed + 2 * step, -0.05f, 0.05f);
+  q.bits = bits;
+  q.group_size = gs;
+  q.rows = N;
+  q.cols = K;
+  q.w_stride = K * bits / 32;
+  q.sb_stride = K / gs;
+  return q;
+}
+
+void free_quant(const cuda::QuantView& q) {
+  device_free(const_cast<uint32_t*>(q.w));
+  device_free(const_cast<void*>(q.scales));
+  device_free(const_cast<void*>(q.biases));
+}
+
 template <class F>
 double median_ms(int reps, F&& f) {
   cudaStream_t s = cuda::stream();
@@ -87,19 +110,7 @@ nlohmann::json gemv(int64_t N, int64_t K, int bits, int gs, double copy_gbs) {
   const int copies = 8;
   const size_t wbytes = static_cast<size_t>(N * K * bits / 8), groups = static_cast<size_t>(N * K / gs);
   std::vector<cuda::QuantView> qs;
-  for (int c = 0; c < copies; ++c) {
-    cuda::QuantView q;
-    q.w = static_cast<const uint32_t*>(dalloc(wbytes, 100 + c));
-    q.scales = dalloc_bf16(groups, 200 + c, 0.001f, 0.01f);
-    q.biases = dalloc_bf16(groups, 300 + c, -0.05f, 0.05f);
-    q.bits = bits;
-    q.group_size = gs;
-    q.rows = N;
-    q.cols = K;
-    q.w_stride = K * bits / 32;
-    q.sb_stride = K / gs;
-    qs.push_back(q);
-  }
+  for (int c = 0; c < copies; ++c) qs.push_back(random_quant(N, K, bits, gs, 100 + static_cast<uint32_t>(c), 100));
   void* x = dalloc_bf16(static_cast<size_t>(K), 7, -1.f, 1.f);
   void* y = device_alloc(static_cast<size_t>(N) * 2);
   // Back to back, as in a decode step (a single timed call would mostly measure its launch); the copies
@@ -126,11 +137,7 @@ nlohmann::json gemv(int64_t N, int64_t K, int bits, int gs, double copy_gbs) {
   cudaGraphDestroy(graph);
   const double bytes = static_cast<double>(wbytes + groups * 4 + static_cast<size_t>(K + N) * 2);
   const double gbs = bytes / (ms * 1e-3) / 1e9, gbs_graph = bytes / (ms_graph * 1e-3) / 1e9;
-  for (auto& q : qs) {
-    device_free(const_cast<uint32_t*>(q.w));
-    device_free(const_cast<void*>(q.scales));
-    device_free(const_cast<void*>(q.biases));
-  }
+  for (const auto& q : qs) free_quant(q);
   device_free(x);
   device_free(y);
   return {{"N", N},
@@ -146,16 +153,7 @@ nlohmann::json gemv(int64_t N, int64_t K, int bits, int gs, double copy_gbs) {
 }
 
 nlohmann::json gemm(int64_t M, int64_t N, int64_t K) {
-  cuda::QuantView q;
-  q.w = static_cast<const uint32_t*>(dalloc(static_cast<size_t>(N * K / 2), 1));
-  q.scales = dalloc_bf16(static_cast<size_t>(N * K / 64), 2, 0.001f, 0.01f);
-  q.biases = dalloc_bf16(static_cast<size_t>(N * K / 64), 3, -0.05f, 0.05f);
-  q.bits = 4;
-  q.group_size = 64;
-  q.rows = N;
-  q.cols = K;
-  q.w_stride = K / 8;
-  q.sb_stride = K / 64;
+  const cuda::QuantView q = random_quant(N, K, 4, 64, 1, 1);
   void* x = dalloc_bf16(static_cast<size_t>(M * K), 4, -1.f, 1.f);
   void* wd = device_alloc(static_cast<size_t>(N * K) * 2);
   void* y = device_alloc(static_cast<size_t>(M * N) * 2);
@@ -165,9 +163,8 @@ nlohmann::json gemm(int64_t M, int64_t N, int64_t K) {
     cuda::dequantize(q, 0, N, wd, DType::BF16);
     cuda::gemm(x, wd, DType::BF16, M, N, K, y, DType::BF16);
   });
-  for (void* p : {const_cast<void*>(static_cast<const void*>(q.w)), const_cast<void*>(q.scales),
-                  const_cast<void*>(q.biases), x, wd, y})
-    device_free(p);
+  free_quant(q);
+  for (void* p : {x, wd, y}) device_free(p);
   const double flop = 2.0 * static_cast<double>(M * N * K);
   return {{"M", M},
           {"N", N},
@@ -212,17 +209,7 @@ nlohmann::json q4_rows(int64_t M, int64_t N, int64_t K, double copy_gbs) {
   const size_t bytes = wbytes + groups * 4;
   const int copies = static_cast<int>(std::clamp<size_t>((size_t{400} << 20) / bytes + 1, 2, 16)), calls = 20;
   std::vector<cuda::QuantView> qs;
-  for (int c = 0; c < copies; ++c) {
-    cuda::QuantView q;
-    q.w = static_cast<const uint32_t*>(dalloc(wbytes, 500 + c));
-    q.scales = dalloc_bf16(groups, 600 + c, 0.001f, 0.01f);
-    q.biases = dalloc_bf16(groups, 700 + c, -0.05f, 0.05f);
-    q.rows = N;
-    q.cols = K;
-    q.w_stride = K / 8;
-    q.sb_stride = K / 64;
-    qs.push_back(q);
-  }
+  for (int c = 0; c < copies; ++c) qs.push_back(random_quant(N, K, 4, 64, 500 + static_cast<uint32_t>(c), 100));
   void* x = dalloc_bf16(static_cast<size_t>(M * K), 9, -1.f, 1.f);
   void* y = device_alloc(static_cast<size_t>(M * N) * 2);
   const cuda::GemmQ4Plan plan = cuda::plan_gemm_q4(qs[0], x, M);
@@ -247,11 +234,7 @@ nlohmann::json q4_rows(int64_t M, int64_t N, int64_t K, double copy_gbs) {
     p.splits = (chunks + p.chunks_per_split - 1) / p.chunks_per_split;
     sweep[std::to_string(p.splits)] = time_plan(p) * 1e3;
   }
-  for (auto& q : qs) {
-    device_free(const_cast<uint32_t*>(q.w));
-    device_free(const_cast<void*>(q.scales));
-    device_free(const_cast<void*>(q.biases));
-  }
+  for (const auto& q : qs) free_quant(q);
   device_free(x);
   device_free(y);
   device_free(ws);
