@@ -7,10 +7,13 @@
 // same-run comparison), started as BIN with the --serve-arg arguments alone; its requests add ignore_eos, and with
 // --model (a checkpoint with the same tokenizer) a ban on the tokens that are not UTF-8 alone (non_utf8_tokens).
 // Each run counts the streams that ended before --max-tokens, by finish reason.
+// Shared prompts ([cache] on many rows): --shared-prefix-tokens S starts every prompt with the same S tokens (a
+// system prompt) before its own --prompt-tokens; each run is preceded by one request of the prefix alone, as a
+// server that has seen the prompt before, and reports the prompt-cache hits and tokens served during the run.
 // LoRA ([lora] benchmark): --adapter DIR mounts adapters at serve start (under their folder names) and --mix
 // 'a;b+c;none' gives client c the adapter spec mix[c % size] (round robin); --repeat runs every N again.
 //
-// Usage: serve_load --lathe build/lathe [--model DIR] [--clients 1,4] [--prompt-tokens 128]
+// Usage: serve_load --lathe build/lathe [--model DIR] [--clients 1,4] [--prompt-tokens 128] [--shared-prefix-tokens 0]
 //                   [--max-tokens 64] [--rounds 1] [--repeat 1] [--json-schema FILE] [--adapter DIR ...]
 //                   [--mix SPECS] [--serve-arg ARG ...] [--peer-server BIN]
 #include <algorithm>
@@ -111,6 +114,19 @@ json engine_split(const std::array<double, 5>& a, const std::array<double, 5>& b
           {"sample_ms", ms(3)}, {"emit_ms", ms(4)}, {"other_ms", ms(1) - ms(2) - ms(3) - ms(4)}};
 }
 
+// The RAM tier's hits and reused tokens (/metrics).
+std::array<double, 2> prompt_cache_counters(int port) {
+  const std::string text = bench::http_get(port, "/metrics");
+  std::array<double, 2> c{};
+  const char* keys[] = {"lathe_prompt_cache_hits_total{tier=\"ram\"} ",
+                        "lathe_prompt_cache_reused_tokens_total{tier=\"ram\"} "};
+  for (size_t k = 0; k < c.size(); ++k) {
+    const size_t at = text.find(std::string("\n") + keys[k]);
+    if (at != std::string::npos) c[k] = std::atof(text.c_str() + at + 1 + std::strlen(keys[k]));
+  }
+  return c;
+}
+
 std::vector<int> eos_ids(const std::string& dir) {
   std::vector<int> ids;
   for (const char* f : {"/config.json", "/generation_config.json"}) {
@@ -195,7 +211,7 @@ int main(int argc, char** argv) {
   CLI::App app{"concurrent streaming clients against lathe serve"};
   std::string lathe = "build/lathe", model;
   std::vector<int> clients = {1, 4};
-  int prompt_tokens = 128, max_tokens = 64, rounds = 1, repeat = 1;
+  int prompt_tokens = 128, max_tokens = 64, rounds = 1, repeat = 1, shared_prefix = 0;
   std::vector<std::string> adapters;
   std::string mix_text;
   double temperature = 0.0, top_p = 1.0;
@@ -206,6 +222,8 @@ int main(int argc, char** argv) {
   app.add_option("--clients", clients, "concurrent clients, one run each")->delimiter(',');
   app.add_option("--prompt-tokens", prompt_tokens, "prompt length (token ids)")->check(CLI::PositiveNumber);
   app.add_option("--max-tokens", max_tokens, "tokens each client reads")->check(CLI::PositiveNumber);
+  app.add_option("--shared-prefix-tokens", shared_prefix, "tokens every prompt starts with (a system prompt)")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--rounds", rounds, "requests each client sends in turn")->check(CLI::PositiveNumber);
   // Greedy by default (the device sampler's path); a temperature samples each client's own seeded stream.
   app.add_option("--temperature", temperature, "sampling temperature of every request")->check(CLI::NonNegativeNumber);
@@ -256,6 +274,7 @@ int main(int argc, char** argv) {
       for (int id : eos_ids(dir)) bias[std::to_string(id)] = -100;
     auto body_for = [&](int client, int round) {
       json prompt = json::array();
+      for (int k = 0; k < shared_prefix; ++k) prompt.push_back(7 + (k * 13) % 497);
       for (int k = 0; k < prompt_tokens; ++k) prompt.push_back(5 + (client * 131 + round * 17 + k * 7) % 500);
       json body = {{"model", "m"},
                    {"prompt", prompt},
@@ -299,7 +318,17 @@ int main(int argc, char** argv) {
     std::vector<int> plan;
     for (int n : clients)
       for (int k = 0; k < repeat; ++k) plan.push_back(n);
+    // The shared prefix alone, one token: the server then holds it as a previous request left it.
+    auto prime_prefix = [&] {
+      if (shared_prefix == 0) return;
+      json b = json::parse(body_for(-1, 0));
+      b["prompt"] = json(std::vector<json>(b["prompt"].begin(), b["prompt"].begin() + shared_prefix));
+      b["max_tokens"] = 1;
+      run_client(port, b.dump());
+    };
     for (int n : plan) {
+      prime_prefix();
+      const std::array<double, 2> cache_before = peer.empty() ? prompt_cache_counters(port) : std::array<double, 2>{};
       std::vector<std::vector<Stream>> per(static_cast<size_t>(n));
       const std::array<double, 5> before = peer.empty() ? engine_counters(port) : std::array<double, 5>{};
       const double cpu0 = cpu_seconds(server.pid());
@@ -325,6 +354,7 @@ int main(int argc, char** argv) {
       for (auto& t : threads) t.join();
       const double wall = seconds(t0, Clock::now());
       const double server_cpu_s = cpu_seconds(server.pid()) - cpu0;
+      const std::array<double, 2> cache_after = peer.empty() ? prompt_cache_counters(port) : std::array<double, 2>{};
       std::vector<double> ttft, itl, stream_rate;
       int64_t tokens = 0;
       // Streams that ended before --max-tokens, by finish reason, with one such stream's last frame: a server
@@ -357,6 +387,8 @@ int main(int argc, char** argv) {
                       {"itl_ms_p50", percentile(itl, 0.5)},
                       {"itl_ms_p99", percentile(itl, 0.99)},
                       {"stream_decode_tok_s_p50", percentile(stream_rate, 0.5)},
+                      {"prompt_cache_hits", cache_after[0] - cache_before[0]},
+                      {"prompt_cache_reused_tokens", cache_after[1] - cache_before[1]},
                       {"failed_requests", errors},
                       {"short_streams", short_streams},
                       {"short_example", short_example},
@@ -367,6 +399,7 @@ int main(int argc, char** argv) {
                       {"server", peer.empty() ? "lathe" : std::filesystem::path(peer).filename().string()},
                       {"model", dir},
                       {"prompt_tokens", prompt_tokens},
+                      {"shared_prefix_tokens", shared_prefix},
                       {"max_tokens", max_tokens},
                       {"rounds", rounds},
                       {"temperature", temperature},

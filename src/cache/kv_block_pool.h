@@ -12,7 +12,7 @@
 //
 // PagedKVCache (kind "kv") and QuantizedKVCache (kind "quantized") page their rows this way on the CPU. On other
 // devices (and for rows whose blocks cannot be whole pages) they stay contiguous: the same state and kind, the
-// same CUDA decode paths; fork() is then unavailable (the scheduler moves or copies such caches, as before).
+// same CUDA decode paths; fork() then copies the prefix's rows.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -130,8 +130,8 @@ class PagedKVCache : public LayerCache {
   bool graph_appendable() const override { return !rows_ && dense_ && dense_->graph_appendable(); }
   bool graph_prepare() override { return !rows_ && dense_ && dense_->graph_prepare(); }
   std::optional<DirectRow> graph_append(const Tensor& like) override;
-  // A cache of this one's first `tokens` tokens sharing their blocks; only when paged().
-  bool can_fork(int64_t tokens) const override { return rows_ && tokens >= 0 && tokens <= offset_; }
+  // A cache of this one's first `tokens` tokens: sharing their blocks when paged(), else a copy of the rows.
+  bool can_fork(int64_t tokens) const override { return tokens >= 0 && tokens <= offset(); }
   std::unique_ptr<LayerCache> fork(int64_t tokens) const override;
 
   bool paged() const { return rows_ != nullptr; }

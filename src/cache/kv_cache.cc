@@ -120,6 +120,18 @@ std::optional<DirectRow> KVCache::graph_append(const Tensor& like) {
   return DirectRow{&keys_, &values_, offset_++};
 }
 
+std::unique_ptr<LayerCache> KVCache::fork(int64_t tokens) const {
+  if (!can_fork(tokens)) return nullptr;
+  auto out = std::make_unique<KVCache>();
+  if (tokens > 0) {
+    out->reserve(tokens, keys_, values_);
+    copy_rows(out->keys_, 0, keys_, 0, tokens);
+    copy_rows(out->values_, 0, values_, 0, tokens);
+    out->offset_ = tokens;
+  }
+  return out;
+}
+
 CacheState KVCache::state() const { return kv_rows_state(kind(), keys_, values_, offset_); }
 
 void KVCache::restore(const CacheState& s) {
@@ -237,11 +249,25 @@ void RotatingKVCache::restore(const CacheState& s) {
 }
 
 int64_t RotatingKVCache::trim(int64_t n) {
-  if (!can_trim(n)) return 0;
+  if (n == 0 || !can_trim(n)) return 0;
   offset_ -= n;
   filled_ -= n;
   idx_ = filled_ % max_size_;
   return n;
+}
+
+std::unique_ptr<LayerCache> RotatingKVCache::fork(int64_t tokens) const {
+  if (!can_fork(tokens)) return nullptr;
+  auto out = std::make_unique<RotatingKVCache>(max_size_, cpu_store_);
+  if (keys_.defined()) {
+    out->keys_ = keys_.clone();
+    out->values_ = values_.clone();
+  }
+  out->offset_ = offset_;
+  out->filled_ = filled_;
+  out->idx_ = idx_;
+  out->trim(offset_ - tokens);
+  return out;
 }
 
 size_t RotatingKVCache::bytes() const { return keys_.defined() ? keys_.nbytes() + values_.nbytes() : 0; }
@@ -344,8 +370,12 @@ KVView PagedKVCache::commit_direct() {
 std::unique_ptr<LayerCache> PagedKVCache::fork(int64_t tokens) const {
   if (!can_fork(tokens)) return nullptr;
   auto out = std::make_unique<PagedKVCache>(cpu_store_);
-  out->rows_ = rows_->fork(tokens);
-  out->offset_ = tokens;
+  if (dense_) {
+    out->dense_.reset(static_cast<KVCache*>(dense_->fork(tokens).release()));
+  } else if (rows_) {
+    out->rows_ = rows_->fork(tokens);
+    out->offset_ = tokens;
+  }
   return out;
 }
 

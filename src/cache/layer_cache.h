@@ -90,9 +90,11 @@ class LayerCache {
   }
   // graph_append for caches that store rows quantized: where the token's row goes, the token counted at once.
   virtual std::optional<QuantizedRowDest> graph_append_quantized() { return std::nullopt; }
-  // Prefix sharing (the prompt cache's RAM tier, kv_block_pool.h): a cache of this one's first `tokens` tokens
-  // that maps the same memory copy-on-write; false / null for kinds and caches that cannot (contiguous buffers,
-  // rings, SSM states).
+  // Prefix sharing (the prompt cache's RAM tier, kv_block_pool.h): a cache of this one's first `tokens` tokens,
+  // equal to what running them would leave. Paged caches map the same blocks copy-on-write; contiguous buffers
+  // (device caches), rings and SSM states are copied (a device-to-device copy of a prefix is far cheaper than
+  // prefilling it again). false / null where the state for `tokens` is gone: a ring that has dropped tokens that
+  // prefix still sees, an SSM state at any length but its own.
   virtual bool can_fork(int64_t tokens) const {
     (void)tokens;
     return false;
@@ -138,6 +140,8 @@ class KVCache : public LayerCache {
   bool graph_appendable() const override { return keys_.defined() && keys_.device() != Device::CPU; }
   bool graph_prepare() override;
   std::optional<DirectRow> graph_append(const Tensor& like) override;
+  bool can_fork(int64_t tokens) const override { return tokens >= 0 && tokens <= offset_; }
+  std::unique_ptr<LayerCache> fork(int64_t tokens) const override;  // a copy of the first `tokens` rows
 
  private:
   void reserve(int64_t tokens, const Tensor& like_k, const Tensor& like_v);
@@ -158,12 +162,17 @@ class RotatingKVCache : public LayerCache {
   KVView update(const Tensor& k, const Tensor& v) override;
   CacheState state() const override;
   void restore(const CacheState& s) override;
-  // Only before the ring has dropped anything: then slot i still holds position i.
+  // Only before the ring has dropped anything (then slot i still holds position i); dropping nothing always.
   bool can_trim(int64_t n) const override {
-    return n >= 0 && n <= offset_ && offset_ <= max_size_ && idx_ == filled_ % max_size_;
+    return n == 0 || (n > 0 && n <= offset_ && offset_ <= max_size_ && idx_ == filled_ % max_size_);
   }
   int64_t trim(int64_t n) override;
   size_t bytes() const override;
+  // A copy of the ring, trimmed: at its own length always, shorter only while trimming could reach it.
+  bool can_fork(int64_t tokens) const override {
+    return tokens >= 0 && tokens <= offset_ && can_trim(offset_ - tokens);
+  }
+  std::unique_ptr<LayerCache> fork(int64_t tokens) const override;
 
  private:
   Tensor ordered(const Tensor& ring) const;  // ring contents oldest-first

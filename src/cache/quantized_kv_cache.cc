@@ -202,9 +202,14 @@ size_t QuantizedKVCache::bytes() const { return paged_ ? paged_->bytes() : buf_.
 std::unique_ptr<LayerCache> QuantizedKVCache::fork(int64_t tokens) const {
   if (!can_fork(tokens)) return nullptr;
   auto out = std::make_unique<QuantizedKVCache>(bits_, group_size_);
-  out->paged_ = paged_->fork(tokens);
-  out->buf_ = out->paged_->rows();
-  out->decided_ = true;
+  out->decided_ = decided_;
+  if (paged_) {
+    out->paged_ = paged_->fork(tokens);
+    out->buf_ = out->paged_->rows();
+  } else if (tokens > 0) {
+    out->grow(buf_, tokens);
+    out->buf_.copy_from(0, buf_, 0, tokens);
+  }
   out->offset_ = tokens;
   return out;
 }
@@ -295,8 +300,19 @@ void RotatingQuantizedKVCache::restore(const CacheState& s) {
   ring_.copy_from(0, rows, 0, filled);
 }
 
+std::unique_ptr<LayerCache> RotatingQuantizedKVCache::fork(int64_t tokens) const {
+  if (!can_fork(tokens)) return nullptr;
+  auto out = std::make_unique<RotatingQuantizedKVCache>(max_size_, bits_, group_size_);
+  if (ring_.defined()) out->ring_ = ring_.clone();
+  out->offset_ = offset_;
+  out->filled_ = filled_;
+  out->idx_ = idx_;
+  out->trim(offset_ - tokens);
+  return out;
+}
+
 int64_t RotatingQuantizedKVCache::trim(int64_t n) {
-  if (!can_trim(n)) return 0;
+  if (n == 0 || !can_trim(n)) return 0;
   offset_ -= n;
   filled_ -= n;
   idx_ = filled_ % max_size_;

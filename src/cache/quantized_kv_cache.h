@@ -29,7 +29,8 @@ class QuantizedKVCache : public LayerCache {
   bool can_trim(int64_t n) const override { return n >= 0 && n <= offset_; }
   int64_t trim(int64_t n) override;
   size_t bytes() const override;
-  bool can_fork(int64_t tokens) const override { return paged_ && tokens >= 0 && tokens <= offset_; }
+  // Paged rows share blocks; contiguous ones (on a device) are copied.
+  bool can_fork(int64_t tokens) const override { return tokens >= 0 && tokens <= offset_; }
   std::unique_ptr<LayerCache> fork(int64_t tokens) const override;
   bool paged() const { return paged_ != nullptr; }
   // k/v [T, Hkv, D] quantized as update() stores them: the six row tensors [T, Hkv, ...].
@@ -67,10 +68,14 @@ class RotatingQuantizedKVCache : public LayerCache {
   CacheState state() const override;
   void restore(const CacheState& s) override;
   bool can_trim(int64_t n) const override {
-    return n >= 0 && n <= offset_ && offset_ <= max_size_ && idx_ == filled_ % max_size_;
+    return n == 0 || (n > 0 && n <= offset_ && offset_ <= max_size_ && idx_ == filled_ % max_size_);
   }
   int64_t trim(int64_t n) override;
   size_t bytes() const override { return ring_.nbytes(); }
+  bool can_fork(int64_t tokens) const override {  // as RotatingKVCache: a trimmed copy of the ring
+    return tokens >= 0 && tokens <= offset_ && can_trim(offset_ - tokens);
+  }
+  std::unique_ptr<LayerCache> fork(int64_t tokens) const override;
 
  private:
   RowTensors ordered() const;  // ring contents oldest-first

@@ -56,6 +56,15 @@ void SSMCache::restore(const CacheState& s) {
   offset_ = it->second;
 }
 
+std::unique_ptr<LayerCache> SSMCache::fork(int64_t tokens) const {
+  if (!can_fork(tokens)) return nullptr;
+  auto out = std::make_unique<SSMCache>();
+  if (conv_.defined()) out->conv_ = conv_.clone();
+  if (recurrent_.defined()) out->recurrent_ = recurrent_.clone();
+  out->offset_ = offset_;
+  return out;
+}
+
 size_t SSMCache::bytes() const {
   return (conv_.defined() ? conv_.nbytes() : 0) + (recurrent_.defined() ? recurrent_.nbytes() : 0);
 }

@@ -16,6 +16,9 @@ class SSMCache : public LayerCache {
   bool can_trim(int64_t n) const override { return n == 0; }
   int64_t trim(int64_t) override { return 0; }
   size_t bytes() const override;
+  // Everything before is folded into the state: a copy of it, at its own length only.
+  bool can_fork(int64_t tokens) const override { return tokens == offset_; }
+  std::unique_ptr<LayerCache> fork(int64_t tokens) const override;
 
   // The states, created zeroed on `device` on first use with these shapes (checked against existing ones).
   Tensor& conv_state(int64_t rows, int64_t channels, Device device = Device::CPU);

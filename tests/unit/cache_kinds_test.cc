@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include "cache/kv_block_pool.h"
 #include "cache/quantized_kv_cache.h"
 #include "cache/ssm_cache.h"
 #include "common/error.h"
@@ -68,6 +69,48 @@ TEST_P(CacheRoundTrip, SnapshotRestoreContinuesBitIdentically) {
   EXPECT_TRUE(bit_identical(a, b));
 }
 
+// The prompt cache's RAM tier forks a kept or running sequence's caches at a shared prefix: paged layers share
+// blocks, the rest (rings, SSM states, contiguous device buffers) are copied. A fork at the caches' own length
+// continues exactly as the original; rings that have dropped tokens, and SSM states, fork at that length only.
+TEST_P(CacheRoundTrip, ForkContinuesBitIdentically) {
+  const RoundTripCase c = GetParam();
+  auto model = load_model(testing::fixture_dir(c.model));
+  const std::vector<int32_t> ids = testing::Reference::load(c.model).prompt("long");
+  CacheOptions opts;
+  opts.kv_bits = c.kv_bits;
+  opts.kv_group_size = 32;
+  CacheList caches = model->make_cache(opts);
+  model->forward({ids.begin(), ids.begin() + 12}, caches, false);
+  for (size_t i = 12; i < 15; ++i) model->forward({ids[i]}, caches, false);
+  const int64_t n = caches[0]->offset();
+  ASSERT_TRUE(can_fork_cache_list(caches, n));
+  std::optional<CacheList> forked = fork_cache_list(caches, n);
+  ASSERT_TRUE(forked);
+  for (size_t i = 0; i < caches.size(); ++i) {
+    const std::string kind = caches[i]->kind();
+    EXPECT_EQ((*forked)[i]->kind(), kind);
+    EXPECT_EQ((*forked)[i]->offset(), n);
+    // Shorter: growing caches fork anywhere; a ring past its window (8 here) and an SSM state do not.
+    const bool shorter = kind == "kv" || kind == "quantized";
+    EXPECT_EQ(caches[i]->can_fork(n - 1), shorter) << kind;
+    if (!shorter) {
+      EXPECT_EQ(caches[i]->fork(n - 1), nullptr) << kind;
+    }
+  }
+  for (size_t i = 15; i < 22; ++i) {
+    const Tensor a = model->forward({ids[i]}, caches, false);
+    const Tensor b = model->forward({ids[i]}, *forked, false);
+    ASSERT_TRUE(bit_identical(a, b)) << c.model << " kv_bits " << c.kv_bits << " step " << i;
+  }
+  // The fork owns its rows: the original going on (or away) leaves it as it was.
+  const Tensor b = model->forward({ids.begin() + 22, ids.begin() + 26}, *forked, true);
+  caches.clear();
+  CacheList again = model->make_cache(opts);
+  model->forward({ids.begin(), ids.begin() + 12}, again, false);
+  for (size_t i = 12; i < 22; ++i) model->forward({ids[i]}, again, false);
+  EXPECT_TRUE(bit_identical(model->forward({ids.begin() + 22, ids.begin() + 26}, again, true), b));
+}
+
 INSTANTIATE_TEST_SUITE_P(Kinds, CacheRoundTrip,
                          ::testing::Values(RoundTripCase{"gemma4-bf16", 0},  // kv + rotating
                                            RoundTripCase{"gemma4-bf16", 4},  // quantized + rotating_quantized
@@ -113,6 +156,7 @@ TEST(CacheKinds, TrimRules) {
     c->update(k, v);  // 17 tokens seen: the window has dropped some
     EXPECT_FALSE(c->can_trim(1));
     EXPECT_EQ(c->trim(1), 0);
+    EXPECT_TRUE(c->can_trim(0));  // dropping nothing always works (a request extending the whole ring)
   }
   SSMCache ssm;
   ssm.conv_state(3, 8);
@@ -122,6 +166,55 @@ TEST(CacheKinds, TrimRules) {
   EXPECT_FALSE(ssm.can_trim(1));
   EXPECT_EQ(ssm.trim(1), 0);
   EXPECT_EQ(ssm.offset(), 5);
+}
+
+// Copies where blocks cannot be shared: a contiguous KVCache forks at any length up to its offset, a ring
+// before it wraps (after, only at its own length), and each fork goes on independently of its source.
+TEST(CacheKinds, ForkCopiesContiguousAndRingRows) {
+  const Tensor k = random_tensor({10, 2, 32}, 5), v = random_tensor({10, 2, 32}, 6);
+  const Tensor k1 = random_tensor({1, 2, 32}, 7), v1 = random_tensor({1, 2, 32}, 8);
+  KVCache kv;
+  kv.update(k, v);
+  EXPECT_FALSE(kv.can_fork(11));
+  std::unique_ptr<LayerCache> f = kv.fork(6);
+  ASSERT_TRUE(f);
+  EXPECT_EQ(f->offset(), 6);
+  KVCache fresh;
+  fresh.update(k.slice(0, 0, 6), v.slice(0, 0, 6));
+  const KVView a = f->update(k1, v1), b = fresh.update(k1, v1);
+  EXPECT_TRUE(bit_identical(a.k, b.k));
+  EXPECT_TRUE(bit_identical(a.v, b.v));
+  EXPECT_EQ(kv.offset(), 10);  // the source is untouched
+  EXPECT_TRUE(bit_identical(kv.update(k1, v1).k.slice(0, 0, 10), k));
+
+  for (int bits : {0, 4}) {
+    std::unique_ptr<LayerCache> ring = bits ? std::unique_ptr<LayerCache>(new RotatingQuantizedKVCache(16, bits, 32))
+                                            : std::unique_ptr<LayerCache>(new RotatingKVCache(16));
+    ring->update(k, v);
+    ASSERT_TRUE(ring->can_fork(4));
+    std::unique_ptr<LayerCache> early = ring->fork(4);
+    EXPECT_EQ(early->offset(), 4);
+    EXPECT_EQ(early->state().meta.at("idx"), 4);
+    ring->update(k, v);  // 20 tokens: wrapped
+    EXPECT_FALSE(ring->can_fork(19));
+    EXPECT_EQ(ring->fork(19), nullptr);
+    ASSERT_TRUE(ring->can_fork(20));
+    std::unique_ptr<LayerCache> whole = ring->fork(20);
+    const CacheState want = ring->state(), got = whole->state();
+    EXPECT_EQ(got.meta, want.meta);
+    ASSERT_EQ(got.tensors.size(), want.tensors.size());
+    for (size_t i = 0; i < got.tensors.size(); ++i)
+      EXPECT_TRUE(bit_identical(got.tensors[i].second, want.tensors[i].second)) << bits << " " << i;
+  }
+  SSMCache ssm;
+  ssm.conv_state(3, 8);
+  ssm.recurrent_state(2, 4, 4);
+  ssm.advance(5);
+  EXPECT_FALSE(ssm.can_fork(4));
+  ASSERT_TRUE(ssm.can_fork(5));
+  std::unique_ptr<LayerCache> s2 = ssm.fork(5);
+  EXPECT_EQ(s2->offset(), 5);
+  EXPECT_EQ(s2->bytes(), ssm.bytes());
 }
 
 TEST(CacheKinds, BytesAndRestoreChecks) {

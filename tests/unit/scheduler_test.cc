@@ -269,6 +269,50 @@ TEST_F(QuantizedSchedulerTest, SharedPrefixRowsEqualSoloIncludingLateJoinersAndP
   EXPECT_EQ(kv_pool_stats().blocks, base.blocks);
 }
 
+// Gemma 4's sliding-window layers keep rings of 8 tokens, which cannot share blocks: a kept cache of a system
+// prompt is forked into every request that extends it by copying its rings (its full-attention layers map the
+// kept blocks). So concurrent requests all hit it, it stays for the next ones, and each still produces exactly
+// its solo, cold tokens and logprobs.
+class RingSchedulerTest : public SchedulerTest {
+ protected:
+  static void SetUpTestSuite() { bundle_ = new ModelBundle(test::model_dir("gemma4-bf16")); }
+};
+
+TEST_F(RingSchedulerTest, KeptSystemPromptServesEveryConcurrentRequest) {
+  std::vector<int32_t> system;
+  for (int k = 0; k < 40; ++k) system.push_back(static_cast<int32_t>(7 + k * 13) % 800 + 3);
+  std::vector<Req> reqs = requests(4);
+  for (Req& r : reqs) r.prompt.insert(r.prompt.begin(), system.begin(), system.end());
+  std::vector<std::shared_ptr<Recorder>> want;
+  for (const Req& r : reqs) want.push_back(solo(r, 16));
+
+  SchedulerOptions o = batched(4, 64, 16, 4096);
+  o.reuse_slots = 8;  // room for the four finished sequences beside the kept prompt
+  Scheduler s(*bundle_, o);
+  Req prime;
+  prime.prompt = system;
+  prime.opt.max_tokens = 1;
+  prime.opt.eos_ids = {-5};
+  auto primed = std::make_shared<Recorder>();
+  s.add(prime.prompt, prime.opt, primed);
+  run(s);
+  ASSERT_TRUE(primed->result);
+  for (int round = 0; round < 2; ++round) {  // the kept prompt stays for the next burst too
+    std::vector<std::shared_ptr<Recorder>> got;
+    for (const Req& r : reqs) {
+      got.push_back(std::make_shared<Recorder>());
+      s.add(r.prompt, r.opt, got.back());
+    }
+    run(s);
+    for (const auto& g : got) {
+      ASSERT_TRUE(g->result);
+      EXPECT_EQ(g->result->cached_tokens, static_cast<int>(system.size())) << "round " << round;
+    }
+    expect_solo_outputs(got, want);
+  }
+  EXPECT_EQ(s.cache_stats().ram_hits, 8);
+}
+
 TEST(KvBudget, CountsFullLayersPerTokenAndWindowsUpToTheirSize) {
   ModelConfig c;
   c.num_layers = 3;
