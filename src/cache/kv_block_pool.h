@@ -131,7 +131,9 @@ class PagedKVCache : public LayerCache {
   bool graph_prepare() override { return !rows_ && dense_ && dense_->graph_prepare(); }
   std::optional<DirectRow> graph_append(const Tensor& like) override;
   // A cache of this one's first `tokens` tokens: sharing their blocks when paged(), else a copy of the rows.
-  bool can_fork(int64_t tokens) const override { return tokens >= 0 && tokens <= offset(); }
+  bool can_fork(int64_t tokens) const override {
+    return (rows_ || kv_fork_copies()) && tokens >= 0 && tokens <= offset();
+  }
   std::unique_ptr<LayerCache> fork(int64_t tokens) const override;
 
   bool paged() const { return rows_ != nullptr; }

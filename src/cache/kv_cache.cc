@@ -4,10 +4,12 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
 #include <optional>
+#include <string>
 #include <utility>
 
 #include "cache/kv_block_pool.h"
@@ -61,6 +63,14 @@ std::optional<std::pair<const Tensor*, const Tensor*>> kv_state_rows(const Cache
 Tensor kv_rows_as(const Tensor& x, DType cpu_store) {
   if (x.device() != Device::CPU || x.dtype() == cpu_store) return x;
   return x.contiguous().to(cpu_store);
+}
+
+bool kv_fork_copies() {
+  static const bool on = [] {
+    const char* v = std::getenv("LATHE_KV_FORK_COPY");
+    return !(v && std::string(v) == "0");
+  }();
+  return on;
 }
 
 KVView LayerCache::commit_direct() {

@@ -107,6 +107,10 @@ class LayerCache {
 
 using CacheList = std::vector<std::unique_ptr<LayerCache>>;
 
+// Whether caches that cannot share blocks fork by copying (LATHE_KV_FORK_COPY=0: they do not, and a kept cache is
+// taken by the one request it serves, as before; for same-run comparisons).
+bool kv_fork_copies();
+
 // How a model builds its attention caches: kv_bits 0 keeps K/V in full precision; 4 or 8 stores them as MLX
 // affine triples with kv_group_size (32 or 64) values per group. Full precision on the CPU is f32, or bf16 with
 // cpu_kv_bf16 (half the bytes each decode step's attention reads; the CLI's default outside --exact).
@@ -140,7 +144,7 @@ class KVCache : public LayerCache {
   bool graph_appendable() const override { return keys_.defined() && keys_.device() != Device::CPU; }
   bool graph_prepare() override;
   std::optional<DirectRow> graph_append(const Tensor& like) override;
-  bool can_fork(int64_t tokens) const override { return tokens >= 0 && tokens <= offset_; }
+  bool can_fork(int64_t tokens) const override { return kv_fork_copies() && tokens >= 0 && tokens <= offset_; }
   std::unique_ptr<LayerCache> fork(int64_t tokens) const override;  // a copy of the first `tokens` rows
 
  private:
@@ -170,7 +174,7 @@ class RotatingKVCache : public LayerCache {
   size_t bytes() const override;
   // A copy of the ring, trimmed: at its own length always, shorter only while trimming could reach it.
   bool can_fork(int64_t tokens) const override {
-    return tokens >= 0 && tokens <= offset_ && can_trim(offset_ - tokens);
+    return kv_fork_copies() && tokens >= 0 && tokens <= offset_ && can_trim(offset_ - tokens);
   }
   std::unique_ptr<LayerCache> fork(int64_t tokens) const override;
 

@@ -30,7 +30,9 @@ class QuantizedKVCache : public LayerCache {
   int64_t trim(int64_t n) override;
   size_t bytes() const override;
   // Paged rows share blocks; contiguous ones (on a device) are copied.
-  bool can_fork(int64_t tokens) const override { return tokens >= 0 && tokens <= offset_; }
+  bool can_fork(int64_t tokens) const override {
+    return (paged_ || kv_fork_copies()) && tokens >= 0 && tokens <= offset_;
+  }
   std::unique_ptr<LayerCache> fork(int64_t tokens) const override;
   bool paged() const { return paged_ != nullptr; }
   // k/v [T, Hkv, D] quantized as update() stores them: the six row tensors [T, Hkv, ...].
@@ -73,7 +75,7 @@ class RotatingQuantizedKVCache : public LayerCache {
   int64_t trim(int64_t n) override;
   size_t bytes() const override { return ring_.nbytes(); }
   bool can_fork(int64_t tokens) const override {  // as RotatingKVCache: a trimmed copy of the ring
-    return tokens >= 0 && tokens <= offset_ && can_trim(offset_ - tokens);
+    return kv_fork_copies() && tokens >= 0 && tokens <= offset_ && can_trim(offset_ - tokens);
   }
   std::unique_ptr<LayerCache> fork(int64_t tokens) const override;
 

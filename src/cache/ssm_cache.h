@@ -17,7 +17,7 @@ class SSMCache : public LayerCache {
   int64_t trim(int64_t) override { return 0; }
   size_t bytes() const override;
   // Everything before is folded into the state: a copy of it, at its own length only.
-  bool can_fork(int64_t tokens) const override { return tokens == offset_; }
+  bool can_fork(int64_t tokens) const override { return kv_fork_copies() && tokens == offset_; }
   std::unique_ptr<LayerCache> fork(int64_t tokens) const override;
 
   // The states, created zeroed on `device` on first use with these shapes (checked against existing ones).

@@ -229,10 +229,11 @@ void Scheduler::drop_cancelled() {
 }
 
 // Serves the row's input from the cache sharing the longest prefix with it (at least one input token is left
-// to run, so the row gets logits): a kept finished sequence's or a running row's. Paged caches (the CPU's
-// PagedKVCache and QuantizedKVCache) are forked — the row maps the prefix's blocks, stored once, copy-on-write — and a
-// kept one stays for the next request; others are taken (trimmed to the prefix; running rows' only when they can be
-// shared). The SSD tier serves instead when a file holds more. Else a fresh cache.
+// to run, so the row gets logits): a kept finished sequence's or a running row's. Caches are forked — paged ones (the
+// CPU's PagedKVCache and QuantizedKVCache) map the prefix's blocks, stored once, copy-on-write; device caches, rings
+// and SSM states are copied — and a kept one stays for the next request; caches that cannot fork at that prefix are
+// taken (trimmed to it; running rows' only when they can be shared). The SSD tier serves instead when a file holds
+// more. Else a fresh cache.
 void Scheduler::attach_cache(Row& row) {
   const auto attach_start = Clock::now();
   const std::vector<int32_t>& h = row.seq->history();
