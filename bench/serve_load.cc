@@ -9,7 +9,8 @@
 // Each run counts the streams that ended before --max-tokens, by finish reason.
 // Shared prompts ([cache] on many rows): --shared-prefix-tokens S starts every prompt with the same S tokens (a
 // system prompt) before its own --prompt-tokens; each run is preceded by one request of the prefix alone, as a
-// server that has seen the prompt before, and reports the prompt-cache hits and tokens served during the run.
+// server that has seen the prompt before (--cold-prefix: not, a burst over a new prompt), and reports the
+// prompt-cache hits and tokens served during the run.
 // LoRA ([lora] benchmark): --adapter DIR mounts adapters at serve start (under their folder names) and --mix
 // 'a;b+c;none' gives client c the adapter spec mix[c % size] (round robin); --repeat runs every N again.
 //
@@ -224,6 +225,8 @@ int main(int argc, char** argv) {
   app.add_option("--max-tokens", max_tokens, "tokens each client reads")->check(CLI::PositiveNumber);
   app.add_option("--shared-prefix-tokens", shared_prefix, "tokens every prompt starts with (a system prompt)")
       ->check(CLI::NonNegativeNumber);
+  bool cold_prefix = false;
+  app.add_flag("--cold-prefix", cold_prefix, "do not send the shared prefix alone before each run");
   app.add_option("--rounds", rounds, "requests each client sends in turn")->check(CLI::PositiveNumber);
   // Greedy by default (the device sampler's path); a temperature samples each client's own seeded stream.
   app.add_option("--temperature", temperature, "sampling temperature of every request")->check(CLI::NonNegativeNumber);
@@ -320,7 +323,7 @@ int main(int argc, char** argv) {
       for (int k = 0; k < repeat; ++k) plan.push_back(n);
     // The shared prefix alone, one token: the server then holds it as a previous request left it.
     auto prime_prefix = [&] {
-      if (shared_prefix == 0) return;
+      if (shared_prefix == 0 || cold_prefix) return;
       json b = json::parse(body_for(-1, 0));
       b["prompt"] = json(std::vector<json>(b["prompt"].begin(), b["prompt"].begin() + shared_prefix));
       b["max_tokens"] = 1;
@@ -400,6 +403,7 @@ int main(int argc, char** argv) {
                       {"model", dir},
                       {"prompt_tokens", prompt_tokens},
                       {"shared_prefix_tokens", shared_prefix},
+                      {"cold_prefix", cold_prefix},
                       {"max_tokens", max_tokens},
                       {"rounds", rounds},
                       {"temperature", temperature},

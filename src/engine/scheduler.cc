@@ -54,6 +54,13 @@ Scheduler::Scheduler(ModelBundle& bundle, SchedulerOptions options)
   // One prefill chunk always fits beside a decode token for every other row, so prompts always progress.
   chunk_ = std::min<int64_t>(options_.prefill_chunk, options_.max_batch_tokens - (options_.max_batch - 1));
   stats_.kv_bytes_budget = options_.kv_cache_bytes;
+  // Rings and SSM states fork only at their own length, and a donor row has fed past the shared prefix by then.
+  const CacheList probe = bundle_.make_cache();
+  forks_any_prefix_ = !probe.empty();
+  for (const auto& c : probe) {
+    const std::string kind = c->kind();
+    forks_any_prefix_ = forks_any_prefix_ && (kind == "kv" || kind == "quantized");
+  }
 }
 
 Scheduler::~Scheduler() = default;
@@ -320,9 +327,41 @@ void Scheduler::attach_cache(Row& row) {
   }
 }
 
+// Whether `row` should wait for a running row that is still prefilling a prefix of its prompt (at least
+// kPrefixWaitTokens long) that no kept or running cache serves in full yet. Only rows that have not run yet, on
+// models whose caches fork at any prefix; only donors still reading their prompt, so the wait is one prefill at
+// most.
+bool Scheduler::waits_for_prefix(const Row& row) const {
+  constexpr int64_t kPrefixWaitTokens = 64;
+  if (!forks_any_prefix_ || row.admitted_before || !kv_fork_copies()) return false;
+  const std::vector<int32_t>& h = row.seq->history();
+  if (static_cast<int64_t>(h.size()) <= kPrefixWaitTokens) return false;
+  const std::string ns = row.cache_ns();
+  auto common_with = [&](const std::vector<int32_t>& tokens, size_t n) {
+    size_t c = 0;
+    n = std::min(n, h.size() - 1);  // one input token is left to run
+    while (c < n && tokens[c] == h[c]) ++c;
+    return static_cast<int64_t>(c);
+  };
+  int64_t served = 0, pending = 0;  // what a cache holds for it now; what a prefilling row will hold
+  for (const Idle& kept : idle_)
+    if (kept.ns == ns) served = std::max(served, common_with(kept.tokens, kept.tokens.size()));
+  for (const auto& r : running_) {
+    if (!r->has_cache || r->cache_ns() != ns) continue;
+    const std::vector<int32_t>& rh = r->seq->history();
+    served = std::max(served, common_with(rh, static_cast<size_t>(r->fed)));
+    if (!r->prefilled && r->fed < r->input_end()) pending = std::max(pending, common_with(rh, rh.size()));
+  }
+  return pending > served && pending >= kPrefixWaitTokens;
+}
+
 void Scheduler::admit() {
   while (!waiting_.empty() && static_cast<int>(running_.size()) < options_.max_batch) {
     Row& row = *waiting_.front();
+    if (waits_for_prefix(row)) {  // FIFO: those behind it wait too, one prefill at most
+      ++stats_.prefix_waits;
+      break;
+    }
     int64_t used = 0;
     for (const auto& r : running_) used += claim(*r, 0);
     const int64_t need = claim(row, 1);

@@ -5,6 +5,10 @@
 // their input and hands each its token. Prefill chunks sit beside decode tokens, so a long prompt never stalls
 // running streams.
 //
+// A request whose prompt shares a long prefix with a row still prefilling it waits (and FIFO, those behind it) until
+// that row has fed the prefix, then forks its cache: a burst of requests over one new system prompt prefills it
+// once, not once per row beside each other.
+//
 // When growing rows outrun the KV budget, finished caches kept for prefix reuse go first, then the newest
 // running row is preempted: its cache is dropped and it waits again, to be recomputed from prompt + generated
 // tokens; its sampler, stops and detokenizer are kept, so its output is unchanged. A row whose client left
@@ -92,6 +96,9 @@ struct SchedulerStats {
   int64_t batch_rows = 0, batch_tokens = 0;  // of the last step
   int64_t kv_bytes_used = 0, kv_bytes_budget = 0;
   int64_t preemptions = 0, steps = 0;  // since start
+  // Admissions held back (FIFO: with the rows behind) while a running row prefilled a prompt prefix the front
+  // row shares, so that row then forks it instead of prefilling it beside (since start, per step held).
+  int64_t prefix_waits = 0;
   // Engine-thread wall time since start: whole steps, and within them the forward call (on CUDA mostly the
   // launches), sampling (on CUDA: the wait for the step to finish, then the sampler) and handing each row its
   // token (detokenizer, stop strings, the sink). step − the three = planning, admission, KV bookkeeping.
@@ -139,6 +146,7 @@ class Scheduler {
 
   void drop_cancelled();
   void admit();
+  bool waits_for_prefix(const Row& row) const;
   void attach_cache(Row& row);
   int64_t claim(const Row& row, int64_t extra) const;  // bytes the row holds after `extra` more tokens
   int64_t idle_bytes() const;
@@ -158,6 +166,7 @@ class Scheduler {
   SchedulerOptions options_;
   KvBudget budget_;
   int64_t chunk_;
+  bool forks_any_prefix_ = false;  // every layer's cache forks at any prefix (no rings, no SSM states)
   uint64_t next_order_ = 0;
   std::deque<std::unique_ptr<Row>> waiting_;   // by arrival
   std::vector<std::unique_ptr<Row>> running_;  // by admission

@@ -269,6 +269,32 @@ TEST_F(QuantizedSchedulerTest, SharedPrefixRowsEqualSoloIncludingLateJoinersAndP
   EXPECT_EQ(kv_pool_stats().blocks, base.blocks);
 }
 
+// A burst of requests over one system prompt nobody has sent before: the first prefills it, the others wait
+// for that (FIFO) and fork it, so it is prefilled once; each still produces exactly its solo, cold tokens.
+TEST_F(SchedulerTest, BurstOverANewPromptPrefillsItOnce) {
+  std::vector<int32_t> system;
+  for (int k = 0; k < 300; ++k) system.push_back(static_cast<int32_t>(5 + k * 11) % 590 + 3);
+  std::vector<Req> reqs = requests(4);
+  for (Req& r : reqs) r.prompt.insert(r.prompt.begin(), system.begin(), system.end());
+  std::vector<std::shared_ptr<Recorder>> want;
+  for (const Req& r : reqs) want.push_back(solo(r, 64));
+  Scheduler s(*bundle_, batched(4, 160, 64, 4096));
+  std::vector<std::shared_ptr<Recorder>> got;
+  for (const Req& r : reqs) {
+    got.push_back(std::make_shared<Recorder>());
+    s.add(r.prompt, r.opt, got.back());
+  }
+  run(s);
+  EXPECT_EQ(got[0]->result->cached_tokens, 0);
+  for (size_t i = 1; i < got.size(); ++i) {
+    ASSERT_TRUE(got[i]->result);
+    EXPECT_EQ(got[i]->result->cached_tokens, static_cast<int>(system.size())) << "request " << i;
+  }
+  EXPECT_GT(s.stats().prefix_waits, 0);
+  EXPECT_EQ(s.cache_stats().ram_hits, 3);
+  expect_solo_outputs(got, want);
+}
+
 // Gemma 4's sliding-window layers keep rings of 8 tokens, which cannot share blocks: a kept cache of a system
 // prompt is forked into every request that extends it by copying its rings (its full-attention layers map the
 // kept blocks). So concurrent requests all hit it, it stays for the next ones, and each still produces exactly
