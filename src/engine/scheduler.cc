@@ -339,20 +339,24 @@ bool Scheduler::waits_for_prefix(const Row& row) const {
   const std::string ns = row.cache_ns();
   auto common_with = [&](const std::vector<int32_t>& tokens, size_t n) {
     size_t c = 0;
-    n = std::min(n, h.size() - 1);  // one input token is left to run
+    n = std::min({n, tokens.size(), h.size() - 1});  // one input token is left to run
     while (c < n && tokens[c] == h[c]) ++c;
     return static_cast<int64_t>(c);
   };
-  int64_t served = 0, pending = 0;  // what a cache holds for it now; what a prefilling row will hold
+  // What a row still reading its prompt will hold of this one's (usually no row is, and nothing is compared)...
+  int64_t pending = 0;
+  for (const auto& r : running_)
+    if (r->has_cache && !r->prefilled && r->fed < r->input_end() && r->cache_ns() == ns)
+      pending = std::max(pending, common_with(r->seq->history(), h.size()));
+  if (pending < kPrefixWaitTokens) return false;
+  // ...against what a kept or running cache holds of it now (compared no further than `pending`).
+  const size_t upto = static_cast<size_t>(pending);
   for (const Idle& kept : idle_)
-    if (kept.ns == ns) served = std::max(served, common_with(kept.tokens, kept.tokens.size()));
-  for (const auto& r : running_) {
-    if (!r->has_cache || r->cache_ns() != ns) continue;
-    const std::vector<int32_t>& rh = r->seq->history();
-    served = std::max(served, common_with(rh, static_cast<size_t>(r->fed)));
-    if (!r->prefilled && r->fed < r->input_end()) pending = std::max(pending, common_with(rh, rh.size()));
-  }
-  return pending > served && pending >= kPrefixWaitTokens;
+    if (kept.ns == ns && common_with(kept.tokens, upto) >= pending) return false;
+  for (const auto& r : running_)
+    if (r->has_cache && r->cache_ns() == ns && common_with(r->seq->history(), static_cast<size_t>(r->fed)) >= pending)
+      return false;
+  return true;
 }
 
 void Scheduler::admit() {

@@ -295,6 +295,31 @@ TEST_F(SchedulerTest, BurstOverANewPromptPrefillsItOnce) {
   expect_solo_outputs(got, want);
 }
 
+// A request waiting for a donor's prefill goes ahead when the donor is cancelled, and prefills the prompt itself.
+TEST_F(SchedulerTest, ARequestWaitingForACancelledDonorGoesAhead) {
+  std::vector<int32_t> system;
+  for (int k = 0; k < 300; ++k) system.push_back(static_cast<int32_t>(5 + k * 11) % 590 + 3);
+  std::vector<Req> reqs = requests(2);
+  for (Req& r : reqs) r.prompt.insert(r.prompt.begin(), system.begin(), system.end());
+  std::atomic<bool> cancel{false};
+  reqs[0].opt.cancel = &cancel;
+  Scheduler s(*bundle_, batched(4, 160, 64, 4096));
+  auto a = std::make_shared<Recorder>(), b = std::make_shared<Recorder>();
+  s.add(reqs[0].prompt, reqs[0].opt, a);
+  s.add(reqs[1].prompt, reqs[1].opt, b);
+  s.step();
+  s.step();
+  EXPECT_EQ(s.stats().running, 1);  // b waits for a's prefill of the shared prompt
+  EXPECT_GT(s.stats().prefix_waits, 0);
+  cancel = true;
+  run(s);
+  ASSERT_TRUE(a->result);
+  EXPECT_EQ(a->result->finish_reason, "cancelled");
+  ASSERT_TRUE(b->result);
+  EXPECT_EQ(b->result->finish_reason, "length");
+  EXPECT_EQ(b->ids, solo(reqs[1], 64)->ids);
+}
+
 // Gemma 4's sliding-window layers keep rings of 8 tokens, which cannot share blocks: a kept cache of a system
 // prompt is forked into every request that extends it by copying its rings (its full-attention layers map the
 // kept blocks). So concurrent requests all hit it, it stays for the next ones, and each still produces exactly
