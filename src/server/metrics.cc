@@ -98,6 +98,9 @@ std::string Metrics::render() const {
   }
   scalar("lathe_preemptions_total", "counter", "Running sequences set back to wait for KV room (recomputed later).",
          std::to_string(preemptions_.load()));
+  scalar("lathe_prefix_waits_total", "counter",
+         "Engine steps in which admission waited for a running request to prefill a prompt prefix it would share.",
+         std::to_string(prefix_waits_.load()));
   {
     std::array<double, 4> t;
     int64_t steps;

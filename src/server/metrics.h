@@ -48,6 +48,7 @@ class Metrics {
     kv_used_.store(kv_used, std::memory_order_relaxed);
   }
   void set_preemptions(int64_t n) { preemptions_.store(n, std::memory_order_relaxed); }
+  void set_prefix_waits(int64_t n) { prefix_waits_.store(n, std::memory_order_relaxed); }
   // The engine thread's time split (SchedulerStats' *_seconds, cumulative).
   void set_step_times(int64_t steps, double step, double forward, double sample, double emit) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -76,7 +77,7 @@ class Metrics {
   std::atomic<uint64_t> prompt_tokens_{0}, generated_tokens_{0}, cancelled_{0};
   std::atomic<int64_t> queue_depth_{0}, in_flight_{0};
   std::atomic<int64_t> running_rows_{0}, waiting_rows_{0}, batch_rows_{0}, batch_tokens_{0}, kv_used_{0};
-  std::atomic<int64_t> kv_budget_{0}, preemptions_{0};
+  std::atomic<int64_t> kv_budget_{0}, preemptions_{0}, prefix_waits_{0};
   Histogram ttft_, itl_;
   CacheTierStats cache_tiers_;          // under mu_
   std::array<double, 4> step_times_{};  // under mu_: step, forward, sample, emit

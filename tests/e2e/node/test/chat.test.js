@@ -6,9 +6,11 @@ import { describe, test } from 'node:test';
 import {
   anthropicClient,
   demoChatText,
+  metricValue,
   openaiClient,
   parseSSE,
   request,
+  scrape,
   startServer,
   useServer,
 } from './harness.js';
@@ -137,6 +139,19 @@ describe('chat completions (openai SDK)', () => {
     });
     assert.equal(r.usage.completion_tokens, 2);
     assert.equal(r.choices[0].finish_reason, 'length');
+  });
+
+  // The first request prefills the shared prompt; the others wait for it (lathe_prefix_waits_total) and reuse it.
+  test('requests sent together over one long new prompt prefill it once', async () => {
+    const shared = Array.from({ length: 300 }, (_, k) => 5 + ((k * 13) % 600));
+    const bodies = [0, 1, 2].map((i) => ({ model: 'demo', prompt: [...shared, 7 + i, 9 + i], max_tokens: 2 }));
+    const before = metricValue(await scrape(ctx.server), 'lathe_prefix_waits_total');
+    const rs = await Promise.all(bodies.map((body) => request(ctx.server, 'POST', '/v1/completions', { body })));
+    for (const r of rs) assert.equal(r.status, 200, r.text);
+    const cached = rs.map((r) => r.json.usage.prompt_tokens_details.cached_tokens).sort((a, b) => a - b);
+    assert.equal(cached[0], 0, JSON.stringify(cached));
+    assert.ok(cached[1] >= shared.length && cached[2] >= shared.length, JSON.stringify(cached));
+    assert.ok(metricValue(await scrape(ctx.server), 'lathe_prefix_waits_total') > before);
   });
 
   test('a repeated prompt reports cached prompt tokens', async () => {
