@@ -38,18 +38,34 @@ struct RoundTripCase {
 
 class CacheRoundTrip : public ::testing::TestWithParam<RoundTripCase> {};
 
+// The fixture's caches after a 12-token prefill (past the sliding window) and 3 decode steps.
+struct DecodedCaches {
+  std::unique_ptr<Model> model;
+  std::vector<int32_t> ids;
+  CacheOptions opts;
+  CacheList caches;
+};
+DecodedCaches prefill_and_decode(const RoundTripCase& c) {
+  DecodedCaches r;
+  r.model = load_model(testing::fixture_dir(c.model));
+  r.ids = testing::Reference::load(c.model).prompt("long");
+  r.opts.kv_bits = c.kv_bits;
+  r.opts.kv_group_size = 32;
+  r.caches = r.model->make_cache(r.opts);
+  r.model->forward({r.ids.begin(), r.ids.begin() + 12}, r.caches, false);
+  for (size_t i = 12; i < 15; ++i) r.model->forward({r.ids[i]}, r.caches, false);
+  return r;
+}
+
 // Prefill past the sliding window, decode a few tokens, snapshot every cache, restore into fresh caches, then
 // decode the same tokens on both: the logits must be bit-identical.
 TEST_P(CacheRoundTrip, SnapshotRestoreContinuesBitIdentically) {
   const RoundTripCase c = GetParam();
-  auto model = load_model(testing::fixture_dir(c.model));
-  const std::vector<int32_t> ids = testing::Reference::load(c.model).prompt("long");
-  CacheOptions opts;
-  opts.kv_bits = c.kv_bits;
-  opts.kv_group_size = 32;
-  CacheList caches = model->make_cache(opts);
-  model->forward({ids.begin(), ids.begin() + 12}, caches, false);
-  for (size_t i = 12; i < 15; ++i) model->forward({ids[i]}, caches, false);
+  DecodedCaches run = prefill_and_decode(c);
+  auto& model = run.model;
+  const std::vector<int32_t>& ids = run.ids;
+  const CacheOptions& opts = run.opts;
+  CacheList& caches = run.caches;
 
   CacheList restored = model->make_cache(opts);
   ASSERT_EQ(restored.size(), caches.size());
@@ -74,14 +90,11 @@ TEST_P(CacheRoundTrip, SnapshotRestoreContinuesBitIdentically) {
 // continues exactly as the original; rings that have dropped tokens, and SSM states, fork at that length only.
 TEST_P(CacheRoundTrip, ForkContinuesBitIdentically) {
   const RoundTripCase c = GetParam();
-  auto model = load_model(testing::fixture_dir(c.model));
-  const std::vector<int32_t> ids = testing::Reference::load(c.model).prompt("long");
-  CacheOptions opts;
-  opts.kv_bits = c.kv_bits;
-  opts.kv_group_size = 32;
-  CacheList caches = model->make_cache(opts);
-  model->forward({ids.begin(), ids.begin() + 12}, caches, false);
-  for (size_t i = 12; i < 15; ++i) model->forward({ids[i]}, caches, false);
+  DecodedCaches run = prefill_and_decode(c);
+  auto& model = run.model;
+  const std::vector<int32_t>& ids = run.ids;
+  const CacheOptions& opts = run.opts;
+  CacheList& caches = run.caches;
   const int64_t n = caches[0]->offset();
   ASSERT_TRUE(can_fork_cache_list(caches, n));
   std::optional<CacheList> forked = fork_cache_list(caches, n);

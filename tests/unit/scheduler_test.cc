@@ -47,6 +47,16 @@ class SchedulerTest : public ::testing::Test {
     }
     return out;
   }
+  // A system prompt of `tokens` ids ((first + k·step) mod `mod` + 3), and requests that each start with it.
+  static std::vector<int32_t> system_prompt(int tokens, int first, int step, int mod) {
+    std::vector<int32_t> system;
+    for (int k = 0; k < tokens; ++k) system.push_back(static_cast<int32_t>(first + k * step) % mod + 3);
+    return system;
+  }
+  static std::vector<Req> after(const std::vector<int32_t>& system, std::vector<Req> reqs) {
+    for (Req& r : reqs) r.prompt.insert(r.prompt.begin(), system.begin(), system.end());
+    return reqs;
+  }
   static void run(Scheduler& s, int max_steps = 100000) {
     for (int i = 0; i < max_steps && !s.idle(); ++i) s.step();
   }
@@ -272,10 +282,8 @@ TEST_F(QuantizedSchedulerTest, SharedPrefixRowsEqualSoloIncludingLateJoinersAndP
 // A burst of requests over one system prompt nobody has sent before: the first prefills it, the others wait
 // for that (FIFO) and fork it, so it is prefilled once; each still produces exactly its solo, cold tokens.
 TEST_F(SchedulerTest, BurstOverANewPromptPrefillsItOnce) {
-  std::vector<int32_t> system;
-  for (int k = 0; k < 300; ++k) system.push_back(static_cast<int32_t>(5 + k * 11) % 590 + 3);
-  std::vector<Req> reqs = requests(4);
-  for (Req& r : reqs) r.prompt.insert(r.prompt.begin(), system.begin(), system.end());
+  const std::vector<int32_t> system = system_prompt(300, 5, 11, 590);
+  std::vector<Req> reqs = after(system, requests(4));
   std::vector<std::shared_ptr<Recorder>> want;
   for (const Req& r : reqs) want.push_back(solo(r, 64));
   Scheduler s(*bundle_, batched(4, 160, 64, 4096));
@@ -297,10 +305,8 @@ TEST_F(SchedulerTest, BurstOverANewPromptPrefillsItOnce) {
 
 // A request waiting for a donor's prefill goes ahead when the donor is cancelled, and prefills the prompt itself.
 TEST_F(SchedulerTest, ARequestWaitingForACancelledDonorGoesAhead) {
-  std::vector<int32_t> system;
-  for (int k = 0; k < 300; ++k) system.push_back(static_cast<int32_t>(5 + k * 11) % 590 + 3);
-  std::vector<Req> reqs = requests(2);
-  for (Req& r : reqs) r.prompt.insert(r.prompt.begin(), system.begin(), system.end());
+  const std::vector<int32_t> system = system_prompt(300, 5, 11, 590);
+  std::vector<Req> reqs = after(system, requests(2));
   std::atomic<bool> cancel{false};
   reqs[0].opt.cancel = &cancel;
   Scheduler s(*bundle_, batched(4, 160, 64, 4096));
@@ -330,10 +336,8 @@ class RingSchedulerTest : public SchedulerTest {
 };
 
 TEST_F(RingSchedulerTest, KeptSystemPromptServesEveryConcurrentRequest) {
-  std::vector<int32_t> system;
-  for (int k = 0; k < 40; ++k) system.push_back(static_cast<int32_t>(7 + k * 13) % 800 + 3);
-  std::vector<Req> reqs = requests(4);
-  for (Req& r : reqs) r.prompt.insert(r.prompt.begin(), system.begin(), system.end());
+  const std::vector<int32_t> system = system_prompt(40, 7, 13, 800);
+  const std::vector<Req> reqs = after(system, requests(4));
   std::vector<std::shared_ptr<Recorder>> want;
   for (const Req& r : reqs) want.push_back(solo(r, 16));
 
