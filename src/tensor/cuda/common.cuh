@@ -120,6 +120,18 @@ void launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t s
 
 inline unsigned blocks_for(int64_t n, int threads) { return static_cast<unsigned>((n + threads - 1) / threads); }
 
+// Asynchronous 16-byte copies global → shared (sm_80+), past L1; `valid` false zero-fills the 16 bytes instead
+// (src-size 0), for tiles that run past their matrix. Commit a group, then wait until at most N groups are pending.
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid = true) {
+  const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
 [[noreturn]] inline void bad_dtype(const char* op, DType t) {
   throw Error(ErrorKind::Unsupported,
               std::string(op) + ": no CUDA kernel for element type #" + std::to_string(static_cast<int>(t)));

@@ -80,11 +80,6 @@ __device__ __forceinline__ void load_v(const __nv_bfloat16* p, float* f) {
   }
 }
 
-__device__ __forceinline__ void cp_async16(void* dst, const void* src) {
-  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src));
-}
-
 // Shared memory: the warps' V tiles (bf16 rows, or codes then each row's scales and biases), reused for their
 // accumulators at the merge, then queries and (max, sum).
 __host__ __device__ inline int64_t vrow_bytes(int64_t Dv, int bits) { return bits ? Dv * bits / 8 : Dv * 2; }
@@ -152,7 +147,7 @@ __global__ void __launch_bounds__(kThreads)
       const int r = c / chunks, o = (c % chunks) * 16;
       cp_async16(vt + r * vrow + o, vbase + static_cast<int64_t>(base + r) * v_row + o);
     }
-    asm volatile("cp.async.commit_group;\n" ::);
+    cp_async_commit();
     if constexpr (kBits != 0) {  // this lane's key's value scales and biases
       if (lane < n) {
         const int64_t g = static_cast<int64_t>(j) * a.vsb_s0 + kh * a.vsb_s1;
@@ -230,7 +225,7 @@ __global__ void __launch_bounds__(kThreads)
       for (int e = 0; e < kDPL; ++e) acc[h][e] *= corr;
     }
     // 3. p·V over the tile's keys from shared memory.
-    asm volatile("cp.async.wait_all;\n" ::: "memory");
+    cp_async_wait<0>();
     __syncwarp();
     for (int i = 0; i < n; ++i) {
       float vf[kDPL];
