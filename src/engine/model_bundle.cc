@@ -95,4 +95,10 @@ std::vector<int32_t> ModelBundle::text_prompt(const std::string& text) const {
   return tokenizer_->encode(text, /*add_special=*/true);
 }
 
+ModelBundle::ChatTokens ModelBundle::text_prompt(const std::string& text, size_t max_ids) const {
+  ChatTokens t;
+  t.count = tokenizer_->encode_special_capped(text, max_ids, t.ids);
+  return t;
+}
+
 }  // namespace lathe

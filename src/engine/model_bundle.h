@@ -52,6 +52,8 @@ class ModelBundle {
 
   // Plain text with the tokenizer's special tokens (BOS where the tokenizer adds one).
   std::vector<int32_t> text_prompt(const std::string& text) const;
+  // The same, capped as encode_chat_text is: a string prompt longer than the context is counted, not kept.
+  ChatTokens text_prompt(const std::string& text, size_t max_ids) const;
 
  private:
   std::string dir_;

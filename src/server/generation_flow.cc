@@ -91,8 +91,14 @@ PreparedGeneration prepare_chat(ServerContext& ctx, ChatRequest request) {
 PreparedGeneration prepare_completion(ServerContext& ctx, const nlohmann::ordered_json& prompt,
                                       GenerationSettings settings) {
   PreparedGeneration p;
+  int64_t count = -1;
   if (prompt.is_string() && !prompt.get<std::string>().empty()) {
-    p.prompt = ctx.session().text_prompt(prompt.get<std::string>());
+    // As for chat: ids past the context would only be counted and refused.
+    const int64_t limit = ctx.context_length();
+    ModelBundle::ChatTokens tokens =
+        ctx.session().text_prompt(prompt.get<std::string>(), limit > 0 ? static_cast<size_t>(limit) : SIZE_MAX);
+    p.prompt = std::move(tokens.ids);
+    count = static_cast<int64_t>(tokens.count);
   } else if (prompt.is_array() && !prompt.empty()) {
     // Token ids, used as given (no BOS added): clients that tokenize themselves know what they sent.
     const int64_t vocab = ctx.session().model().config().vocab_size;
@@ -111,7 +117,7 @@ PreparedGeneration prepare_completion(ServerContext& ctx, const nlohmann::ordere
     throw invalid_field("prompt", "prompt must be a non-empty string or a non-empty array of token ids");
   }
   p.settings = std::move(settings);
-  fit_context(ctx, p, "prompt");
+  fit_context(ctx, p, "prompt", count);
   return p;
 }
 

@@ -183,6 +183,19 @@ size_t Tokenizer::encode_capped(std::string_view text, size_t max_ids, std::vect
   return count;
 }
 
+size_t Tokenizer::encode_special_capped(std::string_view text, size_t max_ids, std::vector<int32_t>& ids) const {
+  const size_t count = encode_capped(text, max_ids, ids);
+  if (!post_processor_) return count;
+  if (count > ids.size()) return count + post_processor_->process({}).size();  // past the cap: counted only
+  ids = post_processor_->process(std::move(ids));
+  const size_t all = ids.size();
+  if (all > max_ids) {
+    ids.resize(max_ids);
+    ids.shrink_to_fit();
+  }
+  return all;
+}
+
 std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special) const {
   std::vector<std::string> tokens;
   tokens.reserve(ids.size());

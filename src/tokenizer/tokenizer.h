@@ -42,6 +42,10 @@ class Tokenizer {
   // (replacing its contents) and returns how many ids the whole text encodes to. `ids` never holds, nor reserves
   // room for, more than `max_ids`: a caller that refuses text past a limit learns its exact length in O(limit).
   size_t encode_capped(std::string_view text, size_t max_ids, std::vector<int32_t>& ids) const;
+  // As encode(text, true), capped the same way: the count includes the post-processor's special tokens, and
+  // `ids` holds encode(text, true)'s first ids when the whole count fits under `max_ids` (else the text's
+  // first ids, which a caller refusing the prompt only counts).
+  size_t encode_special_capped(std::string_view text, size_t max_ids, std::vector<int32_t>& ids) const;
   // Ids with no token are skipped; `skip_special` drops special added tokens.
   std::string decode(std::span<const int32_t> ids, bool skip_special = false) const;
 

@@ -145,6 +145,40 @@ TEST(TokenizerCapped, KeepsThePrefixCountsTheWholeAndNeverGrowsPastTheCap) {
   EXPECT_TRUE(none.empty());
 }
 
+// encode_special_capped counts what encode(text, true) gives (the post-processor's BOS and EOS included) and
+// keeps all of it when that fits the cap: a completions prompt past the context is sized, not held.
+TEST(TokenizerCapped, SpecialCountIncludesThePostProcessorsTokens) {
+  const json post = {{"type", "TemplateProcessing"},
+                     {"single",
+                      {{{"SpecialToken", {{"id", "<b>"}, {"type_id", 0}}}},
+                       {{"Sequence", {{"id", "A"}, {"type_id", 0}}}},
+                       {{"SpecialToken", {{"id", "<e>"}, {"type_id", 0}}}}}},
+                     {"special_tokens",
+                      {{"<b>", {{"id", "<b>"}, {"ids", {60}}, {"tokens", {"<b>"}}}},
+                       {"<e>", {{"id", "<e>"}, {"ids", {61}}, {"tokens", {"<e>"}}}}}}};
+  auto t = make({"a", "b", " "}, {{"a", "b"}},
+                {{"pre_tokenizer", {{"type", "WhitespaceSplit"}}},
+                 {"added_tokens", {added(60, "<b>"), added(61, "<e>")}},
+                 {"post_processor", post}});
+  std::string text;
+  for (int i = 0; i < 40; ++i) text += "ab a ";
+  const std::vector<int32_t> all = t->encode(text, true);
+  ASSERT_EQ(all.front(), 60);
+  ASSERT_EQ(all.back(), 61);
+  for (size_t cap : {size_t{1}, size_t{5}, all.size() - 2, all.size() - 1, all.size(), all.size() + 3}) {
+    std::vector<int32_t> ids;
+    EXPECT_EQ(t->encode_special_capped(text, cap, ids), all.size()) << cap;
+    EXPECT_LE(ids.size(), cap) << cap;
+    if (cap >= all.size()) {
+      EXPECT_EQ(ids, all) << cap;
+    }
+  }
+  auto plain = make({"a", "b", " "}, {{"a", "b"}}, {{"pre_tokenizer", {{"type", "WhitespaceSplit"}}}});
+  std::vector<int32_t> ids;
+  EXPECT_EQ(plain->encode_special_capped(text, 7, ids), plain->encode(text, true).size());
+  EXPECT_EQ(ids.size(), 7u);
+}
+
 TEST(TokenizerConfig, SpecialTokensFromTokenizerConfig) {
   json doc = {{"model", {{"type", "BPE"}, {"vocab", {{"a", 0}}}, {"merges", json::array()}}},
               {"added_tokens", {added(1, "<bos>", {{"special", true}}), added(2, "<eos>", {{"special", true}})}}};

@@ -113,6 +113,13 @@ describe('server with --max-body-bytes and --max-queue', () => {
       assertOpenAIError(m, 400);
       assert.equal(m.json.error.code, 'context_length_exceeded', m.text);
       assert.equal(m.json.error.param, 'messages', m.text);
+      // A string prompt is counted past the context, not kept: the message gives its whole length.
+      const s = await post('/v1/completions', { prompt: 'a '.repeat(1100), max_tokens: 4 });
+      assertOpenAIError(s, 400);
+      assert.equal(s.json.error.code, 'context_length_exceeded', s.text);
+      assert.equal(s.json.error.param, 'prompt', s.text);
+      const n = Number(/the prompt is (\d+) tokens/.exec(s.json.error.message)?.[1]);
+      assert.ok(n > 1024, s.text);
     });
 
     test('the openai SDK surfaces a BadRequestError with the field', async () => {
