@@ -91,9 +91,7 @@ ModelBundle::ChatTokens ModelBundle::encode_chat_text(const std::string& text, s
   return t;
 }
 
-std::vector<int32_t> ModelBundle::text_prompt(const std::string& text) const {
-  return tokenizer_->encode(text, /*add_special=*/true);
-}
+std::vector<int32_t> ModelBundle::text_prompt(const std::string& text) const { return text_prompt(text, SIZE_MAX).ids; }
 
 ModelBundle::ChatTokens ModelBundle::text_prompt(const std::string& text, size_t max_ids) const {
   ChatTokens t;
