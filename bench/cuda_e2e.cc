@@ -3,7 +3,7 @@
 // calls made inside the decode loops (should be 0); with --batch, batched decode (Model::forward(const Batch&),
 // one step for B sequences, argmax on the device) at each listed batch size. Prints one JSON object.
 // Usage: cuda_e2e --model DIR [--dtype bf16|f32] [--decode-steps N] [--decode-only CTX] [--batch 1,8,32]
-//        [--batch-steps 32] [--dense-weights auto|on|off|BYTES]
+//        [--batch-steps 32] [--batch-context 128] [--dense-weights auto|on|off|BYTES]
 // --dense-weights: the dense weight copies' budget, as `lathe serve --cuda-dense-weights` sets it (default auto).
 // --decode-only: no warm-up or prefill runs, one decode run at CTX (for profilers: a short, predictable launch
 // sequence — the CTX-token prefill, then decode steps).
@@ -115,6 +115,19 @@ nlohmann::json decode_batched(Model& m, int64_t ctx, int batch, int steps, int64
   }
   const double total = ms_since(t0);
   const uint64_t loop_mallocs = device_memory_stats().malloc_calls - mallocs;
+  // The slowest steps by index: a step where every row's K/V grows (contexts crossing a multiple of the cache's
+  // growth step) stands out here, where the median hides it.
+  std::vector<size_t> order(times.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return times[a] > times[b]; });
+  nlohmann::json slowest = nlohmann::json::array();
+  for (size_t i = 0; i < std::min<size_t>(4, order.size()); ++i)
+    slowest.push_back({{"step", order[i]},
+                       {"context", ctx + 2 + static_cast<int64_t>(order[i])},
+                       {"ms", times[order[i]]},
+                       {"host_ms", host[order[i]]}});
+  double sum_ms = 0;
+  for (double t : times) sum_ms += t;
   std::sort(times.begin(), times.end());
   std::sort(host.begin(), host.end());
   bool equal = true;
@@ -140,6 +153,8 @@ nlohmann::json decode_batched(Model& m, int64_t ctx, int batch, int steps, int64
           {"tok_s", static_cast<double>(batch) * steps / (total / 1000.0)},
           {"median_step_ms", times[times.size() / 2]},
           {"median_host_ms", host[host.size() / 2]},
+          {"mean_step_ms", sum_ms / static_cast<double>(times.size())},
+          {"slowest_steps", slowest},
           {"malloc_calls_in_loop", loop_mallocs},
           {"greedy_equal_solo", equal}};
 }
@@ -149,6 +164,7 @@ nlohmann::json decode_batched(Model& m, int64_t ctx, int batch, int steps, int64
 int main(int argc, char** argv) {
   std::string dir, dtype = "bf16", dense = "auto";
   int steps = 128, batch_steps = 32;
+  int64_t batch_context = 128;
   int64_t decode_only = 0;
   std::vector<int> batches;
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -157,6 +173,7 @@ int main(int argc, char** argv) {
     if (!std::strcmp(argv[i], "--dense-weights")) dense = argv[i + 1];
     if (!std::strcmp(argv[i], "--decode-steps")) steps = std::atoi(argv[i + 1]);
     if (!std::strcmp(argv[i], "--batch-steps")) batch_steps = std::max(1, std::atoi(argv[i + 1]));
+    if (!std::strcmp(argv[i], "--batch-context")) batch_context = std::max<int64_t>(1, std::atoll(argv[i + 1]));
     if (!std::strcmp(argv[i], "--decode-only")) decode_only = std::atoll(argv[i + 1]);
     if (!std::strcmp(argv[i], "--kv-bits")) g_cache.kv_bits = std::atoi(argv[i + 1]);
     if (!std::strcmp(argv[i], "--batch"))
@@ -167,7 +184,7 @@ int main(int argc, char** argv) {
     std::fprintf(
         stderr,
         "usage: cuda_e2e --model DIR [--dtype bf16|f32] [--decode-steps N] [--decode-only CTX] [--batch 1,8,32] "
-        "[--batch-steps 32] [--dense-weights auto|on|off|BYTES] [--kv-bits 0|4|8]\n");
+        "[--batch-steps 32] [--batch-context 128] [--dense-weights auto|on|off|BYTES] [--kv-bits 0|4|8]\n");
     return 2;
   }
   if (!cuda_available()) {
@@ -198,7 +215,7 @@ int main(int argc, char** argv) {
                             {"weights_device_mib", weights_bytes / 1048576.0}};
       for (int b : batches) {
         if (b < 1) continue;
-        out["batched_decode"].push_back(decode_batched(*model, 128, b, batch_steps, vocab));
+        out["batched_decode"].push_back(decode_batched(*model, batch_context, b, batch_steps, vocab));
         std::fprintf(stderr, "%s\n", out["batched_decode"].back().dump().c_str());
       }
       out["peak_device_mib"] = static_cast<double>(device_memory_stats().peak_reserved_bytes) / 1048576.0;
