@@ -15,6 +15,7 @@
 #include "cache/kv_block_pool.h"
 #include "cache/layer_cache.h"
 #include "common/error.h"
+#include "tensor/device_memory.h"
 #include "tensor/ops.h"
 
 namespace lathe {
@@ -78,9 +79,24 @@ KVView LayerCache::commit_direct() {
               std::string("commit_direct on a '") + kind() + "' cache, which takes no direct rows");
 }
 
+int64_t kv_row_bytes(const Tensor& rows) {
+  int64_t b = static_cast<int64_t>(dtype_size(rows.dtype()));
+  for (size_t d = 1; d < rows.shape().size(); ++d) b *= rows.dim(static_cast<int>(d));
+  return b;
+}
+
+int64_t kv_grow_capacity(int64_t tokens, const std::vector<int64_t>& row_bytes, Device device) {
+  const int64_t cap = (tokens + kKvGrowStep - 1) / kKvGrowStep * kKvGrowStep;
+  if (device != Device::CUDA) return cap;
+  int64_t held = INT64_MAX;  // the rows every buffer's allocation holds
+  for (int64_t b : row_bytes)
+    if (b > 0) held = std::min(held, static_cast<int64_t>(device_alloc_size(static_cast<size_t>(cap * b))) / b);
+  return held == INT64_MAX ? cap : std::max(cap, held);
+}
+
 void KVCache::reserve(int64_t tokens, const Tensor& like_k, const Tensor& like_v) {
   if (keys_.defined() && keys_.dim(0) >= tokens) return;
-  const int64_t cap = (tokens + kKvGrowStep - 1) / kKvGrowStep * kKvGrowStep;
+  const int64_t cap = kv_grow_capacity(tokens, {kv_row_bytes(like_k), kv_row_bytes(like_v)}, like_k.device());
   Tensor nk = Tensor::empty({cap, like_k.dim(1), like_k.dim(2)}, like_k.dtype(), like_k.device());
   Tensor nv = Tensor::empty({cap, like_v.dim(1), like_v.dim(2)}, like_v.dtype(), like_v.device());
   if (offset_ > 0) {

@@ -17,6 +17,12 @@ namespace lathe {
 
 // Full KV caches grow in steps of this many rows, so decode does not reallocate every token.
 inline constexpr int64_t kKvGrowStep = 256;
+// The rows a contiguous cache growing to hold `tokens` rows allocates: `tokens` rounded up to kKvGrowStep, then,
+// on a device, every row its buffers' allocations hold anyway (the caching allocator rounds sizes past 1 MiB to
+// 2 MiB, so a 4B model's 2 KiB rows grow by 1,024 tokens, not 256: a quarter of the reallocations and copies for
+// the same memory). row_bytes: each buffer's bytes per row.
+int64_t kv_grow_capacity(int64_t tokens, const std::vector<int64_t>& row_bytes, Device device);
+int64_t kv_row_bytes(const Tensor& rows);  // bytes of one row (dimension 0) of `rows`
 
 struct CacheState {
   std::string kind;                                     // "kv", "rotating", ...

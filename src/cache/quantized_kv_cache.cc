@@ -112,7 +112,9 @@ void QuantizedKVCache::append(const RowTensors& rows) {
 
 void QuantizedKVCache::grow(const RowTensors& like, int64_t rows) {
   if (buf_.defined() && buf_.rows() >= rows) return;
-  RowTensors grown = RowTensors::empty_like(like, (rows + kKvGrowStep - 1) / kKvGrowStep * kKvGrowStep);
+  std::vector<int64_t> row_bytes;
+  for (const Tensor& p : like.parts) row_bytes.push_back(kv_row_bytes(p));
+  RowTensors grown = RowTensors::empty_like(like, kv_grow_capacity(rows, row_bytes, like.parts[0].device()));
   if (offset_ > 0) grown.copy_from(0, buf_, 0, offset_);
   buf_ = grown;
 }

@@ -27,6 +27,9 @@ struct DeviceMemoryStats {
   size_t in_use_bytes = 0, peak_in_use_bytes = 0;
 };
 DeviceMemoryStats device_memory_stats();
+// The bytes a device allocation of `bytes` really takes (the caching allocator's size class): what a buffer may
+// grow into for free. `bytes` where there is no device allocator.
+size_t device_alloc_size(size_t bytes);
 void device_reset_peak();
 void device_release_cached();
 

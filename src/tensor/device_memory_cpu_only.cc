@@ -17,6 +17,7 @@ void device_copy(void*, const void*, size_t, Device, Device) { no_cuda(); }
 void device_synchronize() {}
 void device_strided_copy(void*, const void*, const Shape&, const Shape&, size_t) { no_cuda(); }
 DeviceMemoryStats device_memory_stats() { return {}; }
+size_t device_alloc_size(size_t bytes) { return bytes; }
 void device_reset_peak() {}
 void device_release_cached() {}
 }  // namespace lathe

@@ -182,12 +182,13 @@ class CachingAllocator {
     stats_.peak_reserved_bytes = stats_.reserved_bytes;
   }
 
- private:
   static size_t round(size_t b) {
     if (b == 0) b = 1;
     if (b < (1u << 20)) return (b + 511) / 512 * 512;
     return (b + (2u << 20) - 1) / (2u << 20) * (2u << 20);
   }
+
+ private:
   void release_cached_locked() {
     cudaStreamSynchronize(rt().stream);
     for (auto& [size, bin] : free_) {
@@ -317,6 +318,7 @@ void device_synchronize() {
 }
 
 DeviceMemoryStats device_memory_stats() { return cuda_available() ? cuda::allocator().stats() : DeviceMemoryStats{}; }
+size_t device_alloc_size(size_t bytes) { return cuda::CachingAllocator::round(bytes); }
 void device_reset_peak() {
   if (cuda_available()) cuda::allocator().reset_peak();
 }
