@@ -9,6 +9,7 @@
 #include "common/error.h"
 #include "model/model.h"
 #include "support/fixtures.h"
+#include "tensor/device_memory.h"
 #include "tensor/ops.h"
 #include "tensor/ops_extra.h"
 
@@ -47,6 +48,23 @@ TEST(KVCache, GrowsAndReturnsAllTokens) {
   EXPECT_EQ(c.offset(), 296);
   const KVView after = c.update(token_rows(1, 296), token_rows(1, 296));
   view_positions(after);
+}
+
+// A contiguous cache grows in kKvGrowStep rows, and on a device into every row its allocations hold anyway: never
+// into a larger allocation than the rounded step asks for.
+TEST(KVCache, GrowthCapacityFillsTheAllocationItTakes) {
+  EXPECT_EQ(kv_grow_capacity(257, {2048, 2048}, Device::CPU), 512);
+  EXPECT_EQ(kv_grow_capacity(256, {2048}, Device::CPU), 256);
+  for (const std::vector<int64_t>& rows : std::vector<std::vector<int64_t>>{{2048}, {2048, 1024}, {1024, 32, 32}}) {
+    for (int64_t tokens : {1, 257, 513, 3000}) {
+      const int64_t step = (tokens + kKvGrowStep - 1) / kKvGrowStep * kKvGrowStep;
+      const int64_t cap = kv_grow_capacity(tokens, rows, Device::CUDA);
+      EXPECT_GE(cap, step);
+      for (int64_t b : rows)
+        EXPECT_EQ(device_alloc_size(static_cast<size_t>(cap * b)), device_alloc_size(static_cast<size_t>(step * b)))
+            << tokens << " tokens, rows of " << b << " bytes";
+    }
+  }
 }
 
 TEST(KVCache, DirectRowsMatchUpdate) {
