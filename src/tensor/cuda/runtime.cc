@@ -82,7 +82,7 @@ Runtime& rt() {
 class CachingAllocator {
  public:
   void* alloc(size_t bytes) {
-    const size_t size = round(bytes);
+    size_t size = round(bytes);
     std::lock_guard<std::mutex> lock(mu_);
     auto& bin = free_[size];
     void* p = nullptr;
@@ -103,19 +103,22 @@ class CachingAllocator {
         release_cached_locked();
         e = cudaMalloc(&p, size);
       }
-      if (e == cudaErrorMemoryAllocation) {  // ENOMEM: the server's 503 insufficient_memory (server/api_error.h)
+      if (e == cudaErrorMemoryAllocation) {
         cudaGetLastError();
-        throw OsError(ENOMEM, "out of device memory allocating " + std::to_string(bytes) + " bytes (" +
-                                  std::to_string(stats_.reserved_bytes >> 20) + " MiB reserved)");
-      }
-      if (e != cudaSuccess) {  // not a lack of memory (a sticky fault of an earlier kernel, say): said as it is
+        // Carved blocks stay cached while their segment is in use: a larger one serves before giving up.
+        p = take_larger_locked(size);
+        if (!p)  // ENOMEM: the server's 503 insufficient_memory (server/api_error.h)
+          throw OsError(ENOMEM, "out of device memory allocating " + std::to_string(bytes) + " bytes (" +
+                                    std::to_string(stats_.reserved_bytes >> 20) + " MiB reserved)");
+      } else if (e != cudaSuccess) {  // not a lack of memory (a sticky fault of an earlier kernel, say): as it is
         cudaGetLastError();
         throw Error(ErrorKind::Internal,
                     "CUDA error in cudaMalloc of " + std::to_string(bytes) + " bytes: " + cudaGetErrorString(e));
+      } else {
+        ++stats_.malloc_calls;
+        stats_.reserved_bytes += size;
+        if (stats_.reserved_bytes > stats_.peak_reserved_bytes) stats_.peak_reserved_bytes = stats_.reserved_bytes;
       }
-      ++stats_.malloc_calls;
-      stats_.reserved_bytes += size;
-      if (stats_.reserved_bytes > stats_.peak_reserved_bytes) stats_.peak_reserved_bytes = stats_.reserved_bytes;
     }
     live_[p] = size;
     stats_.in_use_bytes += size;
@@ -224,6 +227,21 @@ class CachingAllocator {
     seg.used += size;
     ++seg.held;
     carved_[p] = tail_;
+    return p;
+  }
+
+  // The smallest cached block of at least `size` bytes, taken from its bin (size: set to the block's), or null.
+  void* take_larger_locked(size_t& size) {
+    size_t best = 0;
+    for (const auto& [s, bin] : free_)
+      if (s >= size && !bin.empty() && (best == 0 || s < best)) best = s;
+    if (best == 0) return nullptr;
+    auto& bin = free_[best];
+    void* p = bin.back();
+    bin.pop_back();
+    cached_ -= best;
+    if (auto c = carved_.find(p); c != carved_.end()) ++segments_[c->second].held;
+    size = best;
     return p;
   }
 
