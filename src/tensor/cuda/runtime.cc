@@ -94,7 +94,7 @@ class CachingAllocator {
       p = bin.back();
       bin.pop_back();
       cached_ -= size;
-      if (auto c = carved_.find(p); c != carved_.end()) ++segments_[c->second].held;
+      count_held(p, +1);
     } else if ((p = carve(size)) != nullptr) {
     } else {
       cudaError_t e = cudaMalloc(&p, size);
@@ -146,7 +146,7 @@ class CachingAllocator {
     // Stream order makes reuse safe: later kernels on the one stream run after earlier users of the block.
     free_[size].push_back(p);
     cached_ += size;
-    if (auto c = carved_.find(p); c != carved_.end()) --segments_[c->second].held;
+    count_held(p, -1);
   }
 
   void capture_begin(bool reuse) {
@@ -172,7 +172,7 @@ class CachingAllocator {
     for (const Block& b : blocks) {
       free_[b.size].push_back(b.ptr);
       cached_ += b.size;
-      if (auto c = carved_.find(b.ptr); c != carved_.end()) --segments_[c->second].held;
+      count_held(b.ptr, -1);
     }
   }
 
@@ -205,6 +205,11 @@ class CachingAllocator {
     size_t size = 0, used = 0;
     int64_t held = 0;  // carved blocks not in a free bin (live, or kept by a captured graph)
   };
+
+  // A carved block leaving (+1) or entering (-1) a free bin; blocks of their own are not counted.
+  void count_held(void* p, int64_t delta) {
+    if (auto c = carved_.find(p); c != carved_.end()) segments_[c->second].held += delta;
+  }
 
   // A block of `size` from the segment being carved (a new segment when it is full), or null where the size
   // is not carved or no segment can be had (the caller's cudaMalloc then frees what it can and tries once).
@@ -240,7 +245,7 @@ class CachingAllocator {
     void* p = bin.back();
     bin.pop_back();
     cached_ -= best;
-    if (auto c = carved_.find(p); c != carved_.end()) ++segments_[c->second].held;
+    count_held(p, +1);
     size = best;
     return p;
   }
