@@ -292,7 +292,7 @@ std::unique_ptr<PagedRows> PagedRows::create(const RowTensors& like) {
   std::vector<size_t> row_bytes;
   for (const Tensor& t : like.parts) {
     if (!t.defined() || t.device() != Device::CPU || t.ndim() < 2) return nullptr;
-    row_bytes.push_back(static_cast<size_t>(shape_numel(t.shape()) / t.dim(0)) * dtype_size(t.dtype()));
+    row_bytes.push_back(static_cast<size_t>(kv_row_bytes(t)));
   }
   // Each mapped block is a kernel VMA (vm.max_map_count): rows kept in more parts than K and V take longer
   // blocks, so a cache maps no more blocks per token than K and V in 256-token blocks (quantized K/V's six parts:
