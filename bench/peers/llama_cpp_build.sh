@@ -6,6 +6,8 @@
 #        mirror, are skipped: none of them is needed to build).
 #   BUILD_DIR: default ${LATHE_PEER_DIR:-~/.cache/lathe-peers}/llama.cpp (re-used: a second call only rebuilds what changed).
 #   LLAMA_EXTRA_TARGETS (environment): more targets, e.g. llama-tokenize to check a converted vocabulary.
+#   LLAMA_NO_AMX=1 (environment): build without ggml's AMX kernels, for a VM whose CPU reports AMX but where
+#        llama-bench dies in ggml_backend_amx_mul_mat (explicit -mno flags win over -march=native).
 # Release, CPU only, -DGGML_NATIVE=ON (the build uses every ISA extension this CPU has), no tests, no server, no
 # network (LLAMA_CURL/LLAMA_OPENSSL off). Nothing here is ever committed.
 set -euo pipefail
@@ -42,9 +44,14 @@ if [ -f "$out/build/CMakeCache.txt" ] &&
 fi
 # Trees before llama.cpp's tools/ folder (early 2025) keep llama-bench and llama-quantize under examples/.
 examples=OFF
+amx=()
+if [ "${LLAMA_NO_AMX:-0}" = 1 ]; then
+  no_amx="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+  amx=("-DCMAKE_C_FLAGS=$no_amx" "-DCMAKE_CXX_FLAGS=$no_amx")
+fi
 [ -d "$src/tools" ] || examples=ON
 cmake -S "$src" -B "$out/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DLLAMA_CURL=OFF \
   -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=$examples -DLLAMA_BUILD_SERVER=OFF \
-  -DLLAMA_BUILD_UI=OFF -DLLAMA_BUILD_APP=OFF -DGGML_CUDA=OFF -DBUILD_SHARED_LIBS=OFF >&2
+  -DLLAMA_BUILD_UI=OFF -DLLAMA_BUILD_APP=OFF -DGGML_CUDA=OFF -DBUILD_SHARED_LIBS=OFF "${amx[@]}" >&2
 cmake --build "$out/build" --target llama-bench llama-quantize ${LLAMA_EXTRA_TARGETS:-} -j "$(nproc)" >&2
 echo "$out/build/bin"
