@@ -36,6 +36,10 @@ GenerationJob::GenerationJob(std::vector<int32_t> prompt, GenerateOptions option
 bool GenerationJob::wait(std::vector<TokenEvent>& out, std::chrono::milliseconds timeout) {
   std::unique_lock lock(mu_);
   cv_.wait_for(lock, timeout, [&] { return finished_ || !events_.empty(); });
+  // A drain counts as a wake: push() need not wake this reader again within kCoalesce, since its own timed poll
+  // comes by then. Without this the poll and push()'s wake-ups drift apart and the reader wakes ~1.5 times per
+  // interval (on few cores each wake preempts an engine thread).
+  if (!events_.empty() && started_) last_wake_ = Clock::now();
   while (!events_.empty()) {
     out.push_back(std::move(events_.front()));
     events_.pop_front();
