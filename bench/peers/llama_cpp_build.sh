@@ -44,12 +44,13 @@ if [ -f "$out/build/CMakeCache.txt" ] &&
 fi
 # Trees before llama.cpp's tools/ folder (early 2025) keep llama-bench and llama-quantize under examples/.
 examples=OFF
+[ -d "$src/tools" ] || examples=ON
+# LLAMA_NO_AMX=1: -mno-amx-* beside -march=native (see the header).
 amx=()
 if [ "${LLAMA_NO_AMX:-0}" = 1 ]; then
   no_amx="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
   amx=("-DCMAKE_C_FLAGS=$no_amx" "-DCMAKE_CXX_FLAGS=$no_amx")
 fi
-[ -d "$src/tools" ] || examples=ON
 cmake -S "$src" -B "$out/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DLLAMA_CURL=OFF \
   -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=$examples -DLLAMA_BUILD_SERVER=OFF \
   -DLLAMA_BUILD_UI=OFF -DLLAMA_BUILD_APP=OFF -DGGML_CUDA=OFF -DBUILD_SHARED_LIBS=OFF "${amx[@]}" >&2

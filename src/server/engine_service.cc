@@ -39,7 +39,7 @@ bool GenerationJob::wait(std::vector<TokenEvent>& out, std::chrono::milliseconds
   // A drain counts as a wake: push() need not wake this reader again within kCoalesce, since its own timed poll
   // comes by then. Without this the poll and push()'s wake-ups drift apart and the reader wakes ~1.5 times per
   // interval (on few cores each wake preempts an engine thread).
-  if (!events_.empty() && started_) last_wake_ = Clock::now();
+  if (!events_.empty()) last_wake_ = Clock::now();
   while (!events_.empty()) {
     out.push_back(std::move(events_.front()));
     events_.pop_front();
