@@ -84,7 +84,12 @@ void attach_structured_output(ServerContext& ctx, PreparedGeneration& p) {
     p.settings.sampling.constraint = constraint_for(ctx, text, start_after);
   } catch (const Error& e) {
     if (e.kind() != ErrorKind::InvalidArgument) throw;
-    throw invalid_field(so.field, std::string(so.field) + ": " + e.what());
+    // Schema errors already start with their path (the field), and GBNF errors with "grammar": name it once.
+    const std::string what = e.what(), field = so.field;
+    const bool named =
+        what.compare(0, field.size(), field) == 0 && (what.size() == field.size() || what[field.size()] == ':' ||
+                                                      what[field.size()] == '.' || what[field.size()] == ' ');
+    throw invalid_field(so.field, named ? what : field + ": " + what);
   }
 }
 

@@ -61,10 +61,19 @@ TEST(Gbnf, HostileInputHitsLimitsNotTheStack) {
               parse_gbnf("root ::= " + std::string(200, '(') + "\"a\"" + std::string(200, ')'));
             }).find("nested deeper"),
             std::string::npos);
-  // A schema that only refers to itself can never produce a character: rejected, not expanded forever.
-  EXPECT_NE(
-      error_of([] { parse_gbnf(json_schema_to_gbnf(ojson::parse(R"({"$ref":"#"})"), "s")); }).find("left-recursive"),
-      std::string::npos);
+  // A schema that reaches itself before reading anything can never produce a character: rejected, naming the
+  // $ref, not expanded forever (directly, through $defs, or through an anyOf branch).
+  auto cycle = [](const char* schema) {
+    return error_of([&] { parse_gbnf(json_schema_to_gbnf(ojson::parse(schema), "s")); });
+  };
+  EXPECT_NE(cycle(R"({"$ref":"#"})").find("s.$ref.$ref: $ref # leads back to itself"), std::string::npos);
+  EXPECT_NE(cycle(R"({"$defs":{"a":{"$ref":"#/$defs/b"},"b":{"$ref":"#/$defs/a"}},"$ref":"#/$defs/a"})")
+                .find("$ref #/$defs/a leads back to itself"),
+            std::string::npos);
+  EXPECT_NE(cycle(R"({"anyOf":[{"type":"null"},{"$ref":"#"}]})").find("leads back to itself"), std::string::npos);
+  // Recursion through a value that reads "[" or "{" first is a tree, and stays allowed.
+  EXPECT_EQ(cycle(R"({"anyOf":[{"type":"null"},{"type":"array","items":{"$ref":"#"}}]})"), "");
+  EXPECT_EQ(cycle(R"({"type":"object","properties":{"c":{"anyOf":[{"$ref":"#"},{"type":"null"}]}}})"), "");
   ojson deep = ojson::parse(R"({"type":"string"})");
   for (int i = 0; i < 100; ++i) deep = {{"type", "array"}, {"items", deep}};
   EXPECT_NE(error_of([&] { json_schema_to_gbnf(deep, "s"); }).find("deeper than 64"), std::string::npos);

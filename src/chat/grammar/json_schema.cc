@@ -97,6 +97,9 @@ struct JsonSchemaGrammar::Ctx {
   const ojson* root;
   std::string prefix;
   std::map<std::string, std::string> refs;  // "$ref" → its rule
+  // $refs whose schema is being visited with nothing read yet since it began: meeting one again there is a
+  // cycle that reads nothing (left recursion), which no value can end.
+  std::set<std::string> left_open;
 };
 
 JsonSchemaGrammar::JsonSchemaGrammar() : rules_(kPrimitives) {}
@@ -118,12 +121,20 @@ void JsonSchemaGrammar::add_rule(const std::string& name, const std::string& bod
 }
 
 std::string JsonSchemaGrammar::add(const ojson& schema, const std::string& at) {
-  Ctx c{&schema, at, {}};
+  Ctx c{&schema, at, {}, {}};
   return visit(schema, c, at, 0);
 }
 
 std::string JsonSchemaGrammar::gbnf(const std::string& root_body) const {
   return "root ::= " + root_body + "\n" + rules_;
+}
+
+std::string JsonSchemaGrammar::visit_after_token(const ojson& s, Ctx& c, const std::string& path, int depth) {
+  std::set<std::string> open;
+  open.swap(c.left_open);  // the caller's rule has read "{", "[" or a key by the time this value starts
+  std::string rule = visit(s, c, path, depth);
+  open.swap(c.left_open);
+  return rule;
 }
 
 std::string JsonSchemaGrammar::visit(const ojson& s, Ctx& c, const std::string& path, int depth) {
@@ -148,6 +159,8 @@ std::string JsonSchemaGrammar::visit(const ojson& s, Ctx& c, const std::string& 
     const std::string ref = r->get<std::string>();
     auto known_ref = c.refs.find(ref);
     if (known_ref != c.refs.end()) {
+      if (c.left_open.count(ref))
+        invalid(path + ".$ref", "$ref " + ref + " leads back to itself before any value is read, so no value matches");
       body = known_ref->second;
     } else {
       if (ref.empty() || ref[0] != '#') unsupported("$ref", path, "only references into the same schema (#…)");
@@ -159,7 +172,9 @@ std::string JsonSchemaGrammar::visit(const ojson& s, Ctx& c, const std::string& 
       }
       const std::string name = fresh("ref-" + ref);
       c.refs[ref] = name;  // before visiting: recursive schemas refer back to this rule
+      c.left_open.insert(ref);
       add_rule(name, visit(*target, c, path + ".$ref", depth + 1));
+      c.left_open.erase(ref);
       body = name;
     }
   } else if (auto e = s.find("const"); e != s.end()) {
@@ -297,7 +312,7 @@ std::string JsonSchemaGrammar::object_rule(const ojson& s, Ctx& c, const std::st
   const auto extra = s.find("additionalProperties");
   if (!props || props->empty()) {
     if (extra != s.end() && extra->is_object()) {
-      const std::string v = visit(*extra, c, path + ".additionalProperties", depth + 1);
+      const std::string v = visit_after_token(*extra, c, path + ".additionalProperties", depth + 1);
       const std::string kv = "json-string ws \":\" ws " + v + " ws";
       return "( \"{\" ws ( " + kv + " ( \",\" ws " + kv + " )* )? \"}\" )";
     }
@@ -309,7 +324,7 @@ std::string JsonSchemaGrammar::object_rule(const ojson& s, Ctx& c, const std::st
   std::vector<std::pair<std::string, std::string>> kv;  // rule for `"key": value`, required?
   std::vector<bool> req;
   for (const auto& [k, v] : props->items()) {
-    const std::string value = visit(v, c, path + ".properties." + k, depth + 1);
+    const std::string value = visit_after_token(v, c, path + ".properties." + k, depth + 1);
     const std::string name = fresh("kv-" + k);
     add_rule(name, gbnf_literal(ojson(k).dump()) + " ws \":\" ws " + value + " ws");
     kv.emplace_back(name, k);
@@ -338,7 +353,7 @@ std::string JsonSchemaGrammar::array_rule(const ojson& s, Ctx& c, const std::str
   if (auto p = s.find("prefixItems"); p != s.end()) {
     if (!p->is_array()) invalid(path + ".prefixItems", "prefixItems must be an array of schemas");
     for (size_t i = 0; i < p->size(); ++i)
-      prefix.push_back(visit((*p)[i], c, path + ".prefixItems[" + std::to_string(i) + "]", depth + 1));
+      prefix.push_back(visit_after_token((*p)[i], c, path + ".prefixItems[" + std::to_string(i) + "]", depth + 1));
   }
   std::string item = "json-value";
   bool items_allowed = prefix.empty();
@@ -346,7 +361,7 @@ std::string JsonSchemaGrammar::array_rule(const ojson& s, Ctx& c, const std::str
     if (it->is_boolean() && !it->get<bool>()) {
       items_allowed = false;
     } else {
-      item = visit(*it, c, path + ".items", depth + 1);
+      item = visit_after_token(*it, c, path + ".items", depth + 1);
       items_allowed = true;
     }
   }

@@ -27,6 +27,8 @@ class JsonSchemaGrammar {
  private:
   struct Ctx;
   std::string visit(const nlohmann::ordered_json& s, Ctx& c, const std::string& path, int depth);
+  // visit() for a value its parent's rule reaches only after reading a token.
+  std::string visit_after_token(const nlohmann::ordered_json& s, Ctx& c, const std::string& path, int depth);
   std::string object_rule(const nlohmann::ordered_json& s, Ctx& c, const std::string& path, int depth);
   std::string array_rule(const nlohmann::ordered_json& s, Ctx& c, const std::string& path, int depth);
   std::string string_rule(const nlohmann::ordered_json& s, const std::string& path);
