@@ -266,8 +266,11 @@ struct HttpFront::Impl::Session : std::enable_shared_from_this<Session> {
       return drain(len ? std::min<uint64_t>(*len, kDrainLimit) : kDrainLimit);
     }
     // The body is held from here until the answer is sent: refused (and drained) when every connection's
-    // together would pass the budget.
-    if (const uint64_t len = parser->content_length().value_or(0); len > 0) {
+    // together would pass the budget. A chunked one declares no length: it may grow to the limit, so it reserves
+    // that much until it is read.
+    if (parser->chunked()) parser->body_limit(front.options.max_chunked_body_bytes);
+    const uint64_t declared = parser->chunked() ? front.options.max_chunked_body_bytes : 0;
+    if (const uint64_t len = parser->content_length().value_or(declared); len > 0) {
       if (front.body_bytes > 0 && front.body_bytes + len > front.options.max_body_bytes_in_flight) {
         front.hooks.error(*req, *res, 503, "the server is busy reading other request bodies; retry");
         res->status = 503;
@@ -298,8 +301,20 @@ struct HttpFront::Impl::Session : std::enable_shared_from_this<Session> {
           ec == http::error::partial_message || ec == asio::error::operation_aborted ||
           ec == asio::error::connection_reset)
         return self->close();
+      if (ec == http::error::body_limit) {  // a chunked body past --max-body-bytes: answered, then drained
+        self->front.hooks.error(*self->req, *self->res, 413,
+                                "request body is too large (the limit is " +
+                                    std::to_string(self->front.options.max_chunked_body_bytes) +
+                                    " bytes, see --max-body-bytes)");
+        self->res->status = 413;
+        return self->drain(kDrainLimit);
+      }
       if (ec) return self->refuse(400, "bad request");
       self->req->body = std::move(self->parser->get().body());
+      if (self->body_reserved > self->req->body.size()) {  // a chunked body gives back what it did not use
+        self->front.body_bytes -= self->body_reserved - self->req->body.size();
+        self->body_reserved = self->req->body.size();
+      }
       self->dispatch();
     });
   }

@@ -37,6 +37,9 @@ struct FrontOptions {
   // Declared body bytes of the requests being read or handled, all connections together; a request that would
   // pass it gets 503 (one alone is always taken).
   uint64_t max_body_bytes_in_flight = uint64_t{256} << 20;
+  // A chunked body (no declared length) is cut off with 413 past this many bytes, and reserves this much of the
+  // in-flight budget until it has been read (--max-body-bytes).
+  uint64_t max_chunked_body_bytes = uint64_t{16} << 20;
 };
 
 class HttpFront {

@@ -105,12 +105,19 @@ bool pre_route(const Gate& gate, const httplib::Request& req, httplib::Response&
                 surface_of(req.path));
     return true;
   }
-  // Header values compare case-insensitively ("Chunked" is chunked too), and any transfer coding is refused.
-  if (!lower(req.get_header_value("Transfer-Encoding")).empty()) {
-    res.set_header("Connection", "close");
-    write_error(res, ApiError(411, "send the request body with a Content-Length (chunked bodies are not accepted)"),
-                surface_of(req.path));
-    return true;
+  // Chunked bodies are read (the front caps them at --max-body-bytes as they arrive); any other transfer coding
+  // would need decoding without a bound, and HTTP/1.0 has none (RFC 9112 §6.1): refused.
+  if (const size_t n = req.get_header_value_count("Transfer-Encoding"); n > 0) {
+    const std::string te = req.get_header_value("Transfer-Encoding");
+    if (n > 1 || lower(te) != "chunked" || req.version == "HTTP/1.0") {
+      res.set_header("Connection", "close");
+      write_error(res,
+                  ApiError(req.version == "HTTP/1.0" ? 400 : 501,
+                           "Transfer-Encoding '" + te +
+                               "' is not accepted: send the request body with a Content-Length or as chunked"),
+                  surface_of(req.path));
+      return true;
+    }
   }
   // A compressed body would need inflating without a bound on the inflated size: refuse it.
   if (const std::string enc = lower(req.get_header_value("Content-Encoding")); !enc.empty() && enc != "identity") {
@@ -234,6 +241,7 @@ HttpServer::HttpServer(ServerContext& ctx) : ctx_(ctx) {
   fo.workers = http_workers(ctx_.options());
   fo.max_pending = std::max<size_t>(256, fo.workers);
   fo.max_body_bytes_in_flight = std::max<uint64_t>(limits::kBodiesInFlightMaxBytes, 4 * uint64_t{max_body});
+  fo.max_chunked_body_bytes = max_body;
   front_ = std::make_unique<HttpFront>(fo, std::move(hooks));
 }
 

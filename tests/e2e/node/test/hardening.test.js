@@ -1,4 +1,4 @@
-// Issue #12 over real sockets: the body-limit bypasses (Content-Encoding, Transfer-Encoding case), the
+// Issue #12 over real sockets: the body limits (Content-Encoding refused, chunked bodies cut off at the limit), the
 // form-body limit, hostile JSON (depth, keys, 1e999, logit_bias), templates that never end, API keys from
 // a file or the environment, and graceful shutdown (end frames for every stream, a second signal exits).
 import assert from 'node:assert/strict';
@@ -36,16 +36,53 @@ const rawPost = (route, body, headers) =>
 describe('body limits', () => {
   const ctx = useServer({ args: ['--max-body-bytes', `${1024 * 1024}`] });
 
-  test('Transfer-Encoding: Chunked (any case) is refused with 411 before the body is buffered', async () => {
-    const chunk = 'x'.repeat(1000);
-    const r = await raw(
+  test('a chunked body (any case) is read like a sized one, and cut off with 413 past --max-body-bytes', async () => {
+    const chunk = (t) => `${Buffer.byteLength(t).toString(16)}\r\n${t}\r\n`;
+    const json = JSON.stringify({ messages: hello, max_tokens: 16 });
+    const ok = await raw(
       ctx.server.port,
-      rawPost('/v1/chat/completions', `3e8\r\n${chunk}\r\n0\r\n\r\n`, {
+      rawPost('/v1/chat/completions', chunk(json.slice(0, 20)) + chunk(json.slice(20)) + '0\r\n\r\n', {
         'Content-Type': 'application/json',
         'Transfer-Encoding': 'Chunked',
       }),
     );
-    assert.equal(r.status, 411, r.body);
+    assert.equal(ok.status, 200, ok.body);
+    assert.equal(JSON.parse(ok.body).choices[0].message.content, 'HELLO WORLD');
+    const big = chunk('{"messages":[{"role":"user","content":"') + chunk('x'.repeat(64 * 1024)).repeat(20) + chunk('"}]}');
+    const r = await raw(
+      ctx.server.port,
+      rawPost('/v1/chat/completions', big + '0\r\n\r\n', {
+        'Content-Type': 'application/json',
+        'Transfer-Encoding': 'chunked',
+      }),
+    );
+    assert.equal(r.status, 413, r.body);
+    assert.match(JSON.parse(r.body).error.message, /the limit is 1048576 bytes/);
+    // A coding the server would have to undo (without a bound on its output) is refused before the body.
+    const gz = await raw(
+      ctx.server.port,
+      rawPost('/v1/chat/completions', '0\r\n\r\n', { 'Content-Type': 'application/json', 'Transfer-Encoding': 'gzip, chunked' }),
+    );
+    assert.equal(gz.status, 501, gz.body);
+  });
+
+  test('a streamed request body (fetch with a ReadableStream, sent chunked) is answered', async () => {
+    const json = JSON.stringify({ messages: hello, max_tokens: 16 });
+    const body = new ReadableStream({
+      start(c) {
+        c.enqueue(new TextEncoder().encode(json.slice(0, 10)));
+        c.enqueue(new TextEncoder().encode(json.slice(10)));
+        c.close();
+      },
+    });
+    const r = await fetch(`http://127.0.0.1:${ctx.server.port}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body,
+      duplex: 'half',
+    });
+    assert.equal(r.status, 200);
+    assert.equal((await r.json()).choices[0].message.content, 'HELLO WORLD');
   });
 
   test('a compressed body is refused with 415 (no unbounded inflation)', async () => {

@@ -148,7 +148,7 @@ function badRequests() {
     cases.push([`oversized body of junk`, route, [head(route, junk.length), junk], 413]);
   }
   const chunk = (s) => `${Buffer.byteLength(s).toString(16)}\r\n${s}\r\n`;
-  // Chunked uploads are refused before any of the body is read (411: a Content-Length is required).
+  // A chunked upload is read only up to the limit, then answered 413.
   cases.push([
     'oversized chunked body',
     '/v1/chat/completions',
@@ -160,7 +160,7 @@ function badRequests() {
       chunk('"}]}'),
       '0\r\n\r\n',
     ],
-    411,
+    413,
   ]);
   return cases;
 }
