@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <sstream>
 #include <string_view>
 
 #include "common/error.h"
@@ -79,9 +80,15 @@ double number_field(const json& config, const std::string& key, double fallback,
   if (it == config.end() || it->is_null()) return fallback;
   if (!it->is_number()) throw Error(ErrorKind::InvalidArgument, "config field '" + key + "' must be a number");
   const double v = it->get<double>();
-  if (!std::isfinite(v) || v < lo || v > hi)
+  if (!std::isfinite(v) || v < lo || v > hi) {
+    auto text = [](double x) {  // 32, not 32.000000; 0.5 and 1e-06 as written
+      std::ostringstream o;
+      o << x;
+      return o.str();
+    };
     throw Error(ErrorKind::InvalidArgument,
-                "config field '" + key + "' must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+                "config field '" + key + "' must be in [" + text(lo) + ", " + text(hi) + "]");
+  }
   return v;
 }
 

@@ -12,9 +12,11 @@
 #include "common/error.h"
 #include "common/limits.h"
 #include "common/log.h"
+#include "common/os_error.h"
 #include "jobs/event_log.h"
 #include "jobs/job_runner.h"
 #include "jobs/job_store.h"
+#include "jobs/kinds.h"
 #include "server/http_server.h"
 #include "server/json_fields.h"
 #include "server/sse.h"
@@ -140,6 +142,15 @@ std::vector<Route> jobs_routes(ServerContext& ctx) {
                                       std::to_string(limits::kJobConfigMaxBytes),
                                   "config");
                  jobs::JobRunner& runner = state->get();
+                 const std::string kind = body["kind"].get<std::string>();
+                 try {
+                   // The config first, apart from the store: an output folder the server may not write is the
+                   // request's problem (400, with the OS's reason), not a fault of the job data directory.
+                   jobs::find_kind(kind).validate(config);
+                 } catch (const OsError& e) {
+                   if (api_error_from(e).status() == 503) throw;
+                   throw ApiError(400, e.what(), "config", api_error_from(e).code());
+                 }
                  jobs::JobRow row;
                  try {
                    // Jobs run one at a time, so a queue without end only grows the table. Concurrent submits may
@@ -147,7 +158,7 @@ std::vector<Route> jobs_routes(ServerContext& ctx) {
                    if (runner.store()->queued_ids().size() >= limits::kJobsMaxQueued)
                      throw ApiError(429, std::to_string(limits::kJobsMaxQueued) +
                                              " jobs are already queued; wait for them or cancel some");
-                   row = runner.submit(body["kind"].get<std::string>(), config);
+                   row = runner.submit(kind, config);
                  } catch (const Error& e) {
                    // The row or its log could not be written: the store has removed what it had made. A read-only
                    // or forbidden data directory says so; any other failed write is taken for a full disk.

@@ -173,6 +173,28 @@ TEST(JobsHttp, AuthValidationReplayCrashAndCli) {
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 404);
   EXPECT_NE(r->body.find("/nonexistent"), std::string::npos) << r->body;
+  // An output folder the server may not write is the config's fault (400 naming it), not the job store's; the
+  // range of a numeric field reads as integers.
+  r = c.Post("/api/jobs",
+             json{{"kind", "quantize"},
+                  {"config", {{"model", std::string(LATHE_SOURCE_DIR) + "/models/demo"}, {"out", "/proc/self/q4"}}}}
+                 .dump(),
+             "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400) << r->body;
+  EXPECT_NE(r->body.find("\"message\":\"quantize: the output's parent directory /proc/self is not writable"),
+            std::string::npos)
+      << r->body;
+  EXPECT_NE(r->body.find("\"param\":\"config\""), std::string::npos) << r->body;
+  r = c.Post("/api/jobs",
+             json{{"kind", "quantize"},
+                  {"config",
+                   {{"model", std::string(LATHE_SOURCE_DIR) + "/models/demo"}, {"out", "/tmp/x"}, {"group_size", 0}}}}
+                 .dump(),
+             "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400) << r->body;
+  EXPECT_NE(r->body.find("'group_size' must be in [32, 128]"), std::string::npos) << r->body;
   r = c.Post("/api/jobs", R"({"kind":"dataset","config":{}})", "application/json");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 400);
