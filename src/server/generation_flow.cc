@@ -46,7 +46,7 @@ void cut_after_final_message(std::string& text, const std::string& content) {
 
 }  // namespace
 
-PreparedGeneration prepare_chat(ServerContext& ctx, ChatRequest request) {
+PreparedGeneration prepare_chat(ServerContext& ctx, ChatRequest request, bool fit) {
   const ChatTemplate* tmpl = ctx.session().chat_template();
   if (!tmpl) throw ApiError(400, "the served model has no chat template; use /v1/completions");
   // The prefill's text, kept aside: the messages themselves move into the template's values.
@@ -84,7 +84,8 @@ PreparedGeneration prepare_chat(ServerContext& ctx, ChatRequest request) {
   p.think_tags = ctx.think_tags();
   p.start_in_reasoning = p.think_tags && prompt_ends_inside_think(text);
   p.tools = std::move(request.tools);
-  fit_context(ctx, p, "messages", static_cast<int64_t>(tokens.count));
+  p.prompt_count = static_cast<int64_t>(tokens.count);
+  if (fit) fit_context(ctx, p, "messages", p.prompt_count);
   return p;
 }
 

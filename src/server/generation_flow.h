@@ -31,6 +31,7 @@ struct PreparedGeneration {
   bool think_tags = false;
   bool start_in_reasoning = false;
   nlohmann::ordered_json tools;
+  int64_t prompt_count = 0;  // the prompt's whole length (`prompt` holds at most a context's worth of its ids)
 };
 
 struct GenerationOutcome {
@@ -42,7 +43,8 @@ struct GenerationOutcome {
 
 // Renders and tokenizes the request; its messages move into the template (callers std::move a request they
 // are done with, so a large conversation is not copied on the way).
-PreparedGeneration prepare_chat(ServerContext& ctx, ChatRequest request);
+// A prompt that does not fit the context is a 400, unless `fit_context` is false (counting only).
+PreparedGeneration prepare_chat(ServerContext& ctx, ChatRequest request, bool fit_context = true);
 // prompt: text (tokenized with the tokenizer's special tokens) or an array of token ids (used as given).
 PreparedGeneration prepare_completion(ServerContext& ctx, const nlohmann::ordered_json& prompt,
                                       GenerationSettings settings);

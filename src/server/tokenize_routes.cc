@@ -82,14 +82,15 @@ void detokenize(ServerContext& ctx, const httplib::Request& req, httplib::Respon
   write_json(res, {{"content", text}, {"prompt", text}});
 }
 
-// Anthropic's count_tokens: the prompt the same request to /v1/messages would run on.
+// Anthropic's count_tokens: the prompt the same request to /v1/messages would run on, counted whole even past the
+// context (a client asks to learn whether it fits).
 void count_tokens(ServerContext& ctx, const httplib::Request& req, httplib::Response& res) {
   json body = take_json_body(req);
   check_model_name(ctx, body);
   if (!body.is_object()) throw ApiError(400, "the request body must be a JSON object");
   if (!body.contains("max_tokens")) body["max_tokens"] = 1;  // not part of count_tokens' request
   ChatRequest r = take_anthropic_messages(body, ctx.options().defaults);
-  write_json(res, {{"input_tokens", prepare_chat(ctx, std::move(r)).prompt.size()}});
+  write_json(res, {{"input_tokens", prepare_chat(ctx, std::move(r), false).prompt_count}});
 }
 
 }  // namespace

@@ -61,6 +61,20 @@ describe('Anthropic', () => {
     assert.equal(counted.input_tokens, m.usage.input_tokens + (m.usage.cache_read_input_tokens ?? 0));
   });
 
+  test('count_tokens counts a conversation longer than the context (the question it answers is whether it fits)', async () => {
+    const ant = anthropicClient(ctx.server);
+    const count = async (n) =>
+      (await ant.messages.countTokens({ model: 'demo', messages: [{ role: 'user', content: 'hello world '.repeat(n) }] }))
+        .input_tokens;
+    const [one, many, more] = [await count(1), await count(3000), await count(3001)];
+    // Each repetition is the same few tokens, so the whole count is exact, far past the demo's 1,024.
+    const per = more - many;
+    assert.ok(per > 0, `${per}`);
+    assert.equal(many, one + per * 2999);
+    const long = [{ role: 'user', content: 'hello world '.repeat(3000) }];
+    await assert.rejects(ant.messages.create({ model: 'demo', max_tokens: 8, messages: long }), (e) => e.status === 400);
+  });
+
   test('assistant prefill is continued, and only the continuation comes back', async () => {
     const m = await anthropicClient(ctx.server).messages.create({
       model: 'demo',
