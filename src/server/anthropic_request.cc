@@ -154,8 +154,15 @@ ChatRequest take_anthropic_messages(nlohmann::ordered_json& body, const ServerDe
     }
     if (!fns.empty() && !tools_off) r.tools = std::move(fns);
   }
-  if (const nlohmann::ordered_json* thinking = f.object("thinking"))
-    r.template_kwargs["enable_thinking"] = string_member(*thinking, "type", "", "thinking.type") == "enabled";
+  if (const nlohmann::ordered_json* thinking = f.object("thinking")) {
+    // Anthropic's types; "adaptive" lets the model decide, which for a template switch means thinking on. The
+    // budget is not enforced (the model stops thinking on its own), but a malformed one is still the client's.
+    const std::string type = string_member(*thinking, "type", "", "thinking.type");
+    if (type != "enabled" && type != "disabled" && type != "adaptive")
+      throw invalid_field("thinking.type", "thinking.type must be enabled, disabled or adaptive");
+    JsonFields(*thinking, "thinking.").integer("budget_tokens", 1, int64_t{1} << 30);
+    r.template_kwargs["enable_thinking"] = type != "disabled";
+  }
   return r;
 }
 

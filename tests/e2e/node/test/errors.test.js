@@ -144,6 +144,14 @@ describe('server with --max-body-bytes and --max-queue', () => {
         400,
         'invalid_request_error',
       );
+      // thinking: Anthropic's three types; a budget, when sent, is a positive integer.
+      for (const thinking of [{ type: 'on' }, {}, { type: 'enabled', budget_tokens: -1 }, { type: 'enabled', budget_tokens: 'x' }]) {
+        const r = await post('/v1/messages', { max_tokens: 8, messages: hello, thinking }, h);
+        assertAnthropicError(r, 400, 'invalid_request_error');
+        assert.match(r.json.error.message, /thinking\./, JSON.stringify(thinking));
+      }
+      for (const type of ['enabled', 'disabled', 'adaptive'])
+        assert.equal((await post('/v1/messages', { max_tokens: 8, messages: hello, thinking: { type, budget_tokens: 1024 } }, h)).status, 200);
       const err = await anthropicClient(server)
         .messages.create({ model: 'demo', max_tokens: 8, messages: hello, temperature: 'hot' })
         .then(
