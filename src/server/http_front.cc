@@ -309,6 +309,8 @@ struct HttpFront::Impl::Session : std::enable_shared_from_this<Session> {
         self->res->status = 413;
         return self->drain(kDrainLimit);
       }
+      if (ec == http::error::bad_chunk || ec == http::error::bad_chunk_extension)
+        return self->refuse(400, "malformed chunked request body (" + ec.message() + ")");
       if (ec) return self->refuse(400, "bad request");
       self->req->body = std::move(self->parser->get().body());
       if (self->body_reserved > self->req->body.size()) {  // a chunked body gives back what it did not use
