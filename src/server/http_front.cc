@@ -150,6 +150,10 @@ struct HttpFront::Impl {
   WorkerPool pool;
   bool stopping = false;    // I/O thread only
   uint64_t body_bytes = 0;  // declared body bytes of the requests read or handled now (I/O thread only)
+  // Accept failures (out of descriptors) since the last warning, and when it was: one line per 10 s, not per
+  // 100 ms pause, however long the shortage lasts (I/O thread only).
+  uint64_t accept_failures = 0;
+  std::chrono::steady_clock::time_point accept_warned{};
   struct Session;
   std::unordered_set<Session*> sessions;  // I/O thread only
 
@@ -481,7 +485,14 @@ void HttpFront::Impl::accept() {
     } else if (ec == asio::error::no_descriptors || ec == asio::error::no_buffer_space ||
                ec == asio::error::no_memory) {
       // The pending connections wait in the backlog until descriptors are free again (see ulimit -n).
-      log::warn("accept: " + ec.message() + "; pausing 100 ms");
+      ++accept_failures;
+      const auto now = std::chrono::steady_clock::now();
+      if (accept_warned == std::chrono::steady_clock::time_point{} || now - accept_warned >= std::chrono::seconds(10)) {
+        log::warn("accept: " + ec.message() + "; new connections wait in the backlog (" +
+                  std::to_string(accept_failures) + " pauses of 100 ms since the last warning; see ulimit -n)");
+        accept_failures = 0;
+        accept_warned = now;
+      }
       accept_pause.expires_after(std::chrono::milliseconds(100));
       accept_pause.async_wait([this](beast::error_code e) {
         if (!e && !stopping) accept();
