@@ -46,7 +46,11 @@ std::optional<int64_t> JsonFields::integer(const char* name, int64_t min, int64_
   bool integral = v->is_number_integer();
   if (v->is_number_float()) {
     const double d = v->get<double>();
-    integral = std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 9.0e15;
+    // A whole number past what a double holds exactly (2^70) is an integer out of range, not a fraction.
+    if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) >= 9.0e15)
+      throw invalid_field(field(name), field(name) + " must be an integer in [" + std::to_string(min) + ", " +
+                                           std::to_string(max) + "]");
+    integral = std::isfinite(d) && d == std::floor(d);
   }
   if (!integral) throw invalid_field(field(name), field(name) + " must be an integer");
   const int64_t x = v->is_number_unsigned() && v->get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)

@@ -93,6 +93,22 @@ TEST(HardeningRequest, OutOfRangeNumberIsA400) {
   EXPECT_NE(std::string(e.what()).find("out of range"), std::string::npos) << e.what();
 }
 
+TEST(HardeningRequest, AWholeNumberPastInt64IsOutOfRangeNotAFraction) {
+  auto error = [](const char* body) {
+    try {
+      parse_generation_settings(parse_json_body(body), ServerDefaults{}, ApiSurface::OpenAI);
+    } catch (const ApiError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_EQ(error(R"({"seed":1180591620717411303424})"),
+            "seed must be an integer in [-9223372036854775808, 9223372036854775807]");
+  EXPECT_EQ(error(R"({"seed":1.5})"), "seed must be an integer");
+  EXPECT_EQ(error(R"({"seed":18446744073709551615})"), "");  // a uint64 is taken (as INT64_MAX)
+  EXPECT_EQ(error(R"({"top_k":3.0})"), "");
+}
+
 TEST(HardeningRequest, LogitBiasIsBoundedAndCheckedAgainstTheVocabulary) {
   ServerDefaults d;
   d.vocab_size = 1000;
