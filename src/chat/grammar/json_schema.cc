@@ -4,6 +4,7 @@
 #include <map>
 #include <set>
 
+#include "chat/grammar/number_range.h"
 #include "common/error.h"
 
 namespace lathe::grammar {
@@ -145,11 +146,28 @@ std::string JsonSchemaGrammar::visit(const ojson& s, Ctx& c, const std::string& 
   }
   if (!s.is_object()) invalid(path, "a schema must be an object or a boolean");
 
-  static const std::set<std::string> known = {"type",     "enum",      "const",       "anyOf",
-                                              "oneOf",    "allOf",     "$ref",        "properties",
-                                              "required", "items",     "prefixItems", "minItems",
-                                              "maxItems", "minLength", "maxLength",   "format",
-                                              "nullable", "minimum",   "maximum",     "additionalProperties"};
+  static const std::set<std::string> known = {"type",
+                                              "enum",
+                                              "const",
+                                              "anyOf",
+                                              "oneOf",
+                                              "allOf",
+                                              "$ref",
+                                              "properties",
+                                              "required",
+                                              "items",
+                                              "prefixItems",
+                                              "minItems",
+                                              "maxItems",
+                                              "minLength",
+                                              "maxLength",
+                                              "format",
+                                              "nullable",
+                                              "minimum",
+                                              "maximum",
+                                              "additionalProperties",
+                                              "exclusiveMinimum",
+                                              "exclusiveMaximum"};
   for (const auto& [k, v] : s.items())
     if (!known.count(k) && !annotations().count(k)) unsupported(k, path);
 
@@ -276,21 +294,51 @@ std::string JsonSchemaGrammar::string_rule(const ojson& s, const std::string& pa
 }
 
 std::string JsonSchemaGrammar::number_rule(const ojson& s, const std::string& path, bool integer) {
-  bool non_negative = false;
-  if (auto m = s.find("minimum"); m != s.end()) {
-    if (!m->is_number()) invalid(path + ".minimum", "minimum must be a number");
-    const double v = m->get<double>();
-    if (v == 0)
-      non_negative = true;
-    else if (v > -kSafeInt)
-      unsupported("minimum", path, "only 0 or no tighter than -(2^53-1) is enforced");
+  // minimum / maximum / exclusiveMinimum / exclusiveMaximum (a number, or draft 4's boolean beside minimum and
+  // maximum) become integral bounds; the tighter one wins where both ends are given twice.
+  NumberBounds b;
+  auto bound = [&](const char* key, bool lower, bool exclusive) {
+    auto m = s.find(key);
+    if (m == s.end() || m->is_boolean()) return;
+    if (!m->is_number()) invalid(path + "." + key, std::string(key) + " must be a number");
+    const double d = m->get<double>();
+    // As loose as the JSON primitives (16 digits) or looser: no bound (zod's safe-integer range).
+    if (lower ? d <= -kSafeInt : d >= kSafeInt) return;
+    if (std::fabs(d) > 9999999999999999.0) unsupported(key, path, "bounds past 16 digits are not enforced");
+    int64_t v;
+    bool open = false;
+    if (integer) {  // the nearest integer inside the bound
+      v = static_cast<int64_t>(lower ? (exclusive ? std::floor(d) + 1 : std::ceil(d))
+                                     : (exclusive ? std::ceil(d) - 1 : std::floor(d)));
+    } else {
+      if (d != std::floor(d)) unsupported(key, path, "a bound with a fraction is enforced on integers only");
+      v = static_cast<int64_t>(d);
+      open = exclusive;
+    }
+    std::optional<int64_t>& end = lower ? b.lo : b.hi;
+    bool& end_open = lower ? b.lo_open : b.hi_open;
+    const bool tighter = !end || (lower ? v > *end : v < *end) || (v == *end && open);
+    if (tighter) {
+      end = v;
+      end_open = open;
+    }
+  };
+  auto draft4 = [&](const char* key) {
+    auto e = s.find(key);
+    if (e != s.end() && !e->is_boolean() && !e->is_number())
+      invalid(path + "." + key, std::string(key) + " must be a number");
+    return e != s.end() && e->is_boolean() && e->get<bool>();
+  };
+  bound("minimum", true, draft4("exclusiveMinimum"));
+  bound("maximum", false, draft4("exclusiveMaximum"));
+  bound("exclusiveMinimum", true, true);
+  bound("exclusiveMaximum", false, true);
+  if (!b.lo && !b.hi) return integer ? "json-int" : "json-number";
+  try {
+    return number_range_gbnf(b, integer);
+  } catch (const Error&) {
+    invalid(path, "no " + std::string(integer ? "integer" : "number") + " lies within its minimum and maximum");
   }
-  if (auto m = s.find("maximum"); m != s.end()) {
-    if (!m->is_number()) invalid(path + ".maximum", "maximum must be a number");
-    if (m->get<double>() < kSafeInt) unsupported("maximum", path, "only bounds no tighter than 2^53-1 are enforced");
-  }
-  if (integer) return non_negative ? "json-uint" : "json-int";
-  return non_negative ? "json-unumber" : "json-number";
 }
 
 std::string JsonSchemaGrammar::object_rule(const ojson& s, Ctx& c, const std::string& path, int depth) {
