@@ -207,6 +207,8 @@ TokenizerJson parse_tokenizer_json(std::string_view text) {
   } catch (const json::parse_error& e) {
     throw Error(ErrorKind::Corrupt,
                 "tokenizer.json: JSON syntax error at byte " + std::to_string(e.byte) + ": " + e.what());
+  } catch (const json::out_of_range& e) {  // a number too large for a double (1e999)
+    throw Error(ErrorKind::Corrupt, std::string("tokenizer.json: ") + e.what());
   }
   return out;
 }

@@ -32,6 +32,14 @@ void expect_error(const json& doc, ErrorKind kind, std::initializer_list<const c
   for (const char* f : fragments) EXPECT_NE(std::string(e.what()).find(f), std::string::npos) << e.what();
 }
 
+TEST(TokenizerErrors, ANumberPastADoubleIsCorruptNotAnEscapedJsonError) {
+  // Found by tokenizer_json_fuzz: nlohmann's out_of_range escaped the loader and terminated the process.
+  const Error e = load_error(R"({"version": 4444444444444444444.44422E404444308, "model": {"type": "BPE"}})");
+  EXPECT_EQ(e.kind(), ErrorKind::Corrupt);
+  EXPECT_NE(std::string(e.what()).find("tokenizer.json: "), std::string::npos) << e.what();
+  EXPECT_NE(std::string(e.what()).find("number overflow"), std::string::npos) << e.what();
+}
+
 TEST(TokenizerErrors, JsonSyntaxErrorGivesTheBytePosition) {
   const Error e = load_error(R"({"model": {"type": "BPE",, }})");
   EXPECT_EQ(e.kind(), ErrorKind::Corrupt);
