@@ -8,8 +8,8 @@
 // full-mask figures come twice, from the per-position token tables (token_tables.h, what serving runs) and from
 // the walk over the whole vocabulary they replaced (ConstraintOptions::tables = false), in the same run; the
 // bench checks the two masks agree on every state of the answer. cpu_ figures are process CPU time, which a loaded
-// machine inflates less. Usage: grammar_mask [TOKENIZER_DIR]   (default: tests/fixtures/tokenizers/qwen3-real, .gz
-// files accepted)
+// machine inflates less. Usage: grammar_mask [TOKENIZER_DIR] [--bounded]   (default:
+// tests/fixtures/tokenizers/qwen3-real, .gz files accepted)
 #include <zlib.h>
 
 #include <algorithm>
@@ -62,21 +62,35 @@ namespace {
 
 int run(int argc, char** argv) {
   using namespace lathe;
-  const std::string dir = argc > 1 ? argv[1] : std::string(LATHE_SOURCE_DIR) + "/tests/fixtures/tokenizers/qwen3-real";
+  // --bounded: the same schema with numeric bounds (age 0..150, a score in [0, 1]), enforced by digit-range rules.
+  bool bounded = false;
+  std::string dir = std::string(LATHE_SOURCE_DIR) + "/tests/fixtures/tokenizers/qwen3-real";
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "--bounded")
+      bounded = true;
+    else
+      dir = argv[i];
+  }
   auto tok =
       Tokenizer::from_json(read_maybe_gz(dir + "/tokenizer.json"), read_maybe_gz(dir + "/tokenizer_config.json"));
   auto t0 = Clock::now();
   auto trie = grammar::TokenTrie::build(*tok);
   const double trie_ms = ms_since(t0);
 
-  const auto schema = nlohmann::ordered_json::parse(R"({"type":"object","properties":{
+  auto schema = nlohmann::ordered_json::parse(R"({"type":"object","properties":{
     "name":{"type":"string"},"age":{"type":"integer"},"email":{"type":"string"},
     "tags":{"type":"array","items":{"type":"string"}},"address":{"type":"object","properties":{
       "street":{"type":"string"},"city":{"type":"string"},"zip":{"type":"string"}},"required":["street","city","zip"]},
     "active":{"type":"boolean"}},"required":["name","age","email","tags","address","active"]})");
-  const std::string answer =
+  std::string answer =
       R"({"name": "Ada Lovelace", "age": 36, "email": "ada@example.org", "tags": ["math", "engines", "poetry"], )"
       R"("address": {"street": "12 St James's Square", "city": "London", "zip": "SW1Y 4JH"}, "active": true})";
+  if (bounded) {
+    schema["properties"]["age"] = {{"type", "integer"}, {"minimum", 0}, {"maximum", 150}};
+    schema["properties"]["score"] = {{"type", "number"}, {"minimum", 0}, {"maximum", 1}};
+    schema["required"].push_back("score");
+    answer.insert(answer.size() - 1, R"(, "score": 0.875)");
+  }
   t0 = Clock::now();
   auto g = std::make_shared<const grammar::Grammar>(grammar::parse_gbnf(grammar::json_schema_to_gbnf(schema, "s")));
   const double compile_ms = ms_since(t0);
@@ -169,6 +183,7 @@ int run(int argc, char** argv) {
   const Figure walk_sampled_repeat = run(ws, false, 3, 0.8f);
 
   nlohmann::ordered_json out = {{"bench", "grammar_mask"},
+                                {"schema", bounded ? "bounded" : "plain"},
                                 {"vocab", tok->vocab_size()},
                                 {"trie_build_ms", trie_ms},
                                 {"schema_compile_ms", compile_ms},
