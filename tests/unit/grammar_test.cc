@@ -123,7 +123,8 @@ TEST(JsonSchema, RefsArraysFormatsAndLengths) {
 
 TEST(JsonSchema, UnsupportedKeywordsAreNamed) {
   auto err = [](const char* s) { return error_of([&] { json_schema_to_gbnf(ojson::parse(s), "response_format"); }); };
-  EXPECT_NE(err(R"({"type":"string","pattern":"^a+$"})").find("\"pattern\" is not supported"), std::string::npos);
+  EXPECT_NE(err(R"({"type":"string","pattern":"^a+$","maxLength":4})").find("\"pattern\" is not supported"),
+            std::string::npos);
   EXPECT_NE(err(R"({"type":"object","properties":{"n":{"type":"number","multipleOf":3}}})")
                 .find("response_format.properties.n: the JSON-schema keyword \"multipleOf\""),
             std::string::npos);

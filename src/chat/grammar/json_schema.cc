@@ -5,6 +5,7 @@
 #include <set>
 
 #include "chat/grammar/number_range.h"
+#include "chat/grammar/regex_pattern.h"
 #include "common/error.h"
 
 namespace lathe::grammar {
@@ -147,6 +148,7 @@ std::string JsonSchemaGrammar::visit(const ojson& s, Ctx& c, const std::string& 
   if (!s.is_object()) invalid(path, "a schema must be an object or a boolean");
 
   static const std::set<std::string> known = {"type",
+                                              "pattern",
                                               "enum",
                                               "const",
                                               "anyOf",
@@ -244,7 +246,7 @@ std::string JsonSchemaGrammar::visit(const ojson& s, Ctx& c, const std::string& 
       types.push_back("array");
     }
     if (types.empty()) {
-      if (s.contains("minLength") || s.contains("maxLength") || s.contains("format"))
+      if (s.contains("minLength") || s.contains("maxLength") || s.contains("format") || s.contains("pattern"))
         types.push_back("string");
       else
         return "json-value";
@@ -277,6 +279,16 @@ std::string JsonSchemaGrammar::visit(const ojson& s, Ctx& c, const std::string& 
 }
 
 std::string JsonSchemaGrammar::string_rule(const ojson& s, const std::string& path) {
+  if (auto p = s.find("pattern"); p != s.end()) {
+    if (!p->is_string()) invalid(path + ".pattern", "pattern must be a string");
+    if (s.contains("format") || s.contains("minLength") || s.contains("maxLength"))
+      unsupported("pattern", path, "together with format, minLength or maxLength");
+    try {
+      return "\"\\\"\" " + pattern_gbnf(p->get<std::string>()) + " \"\\\"\"";
+    } catch (const Error& e) {
+      invalid(path + ".pattern", e.what());
+    }
+  }
   if (auto f = s.find("format"); f != s.end()) {
     if (!f->is_string()) invalid(path + ".format", "format must be a string");
     const std::string fmt = f->get<std::string>();

@@ -91,13 +91,31 @@ describe('OpenAI response_format', () => {
         messages: hello,
         response_format: {
           type: 'json_schema',
-          json_schema: { name: 'x', schema: { type: 'object', properties: { a: { type: 'string', pattern: '^a' } } } },
+          json_schema: { name: 'x', schema: { type: 'object', properties: { a: { type: 'number', multipleOf: 3 } } } },
         },
       },
     });
     assert.equal(r.status, 400);
-    assert.match(r.json.error.message, /"pattern" is not supported/);
+    assert.match(r.json.error.message, /"multipleOf" is not supported/);
     assert.equal(r.json.error.param, 'response_format.json_schema.schema');
+  });
+
+  test('a pattern and numeric bounds are enforced (pydantic constr / conint shapes)', async () => {
+    const schema = {
+      type: 'object',
+      properties: {
+        code: { type: 'string', pattern: '^[A-Z]{3}-[0-9]{2}$' },
+        n: { type: 'integer', minimum: 10, maximum: 12 },
+      },
+      required: ['code', 'n'],
+    };
+    const r = await request(ctx.server, 'POST', '/v1/chat/completions', {
+      body: { model: 'demo', messages: hello, max_tokens: 64, response_format: { type: 'json_schema', json_schema: { name: 'x', schema } } },
+    });
+    assert.equal(r.status, 200, r.text);
+    const out = JSON.parse(r.json.choices[0].message.content);
+    assert.match(out.code, /^[A-Z]{3}-[0-9]{2}$/);
+    assert.ok(Number.isInteger(out.n) && out.n >= 10 && out.n <= 12, String(out.n));
   });
 });
 
