@@ -5,7 +5,9 @@
 #include "common/error.h"
 
 namespace lathe::grammar {
-namespace {
+// Named, not anonymous: a unity batch joins this file with others whose anonymous namespaces hold helpers of
+// the same names.
+namespace number_range_detail {
 
 constexpr uint64_t kMaxMagnitude = 9999999999999999ULL;  // 16 digits, as json-uint
 
@@ -97,15 +99,15 @@ std::string magnitude(uint64_t lo, bool lo_open, bool bounded, uint64_t hi, bool
 
 uint64_t magnitude_of(int64_t v) { return v < 0 ? 0 - static_cast<uint64_t>(v) : static_cast<uint64_t>(v); }
 
-}  // namespace
+}  // namespace number_range_detail
 
 std::string uint_range_gbnf(uint64_t lo, uint64_t hi) {
   const size_t nlo = std::to_string(lo).size(), nhi = std::to_string(hi).size();
   std::vector<std::string> alts;
   for (size_t n = nlo; n <= nhi; ++n) {
-    const uint64_t a = n == nlo ? lo : pow10(n - 1);
-    const uint64_t b = n == nhi ? hi : pow10(n) - 1;
-    alts.push_back(fixed_width(std::to_string(a), std::to_string(b)));
+    const uint64_t a = n == nlo ? lo : number_range_detail::pow10(n - 1);
+    const uint64_t b = n == nhi ? hi : number_range_detail::pow10(n) - 1;
+    alts.push_back(number_range_detail::fixed_width(std::to_string(a), std::to_string(b)));
   }
   if (alts.size() == 1) return alts[0];
   std::string out;
@@ -119,16 +121,18 @@ std::string number_range_gbnf(const NumberBounds& b, bool integer) {
   const bool nonneg_fits = !b.hi || *b.hi > 0 || (*b.hi == 0 && !b.hi_open);
   if (nonneg_fits) {
     const bool from_bound = b.lo && *b.lo >= 0;
-    const std::string m = magnitude(from_bound ? magnitude_of(*b.lo) : 0, from_bound && b.lo_open, b.hi.has_value(),
-                                    b.hi ? magnitude_of(*b.hi) : 0, b.hi_open, !integer);
+    const std::string m = number_range_detail::magnitude(
+        from_bound ? number_range_detail::magnitude_of(*b.lo) : 0, from_bound && b.lo_open, b.hi.has_value(),
+        b.hi ? number_range_detail::magnitude_of(*b.hi) : 0, b.hi_open, !integer);
     if (!m.empty()) alts.push_back(m);
   }
   // v < 0, written "-" and its magnitude m > 0: m runs from -hi (or just above 0) up to -lo.
   if (!b.lo || *b.lo < 0) {
     const bool below_zero = b.hi && *b.hi < 0;
-    const std::string m = magnitude(below_zero ? magnitude_of(*b.hi) : 0, below_zero ? b.hi_open : true,
-                                    b.lo.has_value(), b.lo ? magnitude_of(*b.lo) : 0, b.lo_open, !integer);
-    if (!m.empty()) alts.push_back(seq("\"-\"", m));
+    const std::string m = number_range_detail::magnitude(
+        below_zero ? number_range_detail::magnitude_of(*b.hi) : 0, below_zero ? b.hi_open : true, b.lo.has_value(),
+        b.lo ? number_range_detail::magnitude_of(*b.lo) : 0, b.lo_open, !integer);
+    if (!m.empty()) alts.push_back(number_range_detail::seq("\"-\"", m));
   }
   if (alts.empty()) throw Error(ErrorKind::InvalidArgument, "no number lies within the bounds");
   if (alts.size() == 1) return alts[0];

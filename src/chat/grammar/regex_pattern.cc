@@ -8,7 +8,9 @@
 #include "common/error.h"
 
 namespace lathe::grammar {
-namespace {
+// Named, not anonymous: a unity batch joins this file with others whose anonymous namespaces hold helpers of
+// the same names.
+namespace regex_pattern_detail {
 
 using Range = std::pair<uint32_t, uint32_t>;
 
@@ -122,9 +124,9 @@ CharSet shorthand(char c) {
   return s;
 }
 
-class Parser {
+class PatternParser {
  public:
-  explicit Parser(const std::string& text) {
+  explicit PatternParser(const std::string& text) {
     for (size_t i = 0; i < text.size();) {  // UTF-8 → code points (the schema came from parsed JSON: valid)
       const unsigned char c = static_cast<unsigned char>(text[i]);
       const int len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : 4;
@@ -362,8 +364,8 @@ class Parser {
   }
 };
 
-}  // namespace
+}  // namespace regex_pattern_detail
 
-std::string pattern_gbnf(const std::string& pattern) { return Parser(pattern).top(); }
+std::string pattern_gbnf(const std::string& pattern) { return regex_pattern_detail::PatternParser(pattern).top(); }
 
 }  // namespace lathe::grammar
