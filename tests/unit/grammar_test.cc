@@ -130,10 +130,31 @@ TEST(JsonSchema, UnsupportedKeywordsAreNamed) {
             std::string::npos);
   // Integral bounds are enforced (number_range_test.cc); a fractional one on a number is not.
   EXPECT_NE(err(R"({"type":"number","minimum":0.5})").find("\"minimum\""), std::string::npos);
-  EXPECT_NE(err(R"({"type":"string","format":"email"})").find("format \"email\""), std::string::npos);
+  EXPECT_NE(err(R"({"type":"string","format":"ipv6"})").find("format \"ipv6\""), std::string::npos);
   EXPECT_NE(err(R"({"$ref":"#/$defs/missing"})").find("points at nothing"), std::string::npos);
   // zod's z.int() bounds are the safe-integer range: no constraint beyond the grammar's.
   EXPECT_EQ(err(R"({"type":"integer","minimum":-9007199254740991,"maximum":9007199254740991})"), "");
+}
+
+TEST(JsonSchema, FormatsEmailHostnameIpv4Uri) {
+  auto takes = [](const char* fmt, const std::string& value) {
+    const Grammar g = parse_gbnf(json_schema_to_gbnf(ojson{{"type", "string"}, {"format", fmt}}, "s"));
+    return grammar_accepts(g, ojson(value).dump());
+  };
+  for (const char* ok : {"ada@example.org", "a.b+tag@mail.co.uk", "x_1%y@a-b.io"})
+    EXPECT_TRUE(takes("email", ok)) << ok;
+  for (const char* bad : {"ada", "ada@", "@example.org", "ada@example", "a..b@x.org", "ada@-x.org", "a b@x.org"})
+    EXPECT_FALSE(takes("email", bad)) << bad;
+  for (const char* ok : {"localhost", "api.example.com", "a-1.b"}) EXPECT_TRUE(takes("hostname", ok)) << ok;
+  for (const char* bad : {"-a.com", "a-.com", "a..b", "", "a_b.com"}) EXPECT_FALSE(takes("hostname", bad)) << bad;
+  for (const char* ok : {"0.0.0.0", "192.168.1.255", "10.0.0.1"}) EXPECT_TRUE(takes("ipv4", ok)) << ok;
+  for (const char* bad : {"256.1.1.1", "1.2.3", "01.2.3.4", "1.2.3.4.5", "1.2.3.-4"})
+    EXPECT_FALSE(takes("ipv4", bad)) << bad;
+  for (const char* ok :
+       {"https://example.org/a?b=c#d", "mailto:ada@example.org", "urn:isbn:0451450523", "http://x/%20y"})
+    EXPECT_TRUE(takes("uri", ok)) << ok;
+  for (const char* bad : {"example.org", "http://a b", "1http://x", "http://x/%zz", "http://x/\"q"})
+    EXPECT_FALSE(takes("uri", bad)) << bad;
 }
 
 TEST(GrammarConstraint, MaskOverRealVocabularyForcesValidJson) {

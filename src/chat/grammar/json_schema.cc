@@ -36,6 +36,12 @@ json-date ::= [0-9]{4} "-" ( "0" [1-9] | "1" [0-2] ) "-" ( "0" [1-9] | [12] [0-9
 json-time ::= ( [01] [0-9] | "2" [0-3] ) ":" [0-5] [0-9] ":" [0-5] [0-9] ( "." [0-9]{1,6} )? ( "Z" | [+-] ( [01] [0-9] | "2" [0-3] ) ":" [0-5] [0-9] )
 json-hex ::= [0-9a-fA-F]
 json-uuid ::= json-hex{8} "-" json-hex{4} "-" json-hex{4} "-" json-hex{4} "-" json-hex{12}
+json-label ::= [A-Za-z0-9] ( [A-Za-z0-9-]{0,61} [A-Za-z0-9] )?
+json-hostname ::= json-label ( "." json-label )*
+json-email ::= [A-Za-z0-9_%+-]+ ( "." [A-Za-z0-9_%+-]+ )* "@" ( json-label "." )+ [A-Za-z]{2,24}
+json-octet ::= "25" [0-5] | "2" [0-4] [0-9] | "1" [0-9] [0-9] | [1-9] [0-9] | [0-9]
+json-ipv4 ::= json-octet "." json-octet "." json-octet "." json-octet
+json-uri ::= [A-Za-z] [A-Za-z0-9+.-]* ":" ( [A-Za-z0-9._~:/?#\[\]@!$&'()*+,;=-] | "%" json-hex json-hex )+
 )";
 
 const std::set<std::string>& annotations() {
@@ -296,7 +302,11 @@ std::string JsonSchemaGrammar::string_rule(const ojson& s, const std::string& pa
     if (fmt == "time") return "\"\\\"\" json-time \"\\\"\"";
     if (fmt == "date-time") return "\"\\\"\" json-date \"T\" json-time \"\\\"\"";
     if (fmt == "uuid") return "\"\\\"\" json-uuid \"\\\"\"";
-    unsupported("format", path, "format \"" + fmt + "\"; supported: date, time, date-time, uuid");
+    // A subset of each (what a model should write), not every spelling the RFCs allow.
+    for (const char* f : {"email", "hostname", "ipv4", "uri"})
+      if (fmt == f) return "\"\\\"\" json-" + fmt + " \"\\\"\"";
+    unsupported("format", path,
+                "format \"" + fmt + "\"; supported: date, time, date-time, uuid, email, hostname, ipv4, uri");
   }
   const int64_t min = count_of(s, "minLength", 0, path);
   const int64_t max = count_of(s, "maxLength", -1, path);
