@@ -43,7 +43,8 @@ TEST(RegexPattern, MatchesWhatEcmaScriptRegexSearchMatches) {
       "^.$",           "^\\w+-\\d$", "^[\\s\"]+$", "^\\\\$",   "^\"$",           "^(?:a|)b$",
       "^a{2}$",        "^a{1,}$",    "^[a-]$",     "^[-a]$",   "^\\.?$",         "^([ab]+) 1$",
       "b1$",           "^\\D\\W$",   "^[\\d.]+$",  "^a+?b*?$", "^\\x61\\u0062$", "^[^\\s]*$",
-      "^(a|b)(1|-)?$", "\\n",        "^[a\\-1]$",  "^\\S+$",   "^(a{1,2}){2}$",  "^[\\\\\"]$"};
+      "^(a|b)(1|-)?$", "\\n",        "^[a\\-1]$",  "^\\S+$",   "^(a{1,2}){2}$",  "^[\\\\\"]$",
+      "^(a*)?(1|b?)$", "^(a?b)+$"};
   const std::vector<std::string> texts = strings_up_to(4);
   size_t checked = 0;
   for (const std::string& p : patterns) {
@@ -78,6 +79,12 @@ TEST(RegexPattern, WhatAGrammarCannotSayIsRefusedByName) {
   EXPECT_NE(err("^(a").find("unterminated group"), std::string::npos);
   EXPECT_NE(err("^[a$").find("unterminated character class"), std::string::npos);
   EXPECT_NE(err("*a").find("nothing to repeat"), std::string::npos);
+  // A repeated group that can match nothing would recurse without reading: named, where a* alone is fine.
+  EXPECT_NE(err("^(a*)*$").find("can match nothing"), std::string::npos);
+  EXPECT_NE(err("^(a|b?)+$").find("can match nothing"), std::string::npos);
+  EXPECT_NE(err("^(a?b?){2,3}$").find("can match nothing"), std::string::npos);
+  EXPECT_EQ(err("^(a*)?(a|b?)$"), "");
+  EXPECT_EQ(err("^(a*b)*$"), "");
   // Through the schema: the error names the field, and pattern beside a length or format is refused.
   auto schema_err = [](const ojson& s) {
     try {

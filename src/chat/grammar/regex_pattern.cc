@@ -156,6 +156,9 @@ class PatternParser {
  private:
   std::vector<uint32_t> cps_;
   size_t pos_ = 0;
+  // Whether the expression just returned can match the empty string: a grammar cannot repeat one that can (its
+  // repetition would recurse without reading), so (a*)* is refused where a* would be written.
+  bool nullable_ = false;
 
   bool at_end() const { return pos_ >= cps_.size(); }
   uint32_t peek(size_t ahead = 0) const { return pos_ + ahead < cps_.size() ? cps_[pos_ + ahead] : 0; }
@@ -169,22 +172,29 @@ class PatternParser {
 
   std::string alternation(int depth) {
     std::vector<std::string> alts;
-    do alts.push_back(sequence(depth, false));
-    while (eat('|'));
+    bool any_nullable = false;
+    do {
+      alts.push_back(sequence(depth, false));
+      any_nullable = any_nullable || nullable_;
+    } while (eat('|'));
     for (std::string& a : alts)
       if (a.empty()) a = "\"\"";
+    nullable_ = any_nullable;
     return alternatives(alts);
   }
 
   // Items up to '|', ')' or the end (and, at the top, a final '$').
   std::string sequence(int depth, bool top_level) {
     std::string out;
+    bool all_nullable = true;
     while (!at_end() && peek() != '|' && peek() != ')') {
       if (top_level && peek() == '$' && pos_ + 1 == cps_.size()) break;
       if (top_level && peek() == '$' && peek(1) == '|') break;
       const std::string item = quantified(depth);
+      all_nullable = all_nullable && nullable_;
       out += (out.empty() ? "" : " ") + item;
     }
+    nullable_ = all_nullable;
     return out;
   }
 
@@ -215,15 +225,16 @@ class PatternParser {
 
   std::string quantified(int depth) {
     std::string atom_expr = atom(depth);
+    const bool atom_nullable = nullable_;
+    int lo = 1, hi = 1;
     std::string q;
     if (eat('*')) {
-      q = "*";
+      q = "*", lo = 0, hi = -1;
     } else if (eat('+')) {
-      q = "+";
+      q = "+", hi = -1;
     } else if (eat('?')) {
-      q = "?";
+      q = "?", lo = 0;
     } else if (peek() == '{') {
-      int lo = 0, hi = 0;
       if (braces(lo, hi)) {
         if (lo > kMaxRepeat || hi > kMaxRepeat) unsupported("a repetition count above 1000");
         if (hi >= 0 && hi < lo) throw Error(ErrorKind::InvalidArgument, "pattern: a repetition {n,m} with m < n");
@@ -231,6 +242,8 @@ class PatternParser {
       }
     }
     if (q.empty()) return atom_expr;
+    if (atom_nullable && hi != 1) unsupported("repeating a group that can match nothing (such as (a*)*; write a*)");
+    nullable_ = atom_nullable || lo == 0;
     eat('?');  // lazy: the same strings
     if (peek() == '*' || peek() == '+' || peek() == '?')
       throw Error(ErrorKind::InvalidArgument, "pattern: nothing to repeat");
@@ -240,6 +253,7 @@ class PatternParser {
   std::string atom(int depth) {
     const uint32_t c = peek();
     ++pos_;
+    nullable_ = false;  // a group's comes from its alternation
     switch (c) {
       case '(': {
         if (depth >= kMaxNesting) unsupported("groups nested deeper than 64");
