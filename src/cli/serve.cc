@@ -264,6 +264,7 @@ Verb add_serve(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   cmd->add_option("--data-dir", f->server.data_dir, "jobs database and logs (default: $XDG_DATA_HOME/lathe)");
+  cmd->add_flag("--no-ui{false}", f->server.web_ui, "do not serve the web UI at GET /");
   cmd->add_option("--adapter,--adapter-path", f->server.adapter_paths,
                   "LoRA adapter directory mounted at start (repeatable: stacked; the stack is the default)");
   cmd->add_option("--adapter-dir", f->server.adapter_stores,

@@ -75,6 +75,7 @@ struct Gate {
   size_t max_body = 0;
   CorsPolicy cors;
   HostPolicy hosts;
+  bool open_ui = false;  // the web UI's files are served without the key
 };
 
 // Runs before the body is read: Host (DNS rebinding), CORS preflight, foreign origins, transfer and content
@@ -142,6 +143,7 @@ bool pre_route(const Gate& gate, const httplib::Request& req, httplib::Response&
     }
   }
   if (gate.key.empty() || req.path == "/health" || authorized(req, gate.key)) return false;
+  if (gate.open_ui && (req.method == "GET" || req.method == "HEAD") && is_web_ui_path(req.path)) return false;
   write_error(res, ApiError(401, "invalid or missing API key (send Authorization: Bearer KEY or x-api-key)"),
               surface_of(req.path));
   return true;
@@ -208,7 +210,8 @@ size_t http_workers(const ServeOptions& options) {
 
 HttpServer::HttpServer(ServerContext& ctx) : ctx_(ctx) {
   auto routes = std::make_shared<std::vector<Route>>();
-  for (auto* make : {&openai_routes, &anthropic_routes, &info_routes, &jobs_routes, &adapter_routes, &cache_routes})
+  for (auto* make :
+       {&openai_routes, &anthropic_routes, &info_routes, &jobs_routes, &adapter_routes, &cache_routes, &web_routes})
     for (Route& r : (*make)(ctx_)) routes->push_back(std::move(r));
 
   const size_t max_body = ctx_.options().max_body_bytes;
@@ -218,6 +221,7 @@ HttpServer::HttpServer(ServerContext& ctx) : ctx_(ctx) {
   gate->cors = ctx_.options().cors;
   gate->hosts.check = is_loopback_host(ctx_.options().host);
   gate->hosts.allowed = ctx_.options().allowed_hosts;
+  gate->open_ui = ctx_.options().web_ui;
   FrontHooks hooks;
   hooks.pre_route = [gate](const httplib::Request& req, httplib::Response& res) { return pre_route(*gate, req, res); };
   hooks.handle = [routes, ctx = &ctx_, max_body](const httplib::Request& req, httplib::Response& res) {

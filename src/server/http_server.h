@@ -37,6 +37,9 @@ std::vector<Route> jobs_routes(ServerContext& ctx);
 void stop_job_streams();
 std::vector<Route> adapter_routes(ServerContext& ctx);
 std::vector<Route> cache_routes(ServerContext& ctx);  // GET /v1/cache
+std::vector<Route> web_routes(ServerContext& ctx);    // GET / and /ui/*: the embedded web UI (unless --no-ui)
+// The web UI's own files, which need no API key.
+bool is_web_ui_path(const std::string& path);
 // The request's adapter set ([lora]): `adapter` when given, else `model` when it names mounted adapters, else
 // the server's default; pinned for the whole generation. Null for the base model.
 std::shared_ptr<const lora::ForwardContext> select_adapters(ServerContext& ctx, const std::string& adapter,

@@ -44,6 +44,7 @@ struct ServeOptions {
   nlohmann::ordered_json chat_template_args;  // extra template variables (request kwargs win)
   std::string model_id;                       // reported in responses and /v1/models
   std::string data_dir;                       // jobs database and logs (empty: $XDG_DATA_HOME/lathe)
+  bool web_ui = true;                         // GET / serves the embedded web UI (--no-ui turns it off)
   std::vector<std::string> adapter_stores;    // --adapter-dir: where mounts by path may read ([lora])
   std::vector<std::string> adapter_paths;     // --adapter: mounted at start (the stack is the default)
   CorsPolicy cors;                            // browser origins allowed (loopback by default)

@@ -1,0 +1,163 @@
+// The embedded web UI (web/, served at GET /), driven in a real headless Chromium against a real server with an
+// API key: the page and its files load without the key and under a strict CSP, the page asks for the key, chat
+// streams an answer, a fine-tune job started from its form is followed live to the end (progress, log, loss
+// chart), a noop job is cancelled from its page, bad configs show the server's message and queue nothing, and
+// nothing a model says becomes markup. Skipped when no Chromium is installed.
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { after, before, describe, test } from 'node:test';
+
+import { DEMO_MODEL, request, startServer } from './harness.js';
+
+const CHROMIUM = ['/usr/bin/chromium', '/usr/bin/chromium-browser', '/usr/bin/google-chrome'].find((p) => fs.existsSync(p));
+const KEY = 'sk-web-ui-test';
+const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'lathe-web-ui-'));
+const auth = { Authorization: `Bearer ${KEY}` };
+
+let server;
+before(async () => {
+  process.env.LATHE_TEST_JOB_KINDS = '1'; // the noop job kind, for the cancel test
+  server = await startServer({ args: ['--api-key', KEY, '--data-dir', path.join(dir, 'data')] });
+});
+after(async () => {
+  if (server) await server.stop();
+  fs.rmSync(dir, { recursive: true, force: true });
+});
+
+describe('the UI files', () => {
+  test('GET / and /ui/* need no key, carry a CSP, and revalidate by ETag', async () => {
+    const page = await request(server, 'GET', '/');
+    assert.equal(page.status, 200);
+    assert.match(page.headers.get('content-type'), /^text\/html/);
+    assert.match(page.headers.get('content-security-policy'), /script-src 'self'/);
+    assert.equal(page.headers.get('x-content-type-options'), 'nosniff');
+    assert.match(page.text, /<script type="module" src="\/ui\/js\/main.js">/);
+    const js = await request(server, 'GET', '/ui/js/main.js');
+    assert.equal(js.status, 200);
+    assert.match(js.headers.get('content-type'), /^text\/javascript/);
+    const again = await request(server, 'GET', '/ui/js/main.js', { headers: { 'If-None-Match': js.headers.get('etag') } });
+    assert.equal(again.status, 304);
+    assert.equal((await request(server, 'GET', '/ui/missing.js')).status, 404);
+    assert.equal((await request(server, 'GET', '/ui/%2e%2e/CMakeLists.txt', { headers: auth })).status, 404);
+    // The API itself still needs the key.
+    assert.equal((await request(server, 'GET', '/api/jobs')).status, 401);
+    assert.equal((await request(server, 'POST', '/')).status, 401, 'only GET and HEAD are open');
+    assert.equal((await request(server, 'POST', '/', { headers: auth })).status, 405);
+  });
+});
+
+describe('in Chromium', { skip: CHROMIUM ? false : 'no chromium installed' }, () => {
+  let browser;
+  let tab;
+  const errors = [];
+  before(async () => {
+    const { chromium } = await import('playwright-core');
+    browser = await chromium.launch({ executablePath: CHROMIUM, args: ['--no-sandbox'] });
+    tab = await browser.newPage();
+    tab.on('pageerror', (e) => errors.push(`pageerror: ${e.message}`));
+    // API answers are checked by the tests; every file of the page itself must load.
+    tab.on('response', (r) => {
+      const url = new URL(r.url());
+      if (r.status() >= 400 && (url.pathname === '/' || url.pathname.startsWith('/ui/'))) errors.push(`${r.status()} ${r.url()}`);
+    });
+  });
+  after(async () => {
+    await browser?.close();
+  });
+
+  test('the page asks for the key, then lists the served model', async () => {
+    await tab.goto(`${server.base}/`);
+    await tab.waitForSelector('#key-bar:not([hidden]) #api-key');
+    await tab.fill('#api-key', KEY);
+    await tab.click('#api-key-save');
+    await tab.waitForSelector('#chat-model option', { state: 'attached' });
+    const models = await tab.$$eval('#chat-model option', (o) => o.map((x) => x.value));
+    assert.ok(models.includes('demo'), JSON.stringify(models));
+  });
+
+  test('chat streams the answer, with timing under it', async () => {
+    await tab.fill('#chat-input', 'hello world');
+    await tab.press('#chat-input', 'Enter');
+    await tab.waitForFunction(() => document.querySelector('.msg.assistant .meta')?.textContent.includes('first token'));
+    assert.equal(await tab.textContent('.msg.assistant .content'), 'HELLO WORLD');
+    assert.match(await tab.textContent('.msg.assistant .meta'), /\d+ prompt \+ \d+ tokens · stop/);
+  });
+
+  test('what a message says stays text', async () => {
+    await tab.click('#chat-new');
+    const hostile = '<img src=x onerror="window.pwned=1"> <b>bold</b>';
+    await tab.fill('#chat-input', hostile);
+    await tab.press('#chat-input', 'Enter');
+    await tab.waitForFunction(() => document.querySelector('.msg.assistant .meta'));
+    assert.equal(await tab.textContent('.msg.user .content'), hostile);
+    assert.equal(await tab.$('.msg img, .msg b'), null);
+    assert.equal(await tab.evaluate(() => window.pwned), undefined);
+  });
+
+  test('a bad config shows the server\'s message and queues nothing', async () => {
+    await tab.goto(`${server.base}/#/jobs/new/quantize`);
+    await tab.fill('#field-model', path.join(dir, 'no-such-model'));
+    await tab.fill('#field-out', path.join(dir, 'q-out'));
+    await tab.click('#job-submit');
+    await tab.waitForSelector('#form-status.error');
+    assert.match(await tab.textContent('#form-status'), /no-such-model/);
+    const jobs = await request(server, 'GET', '/api/jobs', { headers: auth });
+    assert.equal(jobs.json.jobs.length, 0);
+  });
+
+  test('a fine-tune started from its form is followed to the end', async () => {
+    const data = path.join(dir, 'ft-data');
+    fs.mkdirSync(data);
+    const row = (q) => JSON.stringify({ messages: [{ role: 'user', content: q }, { role: 'assistant', content: 'banana' }] });
+    const rows = Array.from({ length: 24 }, (_, i) => row(`question ${i} please`));
+    fs.writeFileSync(path.join(data, 'train.jsonl'), rows.join('\n') + '\n');
+    fs.writeFileSync(path.join(data, 'valid.jsonl'), rows.slice(0, 4).join('\n') + '\n');
+    await tab.goto(`${server.base}/#/jobs/new/finetune?model_dir=${encodeURIComponent(DEMO_MODEL)}`);
+    await tab.waitForSelector('#field-model_dir');
+    assert.equal(await tab.inputValue('#field-model_dir'), DEMO_MODEL, 'the query presets a field');
+    await tab.fill('#field-data_dir', data);
+    await tab.fill('#field-adapter_path', path.join(dir, 'adapter'));
+    await tab.fill('#field-iters', '30');
+    await tab.fill('#field-learning_rate', '0.001');
+    await tab.click('details:has(#field-extra) summary');
+    await tab.fill('#field-extra', '{"steps_per_report": 5, "steps_per_eval": 10}');
+    await tab.click('#job-submit');
+    await tab.waitForURL(/#\/jobs\/job_[0-9a-f]{16}$/);
+    await tab.waitForSelector('#job-status .badge.done', { timeout: 240000 });
+    assert.match(await tab.textContent('#job-output'), /adapter/);
+    assert.ok(fs.existsSync(path.join(dir, 'adapter', 'adapters.safetensors')));
+    const points = await tab.getAttribute('#loss-chart polyline.train', 'points');
+    assert.ok(points.split(' ').length >= 3, points);
+    assert.ok(await tab.$('#loss-chart polyline.val'), 'validation loss is drawn');
+    assert.match(await tab.textContent('#job-log'), /train rows 24/);
+    const width = await tab.$eval('.progress > div', (d) => d.style.width);
+    assert.equal(width, '100%');
+  });
+
+  test('a running job is cancelled from its page, and the list shows it', async () => {
+    const made = await request(server, 'POST', '/api/jobs', { headers: auth, body: { kind: 'noop', config: { steps: 600, step_ms: 100 } } });
+    assert.equal(made.status, 201, made.text);
+    const id = made.json.job.id;
+    await tab.goto(`${server.base}/#/jobs/${id}`);
+    await tab.waitForSelector('#job-status .badge.running');
+    await tab.waitForFunction(() => document.querySelector('#job-stage')?.textContent !== '–');
+    await tab.click('#job-cancel');
+    await tab.waitForSelector('#job-status .badge.cancelled', { timeout: 30000 });
+    await tab.goto(`${server.base}/#/jobs`);
+    await tab.waitForSelector(`tr[data-id="${id}"] .badge.cancelled`);
+    assert.ok(await tab.$('tr .badge.done'), 'the fine-tune is listed as done');
+  });
+
+  test('the status page shows the model and live counters', async () => {
+    await tab.goto(`${server.base}/#/status`);
+    await tab.waitForSelector('#status-model');
+    assert.equal(await tab.textContent('#status-model'), 'demo');
+    assert.ok(Number(await tab.textContent('#status-generated')) > 0);
+  });
+
+  test('no script error on any page', () => {
+    assert.deepEqual(errors, []);
+  });
+});
