@@ -48,6 +48,19 @@ describe('the UI files', () => {
   });
 });
 
+describe('--no-ui', () => {
+  test('turns the page off and leaves the API', async () => {
+    const plain = await startServer({ args: ['--no-ui'] });
+    try {
+      assert.equal((await request(plain, 'GET', '/')).status, 404);
+      assert.equal((await request(plain, 'GET', '/ui/js/main.js')).status, 404);
+      assert.equal((await request(plain, 'GET', '/v1/models')).status, 200);
+    } finally {
+      await plain.stop();
+    }
+  });
+});
+
 describe('in Chromium', { skip: CHROMIUM ? false : 'no chromium installed' }, () => {
   let browser;
   let tab;
