@@ -247,6 +247,27 @@ function renderJob(node, m) {
     actions.append(
       el("a", { class: "button", id: "job-finetune-on", href: `#/jobs/new/finetune?data_dir=${encodeURIComponent(j.output_path)}` }, "Fine-tune on it"),
     );
+  if (j.status === "done" && j.kind === "finetune" && j.output_path)
+    actions.append(
+      el(
+        "button",
+        {
+          id: "job-mount",
+          onclick: async (ev) => {
+            ev.target.disabled = true;
+            try {
+              const a = await postJson("/v1/adapters", { path: j.output_path });
+              m.actionNote = `mounted as '${a.id || (a.data && a.data.id) || "adapter"}': pick it in Chat`;
+              m.actionError = null;
+            } catch (e) {
+              m.actionError = `mount: ${e.message}`;
+            }
+            renderJob(node, m);
+          },
+        },
+        "Mount adapter",
+      ),
+    );
   if (j.status === "done" && j.kind === "quantize" && j.output_path)
     actions.append(
       el("a", { class: "button", href: `#/jobs/new/finetune?model_dir=${encodeURIComponent(j.output_path)}` }, "Fine-tune it"),
@@ -272,7 +293,8 @@ function renderJob(node, m) {
     progressBar(m.progress),
     facts,
     j.error ? el("p", { class: "error", id: "job-error" }, j.error) : null,
-    m.actionError ? el("p", { class: "error" }, m.actionError) : null,
+    m.actionError ? el("p", { class: "error", id: "job-action-error" }, m.actionError) : null,
+    m.actionNote ? el("p", { class: "hint", id: "job-action-note" }, m.actionNote) : null,
     m.streamError ? el("p", { class: "error" }, `events: ${m.streamError}`) : null,
     actions,
     m.train.length || m.val.length ? lossChart(m.train, m.val) : null,

@@ -1,6 +1,6 @@
 // The status page: the served model and adapters, the prompt cache's tiers and a few live gauges from /metrics,
 // refreshed every few seconds while shown.
-import { getJson, getText } from "./api.js";
+import { call, getJson, getText, postJson } from "./api.js";
 import { clear, el, fmtBytes, fmtNumber } from "./dom.js";
 
 let view = 0;
@@ -47,14 +47,16 @@ export async function showStatus(container) {
   const body = el("div", { id: "status-view" }, el("p", { class: "hint" }, "loading…"));
   clear(container, el("h2", {}, "Status"), body);
   while (token === view) {
-    const [health, models, adapters, cache, metrics] = await Promise.all([
+    const [health, models, adapters, availableList, cache, metrics] = await Promise.all([
       settle(getJson("/health")),
       settle(getJson("/v1/models")),
       settle(getJson("/v1/adapters")),
+      settle(getJson("/v1/adapters/available")),
       settle(getJson("/v1/cache")),
       settle(getText("/metrics")),
     ]);
     if (token !== view) return;
+    const available = availableList.value ? availableList.value.data || [] : [];
     const parts = [];
     parts.push(
       el("h3", {}, "Server"),
@@ -75,26 +77,7 @@ export async function showStatus(container) {
         ]),
       );
     } else parts.push(el("p", { class: "error" }, `models: ${models.error}`));
-    if (adapters.value) {
-      const list = adapters.value.data || [];
-      parts.push(
-        el("h3", {}, "Adapters"),
-        list.length
-          ? el(
-              "table",
-              { class: "jobs" },
-              el("thead", {}, el("tr", {}, ["Id", "Rank", "Scale", "Size", "Default"].map((h) => el("th", {}, h)))),
-              el(
-                "tbody",
-                {},
-                list.map((a) =>
-                  el("tr", {}, el("td", {}, a.id), el("td", {}, String(a.rank)), el("td", {}, fmtNumber(a.scale)), el("td", {}, fmtBytes(a.bytes)), el("td", {}, a.default ? "yes" : "")),
-                ),
-              ),
-            )
-          : el("p", { class: "hint" }, "None mounted."),
-      );
-    }
+    if (adapters.value) parts.push(el("h3", {}, "Adapters"), adapterTables(adapters.value.data || [], available, container));
     if (cache.value) {
       const { ram, ssd } = cache.value;
       parts.push(
@@ -130,4 +113,70 @@ export async function showStatus(container) {
     clear(body, parts);
     await new Promise((r) => setTimeout(r, 5000));
   }
+}
+
+// Mounted adapters (with Unmount) and those the --adapter-dir stores hold (with Mount); a click redraws the page.
+function adapterTables(mounted, available, container) {
+  const act = async (button, fn) => {
+    button.disabled = true;
+    try {
+      await fn();
+      showStatus(container);
+    } catch (e) {
+      button.disabled = false;
+      button.after(el("span", { class: "error" }, ` ${e.message}`));
+    }
+  };
+  const rows = mounted.map((a) =>
+    el(
+      "tr",
+      { dataset: { adapter: a.id } },
+      el("td", {}, a.id),
+      el("td", {}, String(a.rank)),
+      el("td", {}, fmtNumber(a.scale)),
+      el("td", {}, fmtBytes(a.bytes)),
+      el("td", {}, a.default ? "default" : ""),
+      el(
+        "td",
+        {},
+        el(
+          "button",
+          {
+            class: "secondary",
+            onclick: (ev) => act(ev.target, () => call("DELETE", `/v1/adapters/${encodeURIComponent(a.id)}`)),
+          },
+          "Unmount",
+        ),
+      ),
+    ),
+  );
+  for (const a of available.filter((x) => !x.mounted))
+    rows.push(
+      el(
+        "tr",
+        { dataset: { available: a.id } },
+        el("td", {}, a.id),
+        el("td", {}, String(a.rank ?? "")),
+        el("td", {}, fmtNumber(a.scale)),
+        el("td", {}, fmtBytes(a.bytes)),
+        el("td", { class: a.fits ? "" : "error" }, a.fits ? "not mounted" : a.reason || "does not fit"),
+        el(
+          "td",
+          {},
+          el(
+            "button",
+            { disabled: !a.fits, onclick: (ev) => act(ev.target, () => postJson("/v1/adapters", { path: a.path })) },
+            "Mount",
+          ),
+        ),
+      ),
+    );
+  if (!rows.length)
+    return el("p", { class: "hint" }, "None mounted, and no --adapter-dir store holds one.");
+  return el(
+    "table",
+    { class: "jobs", id: "adapters" },
+    el("thead", {}, el("tr", {}, ["Id", "Rank", "Scale", "Size", "", ""].map((h) => el("th", {}, h)))),
+    el("tbody", {}, rows),
+  );
 }

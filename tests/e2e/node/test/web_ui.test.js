@@ -19,7 +19,7 @@ const auth = { Authorization: `Bearer ${KEY}` };
 let server;
 before(async () => {
   process.env.LATHE_TEST_JOB_KINDS = '1'; // the noop job kind, for the cancel test
-  server = await startServer({ args: ['--api-key', KEY, '--data-dir', path.join(dir, 'data')] });
+  server = await startServer({ args: ['--api-key', KEY, '--data-dir', path.join(dir, 'data'), '--adapter-dir', dir] });
 });
 after(async () => {
   if (server) await server.stop();
@@ -147,6 +147,20 @@ describe('in Chromium', { skip: CHROMIUM ? false : 'no chromium installed' }, ()
     assert.match(await tab.textContent('#job-log'), /train rows 24/);
     const width = await tab.$eval('.progress > div', (d) => d.style.width);
     assert.equal(width, '100%');
+  });
+
+  test('the trained adapter mounts from the job page, shows in chat and unmounts from status', async () => {
+    await tab.click('#job-mount');
+    await tab.waitForSelector('#job-action-note');
+    assert.match(await tab.textContent('#job-action-note'), /mounted as 'adapter'/);
+    await tab.goto(`${server.base}/#/chat`);
+    await tab.waitForSelector('#chat-model option[value="adapter"]', { state: 'attached' });
+    await tab.goto(`${server.base}/#/status`);
+    await tab.waitForSelector('tr[data-adapter="adapter"] button');
+    await tab.click('tr[data-adapter="adapter"] button');
+    await tab.waitForSelector('tr[data-available="adapter"] button:not([disabled])');
+    const mounted = await request(server, 'GET', '/v1/adapters', { headers: auth });
+    assert.deepEqual(mounted.json.data, []);
   });
 
   test('a running job is cancelled from its page, and the list shows it', async () => {
