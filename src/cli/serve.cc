@@ -199,6 +199,7 @@ int run_serve(ServeFlags& f) {
   });
   std::fprintf(stderr, "lathe: serving %s (%s) — listening on http://%s:%d\n", o.model_id.c_str(), f.model.c_str(),
                o.host.c_str(), port);
+  if (o.web_ui) std::fprintf(stderr, "lathe: web UI at http://%s:%d/\n", o.host.c_str(), port);
   std::fflush(stderr);
   http.run();
   {
