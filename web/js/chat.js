@@ -3,6 +3,7 @@
 // decode rate under each answer.
 import { ApiError, call, getJson, readEvents } from "./api.js";
 import { clear, el } from "./dom.js";
+import { renderMarkdown } from "./markdown.js";
 
 const state = {
   messages: [], // {role, content, reasoning?, meta?, error?}
@@ -155,7 +156,9 @@ function renderMessage(m) {
     box.append(
       el("details", { class: "reasoning", open: !m.content }, el("summary", {}, "Reasoning"), el("pre", {}, m.reasoning)),
     );
-  box.append(el("div", { class: "content" }, m.content || (m.pending ? "…" : "")));
+  // Answers render as Markdown; what the user typed stays as typed.
+  const markdown = m.role === "assistant" && m.content;
+  box.append(el("div", { class: markdown ? "content md" : "content" }, markdown ? renderMarkdown(m.content) : m.content || (m.pending ? "…" : "")));
   if (m.error) box.append(el("p", { class: "error" }, m.error));
   if (m.meta) box.append(el("div", { class: "meta" }, m.meta));
   return box;

@@ -109,6 +109,28 @@ describe('in Chromium', { skip: CHROMIUM ? false : 'no chromium installed' }, ()
     assert.equal(await tab.evaluate(() => window.pwned), undefined);
   });
 
+  test('answers render as Markdown built from text nodes', async () => {
+    const out = await tab.evaluate(async () => {
+      const { renderMarkdown } = await import('/ui/js/markdown.js');
+      const box = document.createElement('div');
+      box.append(renderMarkdown([
+        '# Title', 'some **bold** and `code` and *it*', '', '- one', '- two', '', '```js', 'let a = "<b>";', '```',
+        '[ok](https://example.com/x) [bad](javascript:alert(1)) <script>window.pwned=2</script>',
+      ].join('\n')));
+      return {
+        tags: [...box.querySelectorAll('*')].map((n) => n.tagName.toLowerCase()).join(','),
+        code: box.querySelector('pre code').textContent,
+        links: [...box.querySelectorAll('a')].map((a) => a.getAttribute('href')),
+        last: box.lastElementChild.textContent,
+      };
+    });
+    assert.equal(out.tags, 'h3,p,strong,code,em,ul,li,li,pre,code,p,a');
+    assert.equal(out.code, 'let a = "<b>";');
+    assert.deepEqual(out.links, ['https://example.com/x']);
+    assert.match(out.last, /\[bad\]\(javascript:alert\(1\)\) <script>window.pwned=2<\/script>$/);
+    assert.equal(await tab.evaluate(() => window.pwned), undefined);
+  });
+
   test('a bad config shows the server\'s message and queues nothing', async () => {
     await tab.goto(`${server.base}/#/jobs/new/quantize`);
     await tab.fill('#field-model', path.join(dir, 'no-such-model'));
