@@ -78,9 +78,10 @@ Generated code_completion_rows(const std::string& dir, uint64_t seed, const Code
                                const Progress& progress) {
   using namespace dataset_code_detail;
   std::error_code ec;
-  if (!fs::is_directory(dir, ec)) throw Error(ErrorKind::NotFound, "config field 'dir': " + dir + " is not a folder");
+  if (!fs::is_directory(dir, ec))
+    throw Error(ErrorKind::InvalidArgument, "config field 'dir': " + dir + " is not a folder");
   const fs::path root = fs::canonical(dir, ec);
-  if (ec) throw Error(ErrorKind::NotFound, "config field 'dir': " + dir + ": " + ec.message());
+  if (ec) throw Error(ErrorKind::InvalidArgument, "config field 'dir': " + dir + ": " + ec.message());
 
   Generated g;
   std::vector<fs::path> files;

@@ -18,7 +18,7 @@ struct CodeWalkLimits {
 };
 
 // The files are found recursively under `dir` and taken in sorted path order; symbolic links to folders are not
-// followed, and a linked file whose target lies outside `dir` is skipped (counted). Throws NotFound when `dir`
+// followed, and a linked file whose target lies outside `dir` is skipped (counted). Throws InvalidArgument when `dir`
 // is not a folder. progress(files done, files to read).
 Generated code_completion_rows(const std::string& dir, uint64_t seed, const CodeWalkLimits& limits,
                                const Progress& progress = {});

@@ -69,12 +69,12 @@ void validate_dataset_config(const json& config) {
     const std::string dir = text_field(t, config, "dir");
     std::error_code ec;
     if (!std::filesystem::is_directory(dir, ec))
-      throw Error(ErrorKind::NotFound, "config field 'dir': " + dir + " is not a folder");
+      throw Error(ErrorKind::InvalidArgument, "config field 'dir': " + dir + " is not a folder");
   } else if (t.id == "format_conversion") {
     const std::string path = text_field(t, config, "path");
     std::error_code ec;
     if (!std::filesystem::is_regular_file(path, ec))
-      throw Error(ErrorKind::NotFound, "config field 'path': " + path + " is not a file");
+      throw Error(ErrorKind::InvalidArgument, "config field 'path': " + path + " is not a file");
   } else if (t.needs_llm) {
     llm_row_budget(t, config);
     job_llm_client();  // Unsupported without a server to call

@@ -77,7 +77,8 @@ void check_output_dir(const std::string& out) {
   }
   const fs::path parent = p.lexically_normal().parent_path();
   if (!fs::is_directory(parent, ec))
-    throw Error(ErrorKind::NotFound, "config field 'out': the parent folder " + parent.string() + " does not exist");
+    throw Error(ErrorKind::InvalidArgument,
+                "config field 'out': the parent folder " + parent.string() + " does not exist");
   if (::access(parent.c_str(), W_OK | X_OK) != 0)  // EACCES, EROFS, …: the errno says which
     throw OsError("config field 'out': the parent folder " + parent.string() + " is not writable", errno);
 }

@@ -20,7 +20,7 @@ struct Split {
 Split split_rows(std::vector<json> rows);
 
 // `out` must be a path that does not exist (or an empty folder) whose parent folder exists and may be written.
-// Throws InvalidArgument / NotFound naming the field, or OsError with the system's reason for an unwritable parent.
+// Throws InvalidArgument naming the field, or OsError with the system's reason for an unwritable parent.
 void check_output_dir(const std::string& out);
 
 // Writes the split's two files into `out` (see above). Throws OsError on a failed write; nothing is left behind.

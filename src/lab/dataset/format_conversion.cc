@@ -26,7 +26,7 @@ Generated convert_jsonl(const std::string& path, const KeyMapping& keys, const P
   namespace fs = std::filesystem;
   std::error_code ec;
   if (!fs::is_regular_file(path, ec))
-    throw Error(ErrorKind::NotFound, "config field 'path': " + path + " is not a file");
+    throw Error(ErrorKind::InvalidArgument, "config field 'path': " + path + " is not a file");
   const uint64_t size = fs::file_size(path, ec);
   std::unique_ptr<FILE, int (*)(FILE*)> f(std::fopen(path.c_str(), "rb"), &std::fclose);
   if (!f) throw OsError("config field 'path': cannot open " + path, errno);
