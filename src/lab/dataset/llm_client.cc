@@ -74,10 +74,17 @@ LlmClient::Response LlmClient::post(const std::string& path, const std::string& 
       stream.expires_after(limits_.exchange_timeout);
       http::async_write(stream, req, [&](beast::error_code ec3, size_t) {
         if (ec3) return fail(ec3);
-        http::async_read(stream, buffer, parser, [&](beast::error_code ec4, size_t) {
+        http::async_read_header(stream, buffer, parser, [&](beast::error_code ec4, size_t) {
           if (ec4) return fail(ec4);
-          beast::error_code ignored;
-          stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
+          // The parser's own body limit is not applied to a Content-Length in every Boost: checked here too.
+          if (const auto length = parser.content_length(); length && *length > limits_.max_response_bytes)
+            return fail(http::error::body_limit);
+          http::async_read(stream, buffer, parser, [&](beast::error_code ec5, size_t) {
+            if (ec5) return fail(ec5);
+            if (parser.get().body().size() > limits_.max_response_bytes) return fail(http::error::body_limit);
+            beast::error_code ignored;
+            stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
+          });
         });
       });
     });

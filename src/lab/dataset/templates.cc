@@ -55,8 +55,8 @@ std::vector<TemplateDef> build() {
         "sft_qa_pairs", "Q&A pairs", "Question/answer pairs written as 'Q: ...' / 'A: ...' blocks, one chat row each",
         "messages",     false,       {}};
     t.fields.push_back(textarea("pairs", "Q/A pairs",
-                                "Q: question\\nA: answer (answers may run over several lines; the next Q: starts a "
-                                "new pair)",
+                                "a line 'Q: question', then a line 'A: answer' (questions and answers may run over "
+                                "several lines; the next Q: starts a new pair)",
                                 true));
     t.fields.push_back(
         textarea("system_prompt", "System prompt", "optional system message put first in every row", false));
