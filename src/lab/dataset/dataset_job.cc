@@ -1,6 +1,8 @@
 #include "lab/dataset/dataset_job.h"
 
+#include <algorithm>
 #include <cmath>
+#include <filesystem>
 
 #include "common/error.h"
 #include "lab/dataset/code_completion.h"

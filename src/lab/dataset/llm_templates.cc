@@ -1,5 +1,6 @@
 #include "lab/dataset/llm_templates.h"
 
+#include <algorithm>
 #include <cctype>
 
 #include "common/error.h"
