@@ -17,7 +17,7 @@
 namespace lathe::dataset {
 namespace dataset_client_test {
 
-// One listening socket on loopback; `serve` gets each accepted connection's fd (closed after it returns).
+// One listening socket on loopback; `serve` gets each accepted connection's fd in turn (closed after it returns).
 struct ScriptedServer {
   int fd = -1;
   int port = 0;
@@ -33,10 +33,12 @@ struct ScriptedServer {
     ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
     port = ntohs(a.sin_port);
     thread = std::thread([this, serve] {
-      const int c = ::accept(fd, nullptr, nullptr);
-      if (c < 0) return;
-      serve(c);
-      ::close(c);
+      while (true) {
+        const int c = ::accept(fd, nullptr, nullptr);
+        if (c < 0) return;
+        serve(c);
+        ::close(c);
+      }
     });
   }
   ~ScriptedServer() {
@@ -107,6 +109,25 @@ TEST(DatasetLlmClient, SendsAChatCompletionAndReadsTheReply) {
   EXPECT_EQ(body["messages"][0]["content"], "hi");
 }
 
+TEST(DatasetLlmClient, ABusyServerIsAskedAgain) {
+  int calls = 0;
+  ScriptedServer s([&](int c) {
+    read_request(c);
+    if (++calls < 3)
+      write_all(c, response(429, R"({"error":{"message":"queue full"}})"));
+    else
+      write_all(c, response(200, R"({"choices":[{"message":{"content":"OK"}}]})"));
+  });
+  LlmClientLimits l;
+  l.busy_pause = std::chrono::milliseconds(5);
+  EXPECT_EQ(LlmClient({s.url(), ""}, l).chat(jobs::json::array(), {}), "OK");
+  EXPECT_EQ(calls, 3);
+  l.busy_retries = 1;
+  calls = -10;  // busy for longer than one retry
+  const std::string e = io_error([&] { LlmClient({s.url(), ""}, l).chat(jobs::json::array(), {}); });
+  EXPECT_NE(e.find("HTTP 429: queue full"), std::string::npos) << e;
+}
+
 TEST(DatasetLlmClient, ErrorsTimeoutsCapsAndRefusals) {
   {
     ScriptedServer s([](int c) {
@@ -142,11 +163,7 @@ TEST(DatasetLlmClient, ErrorsTimeoutsCapsAndRefusals) {
   int free_port;
   {
     ScriptedServer s([](int) {});
-    free_port = s.port;
-    // Connect once so the accept thread ends; the port is closed afterwards.
-    LlmClientLimits l;
-    l.exchange_timeout = std::chrono::milliseconds(200);
-    io_error([&] { LlmClient({s.url(), ""}, l).post("/x", "{}"); });
+    free_port = s.port;  // closed when s goes
   }
   const std::string refused = io_error([&] {
     LlmClient({"http://127.0.0.1:" + std::to_string(free_port), ""}).post("/x", "{}");

@@ -1,9 +1,12 @@
 #include "lab/dataset/llm_client.h"
 
+#include <algorithm>
+#include <optional>
+#include <thread>
+
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
-#include <optional>
 
 #include "common/error.h"
 
@@ -110,7 +113,14 @@ std::string LlmClient::chat(const jobs::json& messages, const ChatParams& params
                            {"temperature", params.temperature},
                            {"stream", false},
                            {"chat_template_kwargs", {{"enable_thinking", false}}}};
-  const Response r = post("/v1/chat/completions", body.dump(-1, ' ', false, jobs::json::error_handler_t::replace));
+  const std::string text = body.dump(-1, ' ', false, jobs::json::error_handler_t::replace);
+  Response r = post("/v1/chat/completions", text);
+  auto pause = limits_.busy_pause;
+  for (int retry = 0; (r.status == 429 || r.status == 503) && retry < limits_.busy_retries; ++retry) {
+    std::this_thread::sleep_for(pause);
+    pause = std::min<std::chrono::milliseconds>(pause * 2, std::chrono::seconds(10));
+    r = post("/v1/chat/completions", text);
+  }
   jobs::json answer;
   try {
     answer = jobs::json::parse(r.body);

@@ -14,6 +14,10 @@ struct LlmClientLimits {
   std::chrono::milliseconds connect_timeout{10'000};
   std::chrono::milliseconds exchange_timeout{600'000};  // writing the request and reading the whole response
   size_t max_response_bytes = 8u << 20;
+  // A busy server (429, 503: its generation queue is full) is asked again after a pause that doubles from
+  // busy_pause up to 10 s, at most busy_retries times, before the call fails.
+  int busy_retries = 30;
+  std::chrono::milliseconds busy_pause{500};
 };
 
 struct ChatParams {
@@ -32,8 +36,9 @@ class LlmClient {
     std::string body;
   };
   Response post(const std::string& path, const std::string& body) const;
-  // One chat completion, thinking off: the first choice's message content. Throws Error(Io) naming the server's
-  // error for a non-2xx answer, Corrupt for a body that is not a chat completion.
+  // One chat completion, thinking off: the first choice's message content (busy answers retried, see
+  // LlmClientLimits). Throws Error(Io) naming the server's error for a non-2xx answer, Corrupt for a body that is
+  // not a chat completion.
   std::string chat(const jobs::json& messages, const ChatParams& params) const;
 
  private:
