@@ -246,14 +246,18 @@ TEST(DatasetCode, TopLevelBlocksSplitAtSeededLinesAndLinksOutsideAreSkipped) {
   fs::create_symlink(d.path / "outside" / "secret.py", d.path / "src" / "leak.py");
   fs::create_directory_symlink(d.path / "outside", d.path / "src" / "linkdir");
   fs::create_symlink(d.path / "src" / "pkg" / "b.py", d.path / "src" / "inside.py");
+  fs::create_directories(d.path / "src" / ".venv" / "lib");
+  std::ofstream(d.path / "src" / ".venv" / "lib" / "dep.py") << "def dep():\n    return 0\n";
 
   const Generated g = code_completion_rows(d.str("src"), 7, {});
-  // a.py: f and C; inside.py -> b.py: g; pkg/b.py: g. The link leaving the folder is skipped; linkdir not followed.
+  // a.py: f and C; inside.py -> b.py: g; pkg/b.py: g. The link leaving the folder is skipped; linkdir is not
+  // followed, .venv not entered.
   ASSERT_EQ(g.rows.size(), 4u);
   EXPECT_EQ(g.skipped, 1);
   for (const auto& r : g.rows) {
     const std::string p = r["prompt"], c = r["completion"];
     EXPECT_FALSE(contains(p + c, "secret"));
+    EXPECT_FALSE(contains(p + c, "dep"));
     EXPECT_FALSE(c.empty());
     EXPECT_TRUE(p.starts_with("@cache\ndef f(x):\n") || p.starts_with("class C:\n") || p.starts_with("def g():\n"))
         << p;

@@ -93,6 +93,11 @@ Generated code_completion_rows(const std::string& dir, uint64_t seed, const Code
     if (++seen > limits.max_entries) break;
     if (it.depth() >= limits.max_depth) it.disable_recursion_pending();
     const fs::directory_entry& e = *it;
+    const std::string name = e.path().filename().string();
+    if (name.starts_with(".") || name == "__pycache__" || name == "node_modules" || name == "site-packages") {
+      if (e.is_directory(ec)) it.disable_recursion_pending();  // .git, .venv, caches: not the project's code
+      continue;
+    }
     if (e.path().extension() != ".py") continue;
     if (e.is_symlink(ec)) {
       const fs::path target = fs::canonical(e.path(), ec);

@@ -17,9 +17,10 @@ struct CodeWalkLimits {
   int max_depth = 32;
 };
 
-// The files are found recursively under `dir` and taken in sorted path order; symbolic links to folders are not
-// followed, and a linked file whose target lies outside `dir` is skipped (counted). Throws InvalidArgument when `dir`
-// is not a folder. progress(files done, files to read).
+// The files are found recursively under `dir` and taken in sorted path order; hidden entries (.git, .venv, ...),
+// __pycache__, node_modules and site-packages are passed over; symbolic links to folders are not followed, and a linked
+// file whose target lies outside `dir` is skipped (counted). Throws InvalidArgument when `dir` is not a folder.
+// progress(files done, files to read).
 Generated code_completion_rows(const std::string& dir, uint64_t seed, const CodeWalkLimits& limits,
                                const Progress& progress = {});
 

@@ -28,6 +28,10 @@ Generated convert_jsonl(const std::string& path, const KeyMapping& keys, const P
   if (!fs::is_regular_file(path, ec))
     throw Error(ErrorKind::InvalidArgument, "config field 'path': " + path + " is not a file");
   const uint64_t size = fs::file_size(path, ec);
+  if (size > kMaxConvertBytes)
+    throw Error(ErrorKind::InvalidArgument, "config field 'path': " + path + " holds " + std::to_string(size) +
+                                                " bytes; at most " + std::to_string(kMaxConvertBytes) +
+                                                " are converted in one job (split the file)");
   std::unique_ptr<FILE, int (*)(FILE*)> f(std::fopen(path.c_str(), "rb"), &std::fclose);
   if (!f) throw OsError("config field 'path': cannot open " + path, errno);
 
@@ -39,7 +43,7 @@ Generated convert_jsonl(const std::string& path, const KeyMapping& keys, const P
   while (!eof) {
     line.clear();
     int c;
-    while ((c = std::fgetc(f.get())) != EOF && c != '\n') {
+    while ((c = getc_unlocked(f.get())) != EOF && c != '\n') {
       if (line.size() >= train::kMaxDataLineBytes)
         throw Error(ErrorKind::InvalidArgument, path + ", line " + std::to_string(line_no + 1) + ": longer than " +
                                                     std::to_string(train::kMaxDataLineBytes) + " bytes");
