@@ -77,6 +77,10 @@ void validate_dataset_config(const json& config) {
     std::error_code ec;
     if (!std::filesystem::is_regular_file(path, ec))
       throw Error(ErrorKind::InvalidArgument, "config field 'path': " + path + " is not a file");
+    if (std::filesystem::file_size(path, ec) > kMaxConvertBytes)
+      throw Error(ErrorKind::InvalidArgument, "config field 'path': " + path + " is larger than " +
+                                                  std::to_string(kMaxConvertBytes >> 20) +
+                                                  " MiB, the most one job converts (split the file)");
   } else if (t.needs_llm) {
     llm_row_budget(t, config);
     job_llm_client();  // Unsupported without a server to call
