@@ -7,17 +7,18 @@
 #include "common/error.h"
 
 namespace lathe::cli {
-namespace {
+// A named namespace: a unity batch that joins this file with run.cc would see two anonymous ms_since.
+namespace run_kv_detail {
 using Clock = std::chrono::steady_clock;
 double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
-}  // namespace
+}  // namespace run_kv_detail
 
 KvRestoreResult restore_kv_for_prompt(Model& model, const CacheOptions& options, const std::string& path, bool verify,
                                       const std::vector<int32_t>& prompt, CacheList& caches, const std::string& ns) {
   CacheIdentity id = cache_identity(model, options);
   id.meta.ns = ns;
   const CacheLayout layout = probe_cache_layout(model, options);
-  const auto t0 = Clock::now();
+  const auto t0 = run_kv_detail::Clock::now();
   KvLoadOptions lo;
   lo.expect = &id.meta;
   lo.verify = verify;
@@ -39,7 +40,7 @@ KvRestoreResult restore_kv_for_prompt(Model& model, const CacheOptions& options,
   caches = std::move(restored);
   KvRestoreResult r;
   r.reused = static_cast<int64_t>(common);
-  r.ms = ms_since(t0);
+  r.ms = run_kv_detail::ms_since(t0);
   r.file_bytes = h.file_size;
   return r;
 }
@@ -48,10 +49,10 @@ KvSaveResult save_kv_for_prompt(const Model& model, const CacheOptions& options,
                                 const std::vector<int32_t>& tokens, const CacheList& caches, const std::string& ns) {
   CacheIdentity id = cache_identity(model, options);
   id.meta.ns = ns;
-  const auto t0 = Clock::now();
+  const auto t0 = run_kv_detail::Clock::now();
   KvSaveResult r;
   r.file_bytes = save_kv_file(path, tokens, caches, id.meta);
-  r.ms = ms_since(t0);
+  r.ms = run_kv_detail::ms_since(t0);
   return r;
 }
 

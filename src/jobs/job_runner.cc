@@ -15,12 +15,14 @@
 #include <csignal>
 #include <cstring>
 #include <filesystem>
+#include <string_view>
 #include <vector>
 
 #include "common/error.h"
 #include "common/log.h"
 #include "common/os_error.h"
 #include "jobs/event_log.h"
+#include "jobs/job_api.h"
 #include "jobs/kinds.h"
 
 namespace lathe::jobs {
@@ -225,6 +227,21 @@ void JobRunner::run_one(const std::string& id) {
   std::vector<char*> argv;
   for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
+  // The child's environment: this process's, with the serving server's own API (job_api.h) in place of any
+  // inherited one; built before the fork (the child may only make async-signal-safe calls).
+  std::vector<std::string> env_text;
+  const auto api = job_api_env();
+  for (char** e = environ; e && *e; ++e) {
+    const std::string_view entry(*e);
+    if (!api.empty() &&
+        (entry.starts_with(std::string(kJobApiUrlEnv) + "=") || entry.starts_with(std::string(kJobApiKeyEnv) + "=")))
+      continue;
+    env_text.emplace_back(entry);
+  }
+  for (const auto& [name, value] : api) env_text.push_back(name + "=" + value);
+  std::vector<char*> envp;
+  for (auto& e : env_text) envp.push_back(e.data());
+  envp.push_back(nullptr);
   int out[2];
   if (::pipe2(out, O_CLOEXEC) != 0) throw OsError("pipe", errno);
   const pid_t parent = ::getpid();
@@ -249,7 +266,7 @@ void JobRunner::run_one(const std::string& id) {
     ::dup2(out[1], 2);
     const int devnull = ::open("/dev/null", O_RDONLY);
     if (devnull >= 0) ::dup2(devnull, 0);
-    ::execv(argv[0], argv.data());
+    ::execve(argv[0], argv.data(), envp.data());
     ::_exit(127);
   }
   ::close(out[1]);

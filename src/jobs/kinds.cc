@@ -8,29 +8,19 @@
 
 #include "common/error.h"
 #include "jobs/test_kinds.h"
+#include "lab/dataset/dataset_job.h"
 #include "lab/quantize/quantize_job.h"
 #include "lab/train/finetune_job.h"
 
 namespace lathe::jobs {
 namespace {
 
-JobKind not_available(const std::string& name, const std::string& why) {
-  JobKind k;
-  k.name = name;
-  k.description = why;
-  k.validate = [name, why](const json&) { throw Error(ErrorKind::Unsupported, "job kind '" + name + "': " + why); };
-  k.run = [name, why](const Emit&, const json&) -> JobResult {
-    throw Error(ErrorKind::Unsupported, "job kind '" + name + "': " + why);
-  };
-  return k;
-}
-
 const std::vector<JobKind>& registry() {
   static const std::vector<JobKind> kinds = [] {
     std::vector<JobKind> k;
     k.push_back(lab::quantize_kind());
     k.push_back(lab::finetune_kind());
-    k.push_back(not_available("dataset", "not available yet (dataset generation is not implemented in this build)"));
+    k.push_back(lab::dataset_kind());
     k.push_back(noop_kind());
     k.push_back(crash_kind());
     return k;

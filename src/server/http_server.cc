@@ -10,6 +10,7 @@
 #include "common/error.h"
 #include "common/limits.h"
 #include "common/log.h"
+#include "jobs/job_api.h"
 #include "server/cors.h"
 #include "server/host_check.h"
 #include "server/http_front.h"
@@ -210,8 +211,8 @@ size_t http_workers(const ServeOptions& options) {
 
 HttpServer::HttpServer(ServerContext& ctx) : ctx_(ctx) {
   auto routes = std::make_shared<std::vector<Route>>();
-  for (auto* make :
-       {&openai_routes, &anthropic_routes, &info_routes, &jobs_routes, &adapter_routes, &cache_routes, &web_routes})
+  for (auto* make : {&openai_routes, &anthropic_routes, &info_routes, &jobs_routes, &dataset_routes, &adapter_routes,
+                     &cache_routes, &web_routes})
     for (Route& r : (*make)(ctx_)) routes->push_back(std::move(r));
 
   const size_t max_body = ctx_.options().max_body_bytes;
@@ -251,7 +252,12 @@ HttpServer::HttpServer(ServerContext& ctx) : ctx_(ctx) {
 
 HttpServer::~HttpServer() = default;
 
-int HttpServer::bind() { return front_->bind(ctx_.options().host, ctx_.options().port); }
+int HttpServer::bind() {
+  const int port = front_->bind(ctx_.options().host, ctx_.options().port);
+  // Jobs (the dataset job's LLM templates) reach this server on its own address.
+  jobs::set_server_job_api(ctx_.options().host, port, ctx_.options().api_key);
+  return port;
+}
 
 void HttpServer::run() { front_->run(); }
 

@@ -35,6 +35,7 @@ std::vector<Route> info_routes(ServerContext& ctx);
 std::vector<Route> jobs_routes(ServerContext& ctx);
 // Ends every following job event stream (called by HttpServer::stop: a long job must not hold up shutdown).
 void stop_job_streams();
+std::vector<Route> dataset_routes(ServerContext& ctx);  // GET /api/dataset/templates
 std::vector<Route> adapter_routes(ServerContext& ctx);
 std::vector<Route> cache_routes(ServerContext& ctx);  // GET /v1/cache
 std::vector<Route> web_routes(ServerContext& ctx);    // GET / and /ui/*: the embedded web UI (unless --no-ui)

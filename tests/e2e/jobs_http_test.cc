@@ -198,7 +198,7 @@ TEST(JobsHttp, AuthValidationReplayCrashAndCli) {
   r = c.Post("/api/jobs", R"({"kind":"dataset","config":{}})", "application/json");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 400);
-  EXPECT_NE(r->body.find("not available yet"), std::string::npos);
+  EXPECT_NE(r->body.find("'template' is required"), std::string::npos) << r->body;
   r = c.Post("/api/jobs", R"({"kind":"finetune","config":{"data_dir":"d","adapter_path":"o"}})", "application/json");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 400);

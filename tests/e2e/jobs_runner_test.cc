@@ -141,8 +141,8 @@ TEST(JobRunner, RejectsBadSubmissionsBeforeQueuingAndASecondRunner) {
     r.submit("dataset", json::object());
     FAIL();
   } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), ErrorKind::Unsupported);
-    EXPECT_NE(std::string(e.what()).find("not available yet"), std::string::npos);
+    EXPECT_EQ(e.kind(), ErrorKind::InvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("'template' is required"), std::string::npos);
   }
   try {
     r.submit("finetune", json::object());

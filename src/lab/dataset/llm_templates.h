@@ -1,0 +1,29 @@
+// The LLM-driven templates: self_instruct, style_transfer, multi_turn_chat, rag_qa, cot_synthesis and
+// prompt_reconstruction, each a few chat completions per row against the served model (llm_client.h). A reply
+// that comes back empty skips its row (counted); a failed call fails the job.
+#pragma once
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "lab/dataset/generated.h"
+#include "lab/dataset/llm_client.h"
+#include "lab/dataset/templates.h"
+
+namespace lathe::dataset {
+
+// One chat completion: messages in, the reply's text out (a test may stand in for the server).
+using ChatFn = std::function<std::string(const json& messages)>;
+
+// The rows the inputs promise (progress's total); throws InvalidArgument naming the field when the inputs give
+// none or more than kMaxLlmRows.
+int64_t llm_row_budget(const TemplateDef& t, const json& config);
+constexpr int64_t kMaxLlmRows = 5000;
+
+Generated run_llm_template(const TemplateDef& t, const json& config, const ChatFn& chat, const Progress& progress);
+
+// Input helpers (exposed for tests): the non-blank lines, trimmed; the blank-line separated passages, trimmed.
+std::vector<std::string> input_lines(const std::string& text);
+std::vector<std::string> input_passages(const std::string& text);
+
+}  // namespace lathe::dataset
