@@ -185,6 +185,40 @@ describe('in Chromium', { skip: CHROMIUM ? false : 'no chromium installed' }, ()
     assert.deepEqual(mounted.json.data, []);
   });
 
+  test('a dataset built from its form opens a fine-tune form on its folder', async () => {
+    const out = path.join(dir, 'qa-data');
+    await tab.goto(`${server.base}/#/jobs/new/dataset`);
+    await tab.waitForSelector('#field-template option[value="sft_qa_pairs"]', { state: 'attached' });
+    await tab.selectOption('#field-template', 'sft_qa_pairs');
+    await tab.waitForSelector('#field-pairs');
+    await tab.fill('#field-out', out);
+    const pairs = Array.from({ length: 10 }, (_, i) => `Q: question ${i}\nA: answer ${i}\n`).join('\n');
+    await tab.fill('#field-pairs', pairs);
+    await tab.click('#job-submit');
+    await tab.waitForURL(/#\/jobs\/job_[0-9a-f]{16}$/);
+    await tab.waitForSelector('#job-status .badge.done', { timeout: 60000 });
+    const summary = JSON.parse(await tab.textContent('#job-summary'));
+    assert.equal(summary.rows, 10, JSON.stringify(summary));
+    const train = fs.readFileSync(path.join(out, 'train.jsonl'), 'utf8').trim().split('\n').map(JSON.parse);
+    assert.equal(train.length, 9);
+    assert.deepEqual(train[0].messages, [{ role: 'user', content: 'question 0' }, { role: 'assistant', content: 'answer 0' }]);
+    await tab.click('#job-finetune-on');
+    await tab.waitForSelector('#field-data_dir');
+    assert.equal(await tab.inputValue('#field-data_dir'), out);
+  });
+
+  test('a dataset template the server refuses shows why', async () => {
+    await tab.goto(`${server.base}/#/jobs/new/dataset`);
+    await tab.waitForSelector('#field-template option[value="hf_dataset_import"]', { state: 'attached' });
+    await tab.selectOption('#field-template', 'hf_dataset_import');
+    await tab.waitForSelector('#field-dataset');
+    await tab.fill('#field-out', path.join(dir, 'hf-data'));
+    await tab.fill('#field-dataset', 'owner/name');
+    await tab.click('#job-submit');
+    await tab.waitForSelector('#form-status.error');
+    assert.match(await tab.textContent('#form-status'), /network/);
+  });
+
   test('a running job is cancelled from its page, and the list shows it', async () => {
     const made = await request(server, 'POST', '/api/jobs', { headers: auth, body: { kind: 'noop', config: { steps: 600, step_ms: 100 } } });
     assert.equal(made.status, 201, made.text);
