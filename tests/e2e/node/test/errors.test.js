@@ -253,7 +253,7 @@ describe('server with --max-body-bytes and --max-queue', () => {
     for (const [method, route] of [
       ['GET', '/v1/nope'],
       ['POST', '/v1/nope'],
-      ['GET', '/'],
+      ['GET', '/ui/nope.js'],
       ['GET', '/v2/chat/completions'],
     ])
       assertOpenAIError(await request(server, method, route, method === 'POST' ? { body: {} } : {}), 404);
