@@ -44,7 +44,10 @@ function showKeyBar(message) {
   keyBar.hidden = false;
 }
 
-onAuthNeeded(() => showKeyBar("This server needs an API key (kept in this browser only)."));
+// Pages that poll keep getting 401 until a key is set: the bar is drawn once, not over what is being typed.
+onAuthNeeded(() => {
+  if (keyBar.hidden) showKeyBar("This server needs an API key (kept in this browser only).");
+});
 document.getElementById("key-button").addEventListener("click", () => showKeyBar("API key for this server:"));
 window.addEventListener("hashchange", route);
 route();
