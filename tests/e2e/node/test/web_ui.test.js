@@ -90,6 +90,19 @@ describe('in Chromium', { skip: CHROMIUM ? false : 'no chromium installed' }, ()
     assert.ok(models.includes('demo'), JSON.stringify(models));
   });
 
+  test('a polling page keeps what is being typed into the key bar', async () => {
+    const fresh = await browser.newPage();
+    try {
+      await fresh.goto(`${server.base}/#/jobs`);
+      await fresh.waitForSelector('#key-bar:not([hidden]) #api-key');
+      await fresh.fill('#api-key', 'half-typed');
+      await fresh.waitForTimeout(2600); // the list polls every 2 s, and each poll gets a 401
+      assert.equal(await fresh.inputValue('#api-key'), 'half-typed');
+    } finally {
+      await fresh.close();
+    }
+  });
+
   test('chat streams the answer, with timing under it', async () => {
     await tab.fill('#chat-input', 'hello world');
     await tab.press('#chat-input', 'Enter');
