@@ -5,14 +5,13 @@
 
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
-#include <sstream>
 
 #include "cli/verbs.h"
 #include "common/error.h"
 #include "jobs/job_format.h"
 #include "lab/dataset/dataset_job.h"
 #include "lab/dataset/templates.h"
+#include "lab/dataset/text_file.h"
 
 namespace lathe::cli {
 namespace cli_dataset_detail {
@@ -41,16 +40,7 @@ jobs::json typed_value(const dataset::TemplateDef& t, const std::string& key, co
   return text;
 }
 
-std::string read_input_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(ErrorKind::InvalidArgument, "--set-file: cannot read " + path);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  std::string text = ss.str();
-  constexpr size_t kMax = 64u << 20;
-  if (text.size() > kMax) throw Error(ErrorKind::InvalidArgument, "--set-file: " + path + " is larger than 64 MiB");
-  return text;
-}
+std::string read_input_file(const std::string& path) { return dataset::read_text_file(path, "--set-file"); }
 
 void print_templates() {
   for (const auto& t : dataset::templates()) {

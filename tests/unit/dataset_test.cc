@@ -3,6 +3,7 @@
 // naming the line, the 90/10 split, the output written whole, the LLM-driven templates' row shapes against a
 // stand-in model, and generated folders loading in the fine-tune's own data loader.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -387,6 +388,40 @@ TEST(DatasetJob, RunsWritesWholeFoldersThatTheFinetuneLoaderReads) {
   });
   EXPECT_TRUE(contains(e, "produced no rows (1 inputs skipped)")) << e;
   EXPECT_FALSE(fs::exists(d.path / "none"));
+}
+
+// A textarea's text may come from a file on the server (NAME_file): for inputs past a job config's 16 KiB.
+TEST(DatasetJob, TextareaFieldsReadFromServerFiles) {
+  Scratch d;
+  std::string pairs;
+  for (int i = 0; i < 2000; ++i)
+    pairs += "Q: question " + std::to_string(i) + "\nA: answer " + std::to_string(i) + "\n";
+  ASSERT_GT(pairs.size(), 16u * 1024);
+  std::ofstream(d.path / "qa.txt") << pairs;
+  const json config = {{"template", "sft_qa_pairs"}, {"out", d.str("qa")}, {"pairs_file", d.str("qa.txt")}};
+  validate_dataset_config(config);
+  const jobs::JobResult r = run_dataset([](const json&) {}, config);
+  EXPECT_EQ(r.summary["rows"], 2000);
+  EXPECT_EQ(read_jsonl(d.path / "qa" / "valid.jsonl").back()["messages"][1]["content"], "answer 1999");
+
+  auto refused = [&](const json& extra) {
+    json c = {{"template", "sft_qa_pairs"}, {"out", d.str("qa2")}};
+    c.update(extra);
+    return error_of([&] { validate_dataset_config(c); });
+  };
+  EXPECT_TRUE(contains(refused({{"pairs", "Q: a\nA: b"}, {"pairs_file", d.str("qa.txt")}}), "both given")) << "both";
+  EXPECT_TRUE(contains(refused({{"pairs_file", d.str("missing.txt")}}), "missing.txt cannot be read (No such file"));
+  EXPECT_TRUE(contains(refused({{"pairs_file", d.str("")}}), "is not a regular file"));  // the folder itself
+  EXPECT_TRUE(contains(refused({{"pairs_file", 3}}), "'pairs_file' must be a string"));
+  // A FIFO with no writer is refused at once, not waited on.
+  ASSERT_EQ(::mkfifo(d.str("fifo").c_str(), 0600), 0);
+  EXPECT_TRUE(contains(refused({{"pairs_file", d.str("fifo")}}), "is not a regular file"));
+  std::ofstream(d.path / "blank.txt") << "\n  \n";
+  EXPECT_TRUE(contains(refused({{"pairs_file", d.str("blank.txt")}}), "holds no text"));
+  // The registry tells forms which key takes the file.
+  for (const auto& t : templates_json()["templates"])
+    for (const auto& f : t["fields"])
+      EXPECT_EQ(f.contains("file_field"), f["type"] == "textarea") << t["id"] << " " << f["name"];
 }
 
 TEST(DatasetLlm, TemplatesBuildTheirRowsFromTheModelsReplies) {

@@ -178,7 +178,18 @@ export async function showJobForm(container, kind, preset) {
     chosen.needs_llm ? el("p", { class: "hint" }, "This template asks the served model to write its rows.") : null,
   );
   const fields = [{ name: "out", label: "Output folder", type: "text", required: true, hint: "train.jsonl and valid.jsonl go here" }];
-  for (const f of chosen.fields || []) if (f.name !== "out") fields.push(f);
+  for (const f of chosen.fields || []) {
+    if (f.name === "out") continue;
+    fields.push(f);
+    // A long text can sit in a file on the server instead (a job's config holds at most 16 KiB).
+    if (f.file_field)
+      fields.push({
+        name: f.file_field,
+        label: `…or ${(f.label || f.name).toLowerCase()} from a file on the server`,
+        type: "text",
+        hint: "a path the server reads instead of the text above (up to 64 MiB)",
+      });
+  }
   const read = fieldInputs(form, fields, preset);
   submitter(form, "dataset", () => read({ template: chosen.id }));
 }

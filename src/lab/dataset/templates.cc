@@ -4,6 +4,7 @@
 
 #include "common/error.h"
 #include "jobs/kinds.h"
+#include "lab/dataset/text_file.h"
 
 namespace lathe::dataset {
 namespace dataset_templates_detail {
@@ -235,6 +236,7 @@ const TemplateDef& find_template(const std::string& id) {
 json to_json(const FieldDef& f) {
   json j = {{"name", f.name}, {"type", field_type_name(f.type)}, {"label", f.label},
             {"hint", f.hint}, {"required", f.required},          {"default", f.default_value}};
+  if (f.type == FieldType::Textarea) j["file_field"] = file_field_name(f);  // the same text from a server file
   if (f.type == FieldType::Number) {
     j["min"] = f.min;
     j["max"] = f.max;
@@ -263,11 +265,29 @@ json templates_json() {
 void check_template_fields(const TemplateDef& t, const json& config) {
   using namespace dataset_templates_detail;
   std::vector<std::string> known = {"template", "out"};
-  for (const auto& f : t.fields) known.push_back(f.name);
+  for (const auto& f : t.fields) {
+    known.push_back(f.name);
+    if (f.type == FieldType::Textarea) known.push_back(file_field_name(f));
+  }
   jobs::check_fields(config, "dataset (template " + t.id + ")", known);
   for (const auto& f : t.fields) {
     const auto it = config.find(f.name);
     const bool absent = it == config.end() || it->is_null();
+    if (f.type == FieldType::Textarea) {
+      const std::string file_key = file_field_name(f);
+      const auto file = config.find(file_key);
+      if (file != config.end() && !file->is_null()) {
+        if (!absent)
+          throw Error(ErrorKind::InvalidArgument,
+                      "config fields '" + f.name + "' and '" + file_key + "' are both given: send the text or a file");
+        if (!file->is_string())
+          throw Error(ErrorKind::InvalidArgument, "config field '" + file_key + "' must be a string (a file path)");
+        const std::string text = read_text_file(file->get<std::string>(), "config field '" + file_key + "'");
+        if (f.required && blank(text))
+          throw Error(ErrorKind::InvalidArgument, "config field '" + file_key + "': the file holds no text");
+        continue;
+      }
+    }
     if (f.type == FieldType::Number) {
       if (absent) continue;  // every number field has a default
       const double v = jobs::number_field(config, f.name, 0, f.min, f.max);
@@ -288,7 +308,11 @@ void check_template_fields(const TemplateDef& t, const json& config) {
   }
 }
 
+std::string file_field_name(const FieldDef& f) { return f.name + "_file"; }
+
 std::string text_field(const TemplateDef& t, const json& config, const std::string& name) {
+  if (const auto file = config.find(name + "_file"); file != config.end() && file->is_string())
+    return read_text_file(file->get<std::string>(), "config field '" + name + "_file'");
   const auto it = config.find(name);
   if (it != config.end() && it->is_string()) return it->get<std::string>();
   const FieldDef* f = t.field(name);

@@ -45,10 +45,13 @@ json templates_json();
 
 // Checks a dataset job's template fields: none unknown (besides template and out), required ones present and not
 // blank, text fields strings, number fields numbers in range (whole where they must be). Throws InvalidArgument
-// naming the field.
+// naming the field. A textarea field NAME may come instead as NAME_file, a path on the server read with
+// read_text_file (text_file.h), for text larger than a job config holds; giving both is an error.
 void check_template_fields(const TemplateDef& t, const json& config);
-// A field's value, or its default: text fields as strings ("" when absent with no default), number fields as
-// doubles. Assumes check_template_fields passed.
+// "NAME_file": the key that gives a textarea field's text as a server-side file.
+std::string file_field_name(const FieldDef& f);
+// A field's value, or its default: text fields as strings (read from NAME_file when given; "" when absent with
+// no default), number fields as doubles. Assumes check_template_fields passed.
 std::string text_field(const TemplateDef& t, const json& config, const std::string& name);
 double number_field(const TemplateDef& t, const json& config, const std::string& name);
 

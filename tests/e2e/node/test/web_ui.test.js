@@ -220,6 +220,19 @@ describe('in Chromium', { skip: CHROMIUM ? false : 'no chromium installed' }, ()
     assert.equal(await tab.inputValue('#field-data_dir'), out);
   });
 
+  test('a dataset text too large for a job config comes from a file on the server', async () => {
+    const file = path.join(dir, 'many-pairs.txt');
+    fs.writeFileSync(file, Array.from({ length: 1500 }, (_, i) => `Q: question ${i}\nA: answer ${i}`).join('\n'));
+    assert.ok(fs.statSync(file).size > 16 * 1024);
+    await tab.goto(`${server.base}/#/jobs/new/dataset?template=sft_qa_pairs`);
+    await tab.waitForSelector('#field-pairs_file');
+    await tab.fill('#field-out', path.join(dir, 'big-qa'));
+    await tab.fill('#field-pairs_file', file);
+    await tab.click('#job-submit');
+    await tab.waitForSelector('#job-status .badge.done', { timeout: 60000 });
+    assert.equal(JSON.parse(await tab.textContent('#job-summary')).rows, 1500);
+  });
+
   test('a dataset template the server refuses shows why', async () => {
     await tab.goto(`${server.base}/#/jobs/new/dataset`);
     await tab.waitForSelector('#field-template option[value="hf_dataset_import"]', { state: 'attached' });
