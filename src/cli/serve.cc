@@ -268,6 +268,8 @@ Verb add_serve(CLI::App& app) {
   cmd->add_flag("--no-ui{false}", f->server.web_ui, "do not serve the web UI at GET /");
   cmd->add_option("--adapter,--adapter-path", f->server.adapter_paths,
                   "LoRA adapter directory mounted at start (repeatable: stacked; the stack is the default)");
+  cmd->add_option("--job-root", f->server.job_roots,
+                  "directory that every file or folder a job reads or writes must lie in (repeatable; default: any)");
   cmd->add_option("--adapter-dir", f->server.adapter_stores,
                   "directory of LoRA adapters that POST /v1/adapters may mount from (repeatable)");
   cmd->add_option("--max-queue", f->server.max_queue, "requests waiting for the engine before 429")

@@ -21,6 +21,9 @@ struct JobKind {
   // Kinds that exist for the test suites (noop, crash): known only where LATHE_TEST_JOB_KINDS=1 is set, so a
   // served API offers no job that sleeps for minutes or kills its process on request.
   bool test_only = false;
+  // Config keys that name files or folders the job reads or writes (keys ending in "_file" count too): under
+  // `serve --job-root` each must resolve inside a root (job_paths.h).
+  std::vector<std::string> path_fields;
 };
 
 // The kind named `name`; throws Error(InvalidArgument) listing the known kinds (test kinds only where enabled).

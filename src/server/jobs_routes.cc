@@ -14,6 +14,7 @@
 #include "common/log.h"
 #include "common/os_error.h"
 #include "jobs/event_log.h"
+#include "jobs/job_paths.h"
 #include "jobs/job_runner.h"
 #include "jobs/job_store.h"
 #include "jobs/kinds.h"
@@ -130,7 +131,8 @@ std::vector<Route> jobs_routes(ServerContext& ctx) {
   }
 
   std::vector<Route> r;
-  r.push_back({"POST", "/api/jobs", [state](const httplib::Request& req, httplib::Response& res) {
+  const std::vector<std::string> roots = ctx.options().job_roots;
+  r.push_back({"POST", "/api/jobs", [state, roots](const httplib::Request& req, httplib::Response& res) {
                  const json body = parse_json_body(req.body);
                  if (!body.contains("kind") || !body["kind"].is_string())
                    throw ApiError(400, "send {\"kind\": \"...\", \"config\": {...}}", "kind");
@@ -143,6 +145,12 @@ std::vector<Route> jobs_routes(ServerContext& ctx) {
                                   "config");
                  jobs::JobRunner& runner = state->get();
                  const std::string kind = body["kind"].get<std::string>();
+                 const jobs::JobKind& job_kind = jobs::find_kind(kind);  // an unknown kind is a 400
+                 try {  // --job-root: paths outside the roots are refused before anything reads them
+                   jobs::check_job_paths(job_kind, config, roots);
+                 } catch (const Error& e) {
+                   throw ApiError(403, e.what(), "config");
+                 }
                  try {
                    // The config first, apart from the store: an output folder the server may not write is the
                    // request's problem (400, with the OS's reason), not a fault of the job data directory.

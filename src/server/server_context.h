@@ -46,6 +46,7 @@ struct ServeOptions {
   std::string data_dir;                       // jobs database and logs (empty: $XDG_DATA_HOME/lathe)
   bool web_ui = true;                         // GET / serves the embedded web UI (--no-ui turns it off)
   std::vector<std::string> adapter_stores;    // --adapter-dir: where mounts by path may read ([lora])
+  std::vector<std::string> job_roots;         // --job-root: where job configs' paths must lie (empty: anywhere)
   std::vector<std::string> adapter_paths;     // --adapter: mounted at start (the stack is the default)
   CorsPolicy cors;                            // browser origins allowed (loopback by default)
   std::vector<std::string> allowed_hosts;     // --allowed-host: Host names answered besides loopback ones

@@ -160,6 +160,7 @@ namespace lathe::lab {
 jobs::JobKind dataset_kind() {
   jobs::JobKind k;
   k.name = "dataset";
+  k.path_fields = {"out", "dir", "path"};
   k.description =
       "training data from a template (Q/A pairs, preference CSV, code, JSONL conversion, or the served "
       "model) -> train.jsonl + valid.jsonl";

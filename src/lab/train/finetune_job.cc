@@ -36,6 +36,7 @@ jobs::JobResult run_finetune(const train::TrainConfig& c, const jobs::Emit& emit
 jobs::JobKind finetune_kind() {
   jobs::JobKind k;
   k.name = "finetune";
+  k.path_fields = {"model_dir", "data_dir", "adapter_path"};
   k.description = "LoRA fine-tuning (sft, dpo, orpo) of an MLX checkpoint -> an mlx-lm adapter folder";
   k.resumable = true;
   k.validate = [](const jobs::json& config) {
