@@ -14,6 +14,23 @@ const state = {
 
 let root = null;
 
+// The conversation and settings outlive a reload of the tab (sessionStorage: this tab only, gone when it closes).
+const SAVED = "lathe.chat";
+try {
+  const saved = JSON.parse(sessionStorage.getItem(SAVED) || "null");
+  if (saved && Array.isArray(saved.messages)) state.messages = saved.messages.filter((m) => m && typeof m.content === "string");
+  if (saved && saved.settings && typeof saved.settings === "object") Object.assign(state.settings, saved.settings);
+} catch {
+  /* a damaged entry starts a new conversation */
+}
+function save() {
+  try {
+    sessionStorage.setItem(SAVED, JSON.stringify({ messages: state.messages, settings: state.settings }));
+  } catch {
+    /* storage full or off: the conversation just does not survive a reload */
+  }
+}
+
 export async function showChat(container) {
   root = container;
   render();
@@ -139,6 +156,7 @@ function render() {
         disabled: busy,
         onclick: () => {
           state.messages = [];
+          save();
           render();
         },
       },
@@ -245,6 +263,7 @@ async function send(input) {
     answer.meta = parts.join(" · ");
     if (!answer.content && !answer.error && !answer.reasoning) answer.content = "";
     state.abort = null;
+    save();
     render();
   }
 }

@@ -111,6 +111,12 @@ describe('in Chromium', { skip: CHROMIUM ? false : 'no chromium installed' }, ()
     assert.match(await tab.textContent('.msg.assistant .meta'), /\d+ prompt \+ \d+ tokens · stop/);
   });
 
+  test('the conversation survives a reload of the tab', async () => {
+    await tab.reload();
+    await tab.waitForSelector('.msg.assistant .content');
+    assert.equal(await tab.textContent('.msg.assistant .content'), 'HELLO WORLD');
+  });
+
   test('what a message says stays text', async () => {
     await tab.click('#chat-new');
     const hostile = '<img src=x onerror="window.pwned=1"> <b>bold</b>';
