@@ -419,7 +419,8 @@ TEST(DatasetJob, TextareaFieldsReadFromServerFiles) {
   std::ofstream(d.path / "blank.txt") << "\n  \n";
   EXPECT_TRUE(contains(refused({{"pairs_file", d.str("blank.txt")}}), "holds no text"));
   // The registry tells forms which key takes the file.
-  for (const auto& t : templates_json()["templates"])
+  const json all = templates_json();  // named: a range over a temporary's member would outlive the temporary
+  for (const auto& t : all["templates"])
     for (const auto& f : t["fields"])
       EXPECT_EQ(f.contains("file_field"), f["type"] == "textarea") << t["id"] << " " << f["name"];
 }
