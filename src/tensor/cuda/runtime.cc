@@ -1,10 +1,13 @@
 // Device, stream, cuBLAS handle and the caching allocator behind tensor/device_memory.h.
 // The allocator keeps freed blocks in exact-size bins (sizes rounded up) and hands them out again, so a
-// decode step that asks for the same shapes as the one before calls cudaMalloc zero times.
+// decode step that asks for the same shapes as the one before calls cudaMalloc zero times. Blocks of a new size
+// from 512 KiB to 16 MiB are carved from 128 MiB segments: a wave of them (every row's K/V growing at once: 72
+// buffers a row on a 36-layer model) costs one cudaMalloc a segment, not one a block.
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -79,7 +82,7 @@ Runtime& rt() {
 class CachingAllocator {
  public:
   void* alloc(size_t bytes) {
-    const size_t size = round(bytes);
+    size_t size = round(bytes);
     std::lock_guard<std::mutex> lock(mu_);
     auto& bin = free_[size];
     void* p = nullptr;
@@ -91,6 +94,8 @@ class CachingAllocator {
       p = bin.back();
       bin.pop_back();
       cached_ -= size;
+      count_held(p, +1);
+    } else if ((p = carve(size)) != nullptr) {
     } else {
       cudaError_t e = cudaMalloc(&p, size);
       if (e == cudaErrorMemoryAllocation) {  // give the cached blocks back and try once more
@@ -98,19 +103,22 @@ class CachingAllocator {
         release_cached_locked();
         e = cudaMalloc(&p, size);
       }
-      if (e == cudaErrorMemoryAllocation) {  // ENOMEM: the server's 503 insufficient_memory (server/api_error.h)
+      if (e == cudaErrorMemoryAllocation) {
         cudaGetLastError();
-        throw OsError(ENOMEM, "out of device memory allocating " + std::to_string(bytes) + " bytes (" +
-                                  std::to_string(stats_.reserved_bytes >> 20) + " MiB reserved)");
-      }
-      if (e != cudaSuccess) {  // not a lack of memory (a sticky fault of an earlier kernel, say): said as it is
+        // Carved blocks stay cached while their segment is in use: a larger one serves before giving up.
+        p = take_larger_locked(size);
+        if (!p)  // ENOMEM: the server's 503 insufficient_memory (server/api_error.h)
+          throw OsError(ENOMEM, "out of device memory allocating " + std::to_string(bytes) + " bytes (" +
+                                    std::to_string(stats_.reserved_bytes >> 20) + " MiB reserved)");
+      } else if (e != cudaSuccess) {  // not a lack of memory (a sticky fault of an earlier kernel, say): as it is
         cudaGetLastError();
         throw Error(ErrorKind::Internal,
                     "CUDA error in cudaMalloc of " + std::to_string(bytes) + " bytes: " + cudaGetErrorString(e));
+      } else {
+        ++stats_.malloc_calls;
+        stats_.reserved_bytes += size;
+        if (stats_.reserved_bytes > stats_.peak_reserved_bytes) stats_.peak_reserved_bytes = stats_.reserved_bytes;
       }
-      ++stats_.malloc_calls;
-      stats_.reserved_bytes += size;
-      if (stats_.reserved_bytes > stats_.peak_reserved_bytes) stats_.peak_reserved_bytes = stats_.reserved_bytes;
     }
     live_[p] = size;
     stats_.in_use_bytes += size;
@@ -138,6 +146,7 @@ class CachingAllocator {
     // Stream order makes reuse safe: later kernels on the one stream run after earlier users of the block.
     free_[size].push_back(p);
     cached_ += size;
+    count_held(p, -1);
   }
 
   void capture_begin(bool reuse) {
@@ -163,6 +172,7 @@ class CachingAllocator {
     for (const Block& b : blocks) {
       free_[b.size].push_back(b.ptr);
       cached_ += b.size;
+      count_held(b.ptr, -1);
     }
   }
 
@@ -189,16 +199,99 @@ class CachingAllocator {
   }
 
  private:
+  static constexpr size_t kCarveMin = size_t{512} << 10, kCarveMax = size_t{16} << 20;
+  static constexpr size_t kSegmentBytes = size_t{128} << 20;
+  struct Segment {
+    size_t size = 0, used = 0;
+    int64_t held = 0;  // carved blocks not in a free bin (live, or kept by a captured graph)
+  };
+
+  // A carved block leaving (+1) or entering (-1) a free bin; blocks of their own are not counted.
+  void count_held(void* p, int64_t delta) {
+    if (auto c = carved_.find(p); c != carved_.end()) segments_[c->second].held += delta;
+  }
+
+  // A block of `size` from the segment being carved (a new segment when it is full), or null where the size
+  // is not carved or no segment can be had (the caller's cudaMalloc then frees what it can and tries once).
+  void* carve(size_t size) {
+    if (size < kCarveMin || size > kCarveMax || !carving_) return nullptr;
+    if (!tail_ || segments_[tail_].size - segments_[tail_].used < size) {
+      void* base = nullptr;
+      if (cudaMalloc(&base, kSegmentBytes) != cudaSuccess) {
+        cudaGetLastError();
+        return nullptr;
+      }
+      ++stats_.malloc_calls;
+      stats_.reserved_bytes += kSegmentBytes;
+      if (stats_.reserved_bytes > stats_.peak_reserved_bytes) stats_.peak_reserved_bytes = stats_.reserved_bytes;
+      tail_ = static_cast<char*>(base);
+      segments_[tail_].size = kSegmentBytes;
+    }
+    Segment& seg = segments_[tail_];
+    char* p = tail_ + seg.used;
+    seg.used += size;
+    ++seg.held;
+    carved_[p] = tail_;
+    return p;
+  }
+
+  // The smallest cached block of at least `size` bytes, taken from its bin (size: set to the block's), or null.
+  void* take_larger_locked(size_t& size) {
+    size_t best = 0;
+    for (const auto& [s, bin] : free_)
+      if (s >= size && !bin.empty() && (best == 0 || s < best)) best = s;
+    if (best == 0) return nullptr;
+    auto& bin = free_[best];
+    void* p = bin.back();
+    bin.pop_back();
+    cached_ -= best;
+    count_held(p, +1);
+    size = best;
+    return p;
+  }
+
   void release_cached_locked() {
     cudaStreamSynchronize(rt().stream);
+    // Blocks of their own go back to the driver; carved ones only with their whole segment, once every block
+    // carved from it is back in a bin.
     for (auto& [size, bin] : free_) {
+      std::vector<void*> kept;
       for (void* p : bin) {
+        if (carved_.count(p)) {
+          kept.push_back(p);
+          continue;
+        }
         cudaFree(p);
         stats_.reserved_bytes -= size;
       }
-      bin.clear();
+      bin.swap(kept);
+    }
+    std::unordered_set<char*> gone;
+    for (auto it = segments_.begin(); it != segments_.end();) {
+      if (it->second.held != 0) {
+        ++it;
+        continue;
+      }
+      gone.insert(it->first);
+      cudaFree(it->first);
+      stats_.reserved_bytes -= it->second.size;
+      if (tail_ == it->first) tail_ = nullptr;
+      it = segments_.erase(it);
     }
     cached_ = 0;
+    for (auto& [size, bin] : free_) {
+      std::vector<void*> kept;
+      for (void* p : bin) {
+        auto c = carved_.find(p);
+        if (c != carved_.end() && gone.count(c->second)) {
+          carved_.erase(c);
+          continue;
+        }
+        kept.push_back(p);
+        cached_ += size;
+      }
+      bin.swap(kept);
+    }
   }
 
   std::mutex mu_;
@@ -210,6 +303,14 @@ class CachingAllocator {
   std::vector<Block> captured_;
   std::unordered_map<size_t, std::vector<void*>> captured_free_;  // reuse_capture_: freed, free to take again
   std::unordered_set<void*> reused_;                              // blocks already listed in captured_
+  // LATHE_CUDA_CARVE=0: every new block its own cudaMalloc (the allocator before segments, for comparisons).
+  const bool carving_ = [] {
+    const char* v = std::getenv("LATHE_CUDA_CARVE");
+    return !(v && std::string(v) == "0");
+  }();
+  std::map<char*, Segment> segments_;
+  std::unordered_map<void*, char*> carved_;  // carved block -> its segment
+  char* tail_ = nullptr;                     // the segment being carved
   DeviceMemoryStats stats_;
 };
 
