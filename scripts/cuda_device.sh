@@ -74,7 +74,9 @@ case "$1" in
     d=$(synth_tok "$2" "$3" "$4")
     c=$5
     shift 5
-    "$dev/bin/serve_load" --lathe "$dev/bin/lathe" --model "$d" --clients "$c" --prompt-tokens 128 --max-tokens 128 \
+    # SERVE_TOKENS: tokens a stream (128 unless set; longer streams cross the K/V caches' growth steps)
+    "$dev/bin/serve_load" --lathe "$dev/bin/lathe" --model "$d" --clients "$c" --prompt-tokens 128 \
+      --max-tokens "${SERVE_TOKENS:-128}" \
       --serve-arg=--device --serve-arg=cuda --serve-arg=--dtype --serve-arg=bf16 --serve-arg=--max-batch \
       --serve-arg=128 --serve-arg=--max-batch-tokens --serve-arg=8192 --serve-arg=--max-queue --serve-arg=512 "$@" |
       tee -a "$out/serve_load.jsonl"
