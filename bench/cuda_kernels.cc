@@ -4,6 +4,9 @@
 // copies to miss the L2, and are timed both as 20 stream launches and as the same 20 calls in one CUDA graph.
 // --dense-rows: only cuBLAS over dense bf16 weights at decode-batch rows (the dense weight copies' path).
 // --q4-rows: gemm_q4 over 4-bit codes at the same rows and shapes, each next to --dense-rows' figure.
+// --decode-attention: one decode row's attention (Qwen3-4B heads, bf16 K/V) at several contexts, through the
+// split kernel at its default splits and at fixed ones, and through the wide kernel: where a short context's
+// time goes (latency of the block chain and the merge, not bytes).
 // Prints one JSON object.
 #ifdef LATHE_HAVE_CUDA
 #include <cuda_runtime.h>
@@ -16,6 +19,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tensor/cuda/decode_attention.h"
+#include "tensor/cuda/decode_attention_wide.h"
 #include "tensor/cuda/gemm_q4.h"
 #include "tensor/cuda/kernels.h"
 #include "tensor/cuda/runtime.h"
@@ -253,6 +258,73 @@ nlohmann::json q4_rows(int64_t M, int64_t N, int64_t K, double copy_gbs) {
           {"speedup_vs_dense", dense["us"].get<double>() / (ms * 1e3)}};
 }
 
+// Microseconds a launch of f takes on the GPU: 20 launches captured in one CUDA graph (no host launch cost
+// between them), the median over repeats of a replay, divided by 20.
+template <class F>
+double launch_us(F&& f) {
+  cudaStream_t s = cuda::stream();
+  f();  // first-use allocations happen outside the capture
+  cudaGraph_t g;
+  cudaGraphExec_t ge;
+  cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed);
+  for (int i = 0; i < 20; ++i) f();
+  cudaStreamEndCapture(s, &g);
+  cudaGraphInstantiate(&ge, g, 0);
+  const double ms = median_ms(15, [&](int) { cudaGraphLaunch(ge, s); });
+  cudaGraphExecDestroy(ge);
+  cudaGraphDestroy(g);
+  return 1e3 * ms / 20.0;
+}
+
+// One decode row of Qwen3-4B's attention (32 query heads, 8 kv heads, head size 128, bf16 K/V in a cache laid
+// out [S, Hkv, D]) at context S: the split kernel at its default splits and at fixed ones, and the wide kernel
+// for that single row (8 blocks: it cannot fill the chip, which is what the split kernel is for).
+nlohmann::json decode_attention_row(int64_t S, double copy_gbs) {
+  const int64_t Hq = 32, Hkv = 8, D = 128;
+  void* q = dalloc_bf16(static_cast<size_t>(Hq * D), 1, -1.f, 1.f);
+  void* k = dalloc_bf16(static_cast<size_t>(S * Hkv * D), 2, -1.f, 1.f);
+  void* v = dalloc_bf16(static_cast<size_t>(S * Hkv * D), 3, -1.f, 1.f);
+  void* out = device_alloc(static_cast<size_t>(Hq * D * 2 * 2));
+  cuda::AttentionArgs a;
+  a.q = q;
+  a.k = k;
+  a.v = v;
+  a.out = out;
+  a.t = DType::BF16;
+  a.T = 1;
+  a.Hq = Hq;
+  a.Hkv = Hkv;
+  a.D = a.Dv = D;
+  a.S = S;
+  a.q_s0 = Hq * D;
+  a.q_s1 = D;
+  a.k_s0 = a.v_s0 = Hkv * D;
+  a.k_s1 = a.v_s1 = D;
+  a.scale = 0.0884f;
+  a.causal = true;
+  a.q_pos0 = S - 1;
+  const int dflt = cuda::decode_attention_splits(a);
+  float* part = static_cast<float*>(device_alloc(static_cast<size_t>(Hq * std::max(dflt, 64) * (D + 4) * 4)));
+  nlohmann::json r{{"context", S}, {"default_splits", dflt}};
+  const double kv_bytes = 2.0 * static_cast<double>(S * Hkv * D * 2);
+  const double us = launch_us([&] { cuda::decode_attention(a, dflt, part); });
+  r["split_default_us"] = us;
+  r["split_default_pct_of_copy"] = 100.0 * kv_bytes / (us * 1e-6) / 1e9 / copy_gbs;
+  for (int splits : {1, 4, 8, 16})
+    r["split_" + std::to_string(splits) + "_us"] = launch_us([&] { cuda::decode_attention(a, splits, part); });
+  cuda::DecodeRow row;
+  row.q = q;
+  row.k = k;
+  row.v = v;
+  row.S = S;
+  row.q_pos0 = S - 1;
+  void* rows = device_alloc(sizeof row);
+  device_copy(rows, &row, sizeof row, Device::CUDA, Device::CPU);
+  r["wide_one_row_us"] =
+      launch_us([&] { cuda::decode_attention_wide(a, static_cast<const cuda::DecodeRow*>(rows), 1); });
+  for (void* p : {q, k, v, out, static_cast<void*>(part), rows}) device_free(p);
+  return r;
+}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -270,6 +342,12 @@ int main(int argc, char** argv) {
       for (auto [N, K] :
            {std::pair<int64_t, int64_t>{6144, 2560}, {2560, 4096}, {19456, 2560}, {2560, 9728}, {151936, 2560}})
         out["q4_rows"].push_back(q4_rows(M, N, K, copy));
+    std::printf("%s\n", out.dump().c_str());
+    return 0;
+  }
+  if (argc > 1 && std::strcmp(argv[1], "--decode-attention") == 0) {
+    for (int64_t S : {16, 64, 150, 256, 1024, 4096, 16384})
+      out["decode_attention"].push_back(decode_attention_row(S, copy));
     std::printf("%s\n", out.dump().c_str());
     return 0;
   }

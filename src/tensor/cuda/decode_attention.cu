@@ -17,6 +17,8 @@
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
+#include <cstdlib>
+#include <type_traits>
 
 #include "tensor/cuda/common.cuh"
 #include "tensor/cuda/decode_attention.h"
@@ -32,7 +34,16 @@ constexpr int kMaxGroup = 8;  // query heads per kv head
 // latency-bound (one block per SM, a long dependent chain), so its key count sets the kernel's time: 16 keys
 // decode Qwen3-4B at context 128 at 453 tok/s against 441 with 32 (8: 452; H200).
 constexpr int kMinChunk = 16;
-constexpr int kMaxCounters = 1 << 16;  // split counters: kv heads × rows of one launch
+constexpr int kMaxCounters = 1 << 16;
+// Keys a pass holds at most to take the lean (less unrolled) loops, see score_keys: 64, or
+// LATHE_CUDA_DECODE_LEAN_KEYS (0: never), read once.
+int lean_keys() {
+  static const int v = [] {
+    const char* e = std::getenv("LATHE_CUDA_DECODE_LEAN_KEYS");
+    return e ? std::max(0, std::atoi(e)) : 64;
+  }();
+  return v;
+}  // split counters: kv heads × rows of one launch
 
 // Keys per split at a context of S keys, and the splits that hold keys (the rest exit at once): the kernel's
 // chunking, which the batched launch also reads on the host to size its grid.
@@ -126,12 +137,12 @@ __device__ __forceinline__ void kv_floats(const KvRaw<kBits>& r, float f[8]) {
 }
 
 // kG: the largest group this instantiation serves (2, 4 or 8): the per-head register arrays are sized by it,
-// and smaller groups leave registers for more keys in flight per thread (kBatch, the p·V unroll).
+// and smaller groups leave registers for more keys in flight per thread (the score loop's batch, the p·V unroll).
 // kBits: 0 for bf16 K/V, else the codes' width.
 template <int kG, int kBits>
 __global__ void __launch_bounds__(kThreads)
     attn_decode_kernel(const AttentionArgs a, const DecodeRow* __restrict__ rows, int splits, float* __restrict__ part,
-                       int* __restrict__ counters) {
+                       int* __restrict__ counters, int lean) {
   pdl_trigger();  // o_proj's GEMV follows
   extern __shared__ float smem[];
   float* sc = smem;                      // [kMaxGroup][kSub] scores, then probabilities
@@ -208,50 +219,59 @@ __global__ void __launch_bounds__(kThreads)
   for (int base = j0; base < j1; base += kSub) {
     const int n = min(kSub, j1 - base);
     __syncthreads();  // the previous pass is done with sc; m_s/l_s initialised
-    // kBatch keys per lane in flight: their loads are issued before any of their math.
-    constexpr int kBatch = kG <= 4 ? 8 : 4;
-    for (int jb = warp * kpw; jb < n; jb += kBatch * kWarps * kpw) {
-      KvRaw<kBits> kr[kBatch];
+    // kB keys per lane in flight: their loads are issued before any of their math. A short pass (a split of a
+    // short context) takes the lean loop: the wide one's unrolled code costs more to fetch than its loads save
+    // (H100, Qwen3-4B heads: 16 keys a split 11.1 → 7.3 µs, 150 keys 14.5 → 10.6; 16k keys unchanged with
+    // the wide one). Unrolling changes no sum's order, so both loops give the same bits.
+    const auto score_keys = [&](auto batch) {
+      constexpr int kB = decltype(batch)::value;
+      for (int jb = warp * kpw; jb < n; jb += kB * kWarps * kpw) {
+        KvRaw<kBits> kr[kB];
 #pragma unroll
-      for (int i = 0; i < kBatch; ++i) {
-        const int jj = jb + i * kWarps * kpw + lane / L;
-        kr[i] = jj < n ? kv_load(kb, base + jj) : kv_zero<kBits>();
-      }
-#pragma unroll
-      for (int i = 0; i < kBatch; ++i) {
-        const int jj = jb + i * kWarps * kpw + lane / L;
-        float kf[8], dot[kG];
-        kv_floats(kr[i], kf);
-#pragma unroll
-        for (int h = 0; h < kG; ++h) {
-          dot[h] = 0.f;
-          if (h < G) {
-#pragma unroll
-            for (int e = 0; e < 8; ++e) dot[h] = fmaf(q[h][e], kf[e], dot[h]);
-          }
+        for (int i = 0; i < kB; ++i) {
+          const int jj = jb + i * kWarps * kpw + lane / L;
+          kr[i] = jj < n ? kv_load(kb, base + jj) : kv_zero<kBits>();
         }
-        for (int o = L / 2; o > 0; o >>= 1) {
 #pragma unroll
-          for (int h = 0; h < kG; ++h)
-            if (h < G) dot[h] += __shfl_xor_sync(0xffffffffu, dot[h], o);
-        }
-        if (jj < n && lane % L == 0) {
-          bool vis = true;
-          if (k_pos) {
-            const int64_t kp = k_pos[base + jj];
-            vis = !(a.causal && kp > qpos) && !(a.window > 0 && qpos - kp >= a.window);
-          }
+        for (int i = 0; i < kB; ++i) {
+          const int jj = jb + i * kWarps * kpw + lane / L;
+          float kf[8], dot[kG];
+          kv_floats(kr[i], kf);
 #pragma unroll
           for (int h = 0; h < kG; ++h) {
+            dot[h] = 0.f;
             if (h < G) {
-              float s = dot[h];
-              if (a.softcap > 0.f) s = tanhf(s / a.softcap) * a.softcap;
-              sc[h * kSub + jj] = vis ? s : -INFINITY;
+#pragma unroll
+              for (int e = 0; e < 8; ++e) dot[h] = fmaf(q[h][e], kf[e], dot[h]);
+            }
+          }
+          for (int o = L / 2; o > 0; o >>= 1) {
+#pragma unroll
+            for (int h = 0; h < kG; ++h)
+              if (h < G) dot[h] += __shfl_xor_sync(0xffffffffu, dot[h], o);
+          }
+          if (jj < n && lane % L == 0) {
+            bool vis = true;
+            if (k_pos) {
+              const int64_t kp = k_pos[base + jj];
+              vis = !(a.causal && kp > qpos) && !(a.window > 0 && qpos - kp >= a.window);
+            }
+#pragma unroll
+            for (int h = 0; h < kG; ++h) {
+              if (h < G) {
+                float s = dot[h];
+                if (a.softcap > 0.f) s = tanhf(s / a.softcap) * a.softcap;
+                sc[h * kSub + jj] = vis ? s : -INFINITY;
+              }
             }
           }
         }
       }
-    }
+    };
+    if (n <= lean)
+      score_keys(std::integral_constant<int, 2>{});
+    else
+      score_keys(std::integral_constant < int, kG <= 4 ? 8 : 4 > {});
     __syncthreads();
     for (int h = warp; h < G; h += kWarps) {
       float* row = sc + h * kSub;
@@ -283,19 +303,26 @@ __global__ void __launch_bounds__(kThreads)
         for (int e = 0; e < 8; ++e) acc[h][e] *= corr;
       }
     }
-#pragma unroll(kG <= 4 ? 8 : 4)
-    for (int jj = ks; jj < n; jj += KS) {
-      float vf[8];
-      kv_floats(kv_load(vb, base + jj), vf);
+    const auto accumulate_values = [&](auto unroll) {
+      constexpr int kU = decltype(unroll)::value;
+#pragma unroll(kU)
+      for (int jj = ks; jj < n; jj += KS) {
+        float vf[8];
+        kv_floats(kv_load(vb, base + jj), vf);
 #pragma unroll
-      for (int h = 0; h < kG; ++h) {
-        if (h < G) {
-          const float p = sc[h * kSub + jj];
+        for (int h = 0; h < kG; ++h) {
+          if (h < G) {
+            const float p = sc[h * kSub + jj];
 #pragma unroll
-          for (int e = 0; e < 8; ++e) acc[h][e] = fmaf(p, vf[e], acc[h][e]);
+            for (int e = 0; e < 8; ++e) acc[h][e] = fmaf(p, vf[e], acc[h][e]);
+          }
         }
       }
-    }
+    };
+    if (n <= lean)
+      accumulate_values(std::integral_constant<int, 2>{});
+    else
+      accumulate_values(std::integral_constant < int, kG <= 4 ? 8 : 4 > {});
   }
 
   // Sum the key strides, then write the output (one split) or this split's partial (m, l, acc).
@@ -422,11 +449,11 @@ template <int kG>
 void launch_bits(const AttentionArgs& a, dim3 grid, size_t smem, const DecodeRow* rows, int splits, float* part,
                  int* counters) {
   if (a.kv_bits == 8)
-    attn_decode_kernel<kG, 8><<<grid, kThreads, smem, stream()>>>(a, rows, splits, part, counters);
+    attn_decode_kernel<kG, 8><<<grid, kThreads, smem, stream()>>>(a, rows, splits, part, counters, lean_keys());
   else if (a.kv_bits == 4)
-    attn_decode_kernel<kG, 4><<<grid, kThreads, smem, stream()>>>(a, rows, splits, part, counters);
+    attn_decode_kernel<kG, 4><<<grid, kThreads, smem, stream()>>>(a, rows, splits, part, counters, lean_keys());
   else
-    attn_decode_kernel<kG, 0><<<grid, kThreads, smem, stream()>>>(a, rows, splits, part, counters);
+    attn_decode_kernel<kG, 0><<<grid, kThreads, smem, stream()>>>(a, rows, splits, part, counters, lean_keys());
 }
 
 // blocks_y ≤ splits: the splits that get blocks (those past every row's context would exit at once).
