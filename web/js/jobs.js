@@ -201,47 +201,39 @@ function streamEvents(id, init, signal) {
   });
 }
 
+// A job page's action button: disabled while its request runs; a failure is shown on the page, which is redrawn
+// with the button back.
+function actionButton(node, m, attrs, label, run, errorPrefix = "") {
+  const onclick = async (ev) => {
+    ev.target.disabled = true;
+    m.actionError = null;
+    try {
+      await run();
+    } catch (e) {
+      m.actionError = errorPrefix + e.message;
+      renderJob(node, m);
+    }
+  };
+  return el("button", { ...attrs, onclick }, label);
+}
+
 function renderJob(node, m) {
   const j = m.job;
   const running = j.status === "queued" || j.status === "running";
   const actions = el("div", { class: "row" });
   if (running)
     actions.append(
-      el(
-        "button",
-        {
-          id: "job-cancel",
-          onclick: async (ev) => {
-            ev.target.disabled = true;
-            try {
-              await postJson(`/api/jobs/${encodeURIComponent(j.id)}/cancel`, {});
-            } catch (e) {
-              m.actionError = e.message;
-            }
-          },
-        },
-        "Cancel",
+      // On success the job's events redraw the page (cancelled, or done if it finished first).
+      actionButton(node, m, { id: "job-cancel" }, "Cancel", () =>
+        postJson(`/api/jobs/${encodeURIComponent(j.id)}/cancel`, {}),
       ),
     );
   else
     actions.append(
-      el(
-        "button",
-        {
-          id: "job-delete",
-          class: "secondary",
-          onclick: async () => {
-            try {
-              await call("DELETE", `/api/jobs/${encodeURIComponent(j.id)}`);
-              location.hash = "#/jobs";
-            } catch (e) {
-              m.actionError = e.message;
-              renderJob(node, m);
-            }
-          },
-        },
-        "Delete",
-      ),
+      actionButton(node, m, { id: "job-delete", class: "secondary" }, "Delete", async () => {
+        await call("DELETE", `/api/jobs/${encodeURIComponent(j.id)}`);
+        location.hash = "#/jobs";
+      }),
     );
   if (j.status === "done" && j.kind === "dataset" && j.output_path)
     actions.append(
@@ -249,23 +241,17 @@ function renderJob(node, m) {
     );
   if (j.status === "done" && j.kind === "finetune" && j.output_path)
     actions.append(
-      el(
-        "button",
-        {
-          id: "job-mount",
-          onclick: async (ev) => {
-            ev.target.disabled = true;
-            try {
-              const a = await postJson("/v1/adapters", { path: j.output_path });
-              m.actionNote = `mounted as '${a.id || (a.data && a.data.id) || "adapter"}': pick it in Chat`;
-              m.actionError = null;
-            } catch (e) {
-              m.actionError = `mount: ${e.message}`;
-            }
-            renderJob(node, m);
-          },
-        },
+      actionButton(
+        node,
+        m,
+        { id: "job-mount" },
         "Mount adapter",
+        async () => {
+          const a = await postJson("/v1/adapters", { path: j.output_path });
+          m.actionNote = `mounted as '${a.id || (a.data && a.data.id) || "adapter"}': pick it in Chat`;
+          renderJob(node, m);
+        },
+        "mount: ",
       ),
     );
   if (j.status === "done" && j.kind === "quantize" && j.output_path)

@@ -265,6 +265,29 @@ describe('in Chromium', { skip: CHROMIUM ? false : 'no chromium installed' }, ()
     assert.ok(await tab.$('tr .badge.done'), 'the fine-tune is listed as done');
   });
 
+  test('a failed cancel shows why and gives the button back', async () => {
+    const made = await request(server, 'POST', '/api/jobs', { headers: auth, body: { kind: 'noop', config: { steps: 600, step_ms: 100 } } });
+    assert.equal(made.status, 201, made.text);
+    const id = made.json.job.id;
+    // The cancel request fails once (as a dropped proxy would answer); the job keeps running.
+    await tab.route('**/api/jobs/*/cancel', (route) =>
+      route.fulfill({ status: 502, contentType: 'application/json', body: JSON.stringify({ error: { message: 'bad gateway (simulated)' } }) }),
+    );
+    try {
+      await tab.goto(`${server.base}/#/jobs/${id}`);
+      await tab.waitForSelector('#job-status .badge.running');
+      await tab.click('#job-cancel');
+      await tab.waitForSelector('#job-action-error');
+      assert.match(await tab.textContent('#job-action-error'), /bad gateway \(simulated\)/);
+      assert.equal(await tab.isEnabled('#job-cancel'), true, 'the Cancel button is usable again');
+    } finally {
+      await tab.unroute('**/api/jobs/*/cancel');
+    }
+    await tab.click('#job-cancel');
+    await tab.waitForSelector('#job-status .badge.cancelled', { timeout: 30000 });
+    assert.equal(await tab.$('#job-action-error'), null, 'the old error is gone once the cancel went through');
+  });
+
   test('the status page shows the model and live counters', async () => {
     await tab.goto(`${server.base}/#/status`);
     await tab.waitForSelector('#status-model');
