@@ -110,6 +110,10 @@ JobRunner::~JobRunner() {
 
 JobRow JobRunner::submit(const std::string& kind, const json& config) {
   find_kind(kind).validate(config);
+  return submit_validated(kind, config);
+}
+
+JobRow JobRunner::submit_validated(const std::string& kind, const json& config) {
   JobRow row = store_->create(kind, config);
   {
     std::lock_guard<std::mutex> lock(mu_);

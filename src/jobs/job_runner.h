@@ -39,6 +39,9 @@ class JobRunner {
 
   // Validates config for kind (throws InvalidArgument/Unsupported) and queues it.
   JobRow submit(const std::string& kind, const json& config);
+  // Queues a config its caller has just validated with find_kind(kind).validate (the HTTP route does, to map its
+  // errors): validating again would read a NAME_file input (up to 64 MiB) a second time.
+  JobRow submit_validated(const std::string& kind, const json& config);
   // Cancels a queued or running job; returns the row (unchanged when already terminal). NotFound when absent.
   JobRow cancel(const std::string& id);
   std::shared_ptr<JobStore> store() { return store_; }

@@ -154,7 +154,7 @@ std::vector<Route> jobs_routes(ServerContext& ctx) {
                  try {
                    // The config first, apart from the store: an output folder the server may not write is the
                    // request's problem (400, with the OS's reason), not a fault of the job data directory.
-                   jobs::find_kind(kind).validate(config);
+                   job_kind.validate(config);
                  } catch (const OsError& e) {
                    if (api_error_from(e).status() == 503) throw;
                    throw ApiError(400, e.what(), "config", api_error_from(e).code());
@@ -166,7 +166,7 @@ std::vector<Route> jobs_routes(ServerContext& ctx) {
                    if (runner.store()->queued_ids().size() >= limits::kJobsMaxQueued)
                      throw ApiError(429, std::to_string(limits::kJobsMaxQueued) +
                                              " jobs are already queued; wait for them or cancel some");
-                   row = runner.submit(kind, config);
+                   row = runner.submit_validated(kind, config);  // validated above
                  } catch (const Error& e) {
                    // The row or its log could not be written: the store has removed what it had made. A read-only
                    // or forbidden data directory says so; any other failed write is taken for a full disk.
