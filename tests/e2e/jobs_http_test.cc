@@ -20,6 +20,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "support/served_lathe.h"
+
 #include "common/limits.h"
 #include "support/job_test_util.h"
 
@@ -30,60 +32,9 @@ namespace fs = std::filesystem;
 using json = nlohmann::ordered_json;
 const std::string kKey = "sekret";
 
-struct Server {
-  pid_t pid = -1;
-  int port = 0;
-  Server(const std::string& data_dir, const std::vector<std::string>& extra = {}) {
-    const std::string model = std::string(LATHE_SOURCE_DIR) + "/models/demo";
-    std::vector<std::string> args = {LATHE_BINARY, "serve",     "--model", model,        "--port",
-                                     "0",          "--api-key", kKey,      "--data-dir", data_dir};
-    args.insert(args.end(), extra.begin(), extra.end());
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    int fds[2];
-    if (::pipe(fds) != 0) return;
-    pid = ::fork();
-    if (pid == 0) {
-      ::dup2(fds[1], 2);
-      ::close(fds[0]);
-      ::execv(LATHE_BINARY, argv.data());
-      ::_exit(127);
-    }
-    ::close(fds[1]);
-    std::string text;
-    char buf[512];
-    ssize_t n;
-    while ((n = ::read(fds[0], buf, sizeof buf)) > 0) {
-      text.append(buf, static_cast<size_t>(n));
-      const size_t at = text.find("listening on http://127.0.0.1:");
-      if (at != std::string::npos && text.find('\n', at) != std::string::npos) {
-        port = std::stoi(text.substr(at + 30));
-        break;
-      }
-    }
-    // Keep draining the server's log so it never blocks on a full pipe.
-    std::thread([fd = fds[0]] {
-      char b[512];
-      while (::read(fd, b, sizeof b) > 0) {
-      }
-      ::close(fd);
-    }).detach();
-  }
-  void kill(int sig) {
-    if (pid > 0) {
-      ::kill(pid, sig);
-      ::waitpid(pid, nullptr, 0);
-      pid = -1;
-    }
-  }
-  ~Server() { kill(SIGTERM); }
-  httplib::Client client(bool auth = true) const {
-    httplib::Client c("127.0.0.1", port);
-    if (auth) c.set_bearer_token_auth(kKey);
-    c.set_read_timeout(30, 0);
-    return c;
-  }
+struct Server : testutil::ServedLathe {
+  explicit Server(const std::string& data_dir, const std::vector<std::string>& extra = {})
+      : ServedLathe(data_dir, kKey, extra) {}
 };
 
 struct TempDir {

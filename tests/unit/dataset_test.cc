@@ -24,6 +24,7 @@
 #include "lab/dataset/templates.h"
 #include "lab/train/train_data.h"
 #include "support/test_dir.h"
+#include "support/text_codec_util.h"
 
 namespace lathe::dataset {
 namespace {
@@ -56,26 +57,7 @@ std::vector<json> read_jsonl(const fs::path& p) {
   return rows;
 }
 
-// Byte-level stand-in tokenizer and a small chat template, as the trainer's tests use.
-train::TextCodec test_codec() {
-  train::TextCodec c;
-  c.bos_id = 0;
-  c.encode = [](const std::string& s) {
-    std::vector<int32_t> ids{0};
-    for (unsigned char ch : s) ids.push_back(1 + ch % 31);
-    return ids;
-  };
-  auto tmpl = std::make_shared<ChatTemplate>(
-      "{% for m in messages %}<{{ m.role }}>{{ m.content }}|{% endfor %}{% if add_generation_prompt %}<assistant>{% "
-      "endif %}");
-  c.render = [tmpl](const json& messages, bool gen) {
-    ChatTemplateInput in;
-    in.messages = messages;
-    in.add_generation_prompt = gen;
-    return tmpl->render(in);
-  };
-  return c;
-}
+using testutil::test_codec;
 
 TEST(DatasetTemplates, RegistryListsEveryTemplateWithTypedFields) {
   const json all = templates_json();

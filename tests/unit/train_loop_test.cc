@@ -29,6 +29,7 @@
 #include "lab/train/trainer.h"
 #include "lora/adapter_file.h"
 #include "support/test_dir.h"
+#include "support/text_codec_util.h"
 #include "train_test_engine.h"
 
 namespace lathe {
@@ -41,26 +42,7 @@ using ojson = nlohmann::ordered_json;
 
 constexpr int64_t kVocab = 32;
 
-// Byte-level stand-in tokenizer: BOS 0, then each byte as 1 + byte % 31.
-train::TextCodec test_codec() {
-  train::TextCodec c;
-  c.bos_id = 0;
-  c.encode = [](const std::string& s) {
-    std::vector<int32_t> ids{0};
-    for (unsigned char ch : s) ids.push_back(1 + ch % 31);
-    return ids;
-  };
-  auto tmpl = std::make_shared<ChatTemplate>(
-      "{% for m in messages %}<{{ m.role }}>{{ m.content }}|{% endfor %}{% if add_generation_prompt %}<assistant>{% "
-      "endif %}");
-  c.render = [tmpl](const ojson& messages, bool gen) {
-    ChatTemplateInput in;
-    in.messages = messages;
-    in.add_generation_prompt = gen;
-    return tmpl->render(in);
-  };
-  return c;
-}
+using testutil::test_codec;
 
 // A per-test directory under the temp dir.
 struct ScratchDir : testutil::TestDir {

@@ -1,0 +1,36 @@
+// A byte-level stand-in tokenizer and a small chat template (train::TextCodec), for tests of the trainer's data
+// path and of what the dataset jobs write for it.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "chat/chat_template.h"
+#include "lab/train/train_data.h"
+
+namespace lathe::testutil {
+
+// BOS 0, then each byte as 1 + byte % 31 (ids stay below a 32-token vocabulary); the template renders
+// "<role>content|" per message and "<assistant>" as the generation prompt.
+inline train::TextCodec test_codec() {
+  train::TextCodec c;
+  c.bos_id = 0;
+  c.encode = [](const std::string& s) {
+    std::vector<int32_t> ids{0};
+    for (unsigned char ch : s) ids.push_back(1 + ch % 31);
+    return ids;
+  };
+  auto tmpl = std::make_shared<ChatTemplate>(
+      "{% for m in messages %}<{{ m.role }}>{{ m.content }}|{% endfor %}{% if add_generation_prompt %}<assistant>{% "
+      "endif %}");
+  c.render = [tmpl](const nlohmann::ordered_json& messages, bool gen) {
+    ChatTemplateInput in;
+    in.messages = messages;
+    in.add_generation_prompt = gen;
+    return tmpl->render(in);
+  };
+  return c;
+}
+
+}  // namespace lathe::testutil
