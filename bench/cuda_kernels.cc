@@ -6,7 +6,8 @@
 // --q4-rows: gemm_q4 over 4-bit codes at the same rows and shapes, each next to --dense-rows' figure.
 // --decode-attention: one decode row's attention (Qwen3-4B heads, bf16 K/V) at several contexts, through the
 // split kernel at its default splits and at fixed ones, and through the wide kernel: where a short context's
-// time goes (latency of the block chain and the merge, not bytes).
+// time goes (latency of the block chain and the merge, not bytes); then 16-128 rows through the wide kernel
+// and the split kernel's batched launch, next to the copy rate.
 // Prints one JSON object.
 #ifdef LATHE_HAVE_CUDA
 #include <cuda_runtime.h>
@@ -325,6 +326,52 @@ nlohmann::json decode_attention_row(int64_t S, double copy_gbs) {
   for (void* p : {q, k, v, out, static_cast<void*>(part), rows}) device_free(p);
   return r;
 }
+
+// Rows decode rows at context S each (own K/V per row, so their bytes come from memory, not L2): the wide
+// kernel (one block per row and kv head) and the split kernel's batched launch, against the K/V bytes read.
+nlohmann::json decode_attention_rows(int64_t n_rows, int64_t S, double copy_gbs) {
+  const int64_t Hq = 32, Hkv = 8, D = 128;
+  std::vector<void*> owned;
+  std::vector<cuda::DecodeRow> host(static_cast<size_t>(n_rows));
+  for (int64_t r = 0; r < n_rows; ++r) {
+    cuda::DecodeRow& row = host[static_cast<size_t>(r)];
+    row.q = dalloc_bf16(static_cast<size_t>(Hq * D), 10 + static_cast<uint32_t>(r), -1.f, 1.f);
+    row.k = dalloc_bf16(static_cast<size_t>(S * Hkv * D), 1000 + static_cast<uint32_t>(r), -1.f, 1.f);
+    row.v = dalloc_bf16(static_cast<size_t>(S * Hkv * D), 2000 + static_cast<uint32_t>(r), -1.f, 1.f);
+    row.S = S;
+    row.q_pos0 = S - 1;
+    owned.insert(owned.end(), {const_cast<void*>(row.q), const_cast<void*>(row.k), const_cast<void*>(row.v)});
+  }
+  void* rows = device_alloc(host.size() * sizeof(cuda::DecodeRow));
+  device_copy(rows, host.data(), host.size() * sizeof(cuda::DecodeRow), Device::CUDA, Device::CPU);
+  void* out = device_alloc(static_cast<size_t>(n_rows * Hq * D * 2));
+  cuda::AttentionArgs a;
+  a.out = out;
+  a.t = DType::BF16;
+  a.T = 1;
+  a.Hq = Hq;
+  a.Hkv = Hkv;
+  a.D = a.Dv = D;
+  a.q_s0 = Hq * D;
+  a.q_s1 = D;
+  a.k_s0 = a.v_s0 = Hkv * D;
+  a.k_s1 = a.v_s1 = D;
+  a.scale = 0.0884f;
+  a.causal = true;
+  const int splits = cuda::decode_attention_splits(a);
+  const int active = cuda::decode_attention_active_splits(S, splits);
+  float* part = static_cast<float*>(device_alloc(static_cast<size_t>(n_rows * Hq * splits * (D + 4) * 4)));
+  const auto* table = static_cast<const cuda::DecodeRow*>(rows);
+  const double bytes = 2.0 * static_cast<double>(n_rows * S * Hkv * D * 2);
+  nlohmann::json r{{"rows", n_rows}, {"context", S}, {"kv_mb", bytes / 1e6}};
+  const double wide = launch_us([&] { cuda::decode_attention_wide(a, table, n_rows); });
+  r["wide_us"] = wide;
+  r["wide_pct_of_copy"] = 100.0 * bytes / (wide * 1e-6) / 1e9 / copy_gbs;
+  r["split_rows_us"] = launch_us([&] { cuda::decode_attention_rows(a, table, n_rows, splits, active, part); });
+  for (void* p : owned) device_free(p);
+  for (void* p : {rows, out, static_cast<void*>(part)}) device_free(p);
+  return r;
+}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -348,6 +395,8 @@ int main(int argc, char** argv) {
   if (argc > 1 && std::strcmp(argv[1], "--decode-attention") == 0) {
     for (int64_t S : {16, 64, 150, 256, 1024, 4096, 16384})
       out["decode_attention"].push_back(decode_attention_row(S, copy));
+    for (int64_t B : {16, 64, 128})
+      for (int64_t S : {160, 512, 2048}) out["decode_attention_rows"].push_back(decode_attention_rows(B, S, copy));
     std::printf("%s\n", out.dump().c_str());
     return 0;
   }
