@@ -12,7 +12,7 @@ export function showJobs(container, parts, query) {
   const token = view;
   if (parts[0] === "new") return showJobForm(container, parts[1] || "quantize", query);
   if (parts[0]) return showJob(container, parts[0], token);
-  return showList(container, token);
+  return showList(container, token, query);
 }
 
 export function leaveJobs() {
@@ -38,7 +38,32 @@ function progressBar(p) {
   );
 }
 
-async function showList(container, token) {
+const KINDS = ["quantize", "finetune", "dataset"];
+const STATUSES = ["queued", "running", "done", "failed", "cancelled", "zombie"];
+
+// A filter of the list: its choice lives in the page's address (#/jobs?kind=…&status=…), so a reload keeps it.
+function filterSelect(id, label, values, chosen, query, key) {
+  const select = el(
+    "select",
+    {
+      id,
+      "aria-label": label,
+      onchange: () => {
+        const q = new URLSearchParams({ ...query, [key]: select.value });
+        if (!select.value) q.delete(key);
+        const text = q.toString();
+        location.hash = text ? `#/jobs?${text}` : "#/jobs";
+      },
+    },
+    el("option", { value: "" }, `any ${label}`),
+    values.map((v) => el("option", { value: v, selected: v === chosen ? "" : null }, v)),
+  );
+  return select;
+}
+
+async function showList(container, token, query = {}) {
+  const kind = KINDS.includes(query.kind) ? query.kind : "";
+  const status = STATUSES.includes(query.status) ? query.status : "";
   const table = el("tbody", { id: "jobs-rows" });
   const note = el("p", { class: "hint", id: "jobs-note" }, "loading…");
   clear(
@@ -52,6 +77,12 @@ async function showList(container, token) {
       el("a", { class: "button", href: "#/jobs/new/dataset", id: "new-dataset" }, "Build dataset"),
     ),
     el(
+      "div",
+      { class: "row" },
+      filterSelect("jobs-kind", "kind", KINDS, kind, query, "kind"),
+      filterSelect("jobs-status", "status", STATUSES, status, query, "status"),
+    ),
+    el(
       "table",
       { class: "jobs" },
       el("thead", {}, el("tr", {}, ["Job", "Kind", "Status", "Progress", "Queued (UTC)", "Message"].map((h) => el("th", {}, h)))),
@@ -59,9 +90,12 @@ async function showList(container, token) {
     ),
     note,
   );
+  const params = new URLSearchParams({ limit: "100" });
+  if (kind) params.set("kind", kind);
+  if (status) params.set("status", status);
   while (live(token)) {
     try {
-      const { jobs } = await getJson("/api/jobs?limit=100");
+      const { jobs } = await getJson(`/api/jobs?${params}`);
       if (!live(token)) return;
       clear(
         table,
@@ -78,7 +112,7 @@ async function showList(container, token) {
           ),
         ),
       );
-      note.textContent = jobs.length ? "" : "No jobs yet.";
+      note.textContent = jobs.length ? "" : kind || status ? "No jobs match." : "No jobs yet.";
       note.className = "hint";
     } catch (e) {
       if (!live(token)) return;

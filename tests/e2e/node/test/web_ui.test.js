@@ -1,8 +1,8 @@
 // The embedded web UI (web/, served at GET /), driven in a real headless Chromium against a real server with an
 // API key: the page and its files load without the key and under a strict CSP, the page asks for the key, chat
 // streams an answer, a fine-tune job started from its form is followed live to the end (progress, log, loss
-// chart), a noop job is cancelled from its page, bad configs show the server's message and queue nothing, and
-// nothing a model says becomes markup. Skipped when no Chromium is installed.
+// chart), a noop job is cancelled from its page (and a failed cancel shows why), the job list filters, bad configs
+// show the server's message and queue nothing, and nothing a model says becomes markup. Skipped when no Chromium is installed.
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import os from 'node:os';
@@ -286,6 +286,31 @@ describe('in Chromium', { skip: CHROMIUM ? false : 'no chromium installed' }, ()
     await tab.click('#job-cancel');
     await tab.waitForSelector('#job-status .badge.cancelled', { timeout: 30000 });
     assert.equal(await tab.$('#job-action-error'), null, 'the old error is gone once the cancel went through');
+  });
+
+  test('the job list filters by kind and status, and a reload keeps the filter', async () => {
+    await tab.goto(`${server.base}/#/jobs`);
+    await tab.waitForSelector('#jobs-rows tr .badge.cancelled');
+    await tab.waitForSelector('#jobs-rows tr .badge.done');
+    await tab.selectOption('#jobs-status', 'cancelled');
+    await tab.waitForFunction(() => location.hash === '#/jobs?status=cancelled');
+    await tab.waitForFunction(() => {
+      const rows = [...document.querySelectorAll('#jobs-rows tr')];
+      return rows.length > 0 && rows.every((r) => r.querySelector('.badge.cancelled'));
+    });
+    await tab.reload();
+    await tab.waitForSelector('#jobs-rows tr .badge.cancelled');
+    assert.equal(await tab.inputValue('#jobs-status'), 'cancelled', 'the filter survives the reload');
+    assert.equal(await tab.$('#jobs-rows tr .badge.done'), null, 'no done job is listed');
+    await tab.selectOption('#jobs-kind', 'finetune');
+    await tab.waitForFunction(() => location.hash === '#/jobs?status=cancelled&kind=finetune');
+    await tab.waitForFunction(() => document.querySelector('#jobs-note')?.textContent === 'No jobs match.');
+    await tab.selectOption('#jobs-status', '');
+    await tab.waitForFunction(() => location.hash === '#/jobs?kind=finetune');
+    await tab.waitForFunction(() => {
+      const rows = [...document.querySelectorAll('#jobs-rows tr')];
+      return rows.length > 0 && rows.every((r) => r.children[1].textContent === 'finetune');
+    });
   });
 
   test('the status page shows the model and live counters', async () => {
