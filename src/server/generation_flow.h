@@ -23,6 +23,9 @@ struct ChatRequest {
   nlohmann::ordered_json template_kwargs = nlohmann::ordered_json::object();
   GenerationSettings settings;
   bool continue_final = false;  // prefill: the last (assistant) message is continued, not answered
+  // OpenAI's deprecated `functions` / `function_call` spelling was used: answer with message.function_call and
+  // finish_reason "function_call", as OpenAI does for such a request.
+  bool legacy_functions = false;
 };
 
 struct PreparedGeneration {

@@ -40,6 +40,22 @@ std::string flatten_parts(const nlohmann::ordered_json& parts, const std::string
   return text;
 }
 
+// Templates iterate a call's arguments as a mapping; clients send them as a JSON string.
+void parse_arguments(ojson& fn, const std::string& at) {
+  auto args = fn.find("arguments");
+  if (args == fn.end() || !args->is_string()) return;
+  const std::string text = args->get<std::string>();
+  // A string escapes the body's limits pass: its JSON gets the same limits before it becomes a value the template
+  // walks (200k nested brackets here overflowed the stack).
+  if (auto err = io::check_json_limits(text, io::request_json_limits()))
+    throw invalid_field(at + ".arguments", at + ".arguments is not valid JSON: " + *err);
+  try {
+    *args = ojson::parse(text);
+  } catch (const nlohmann::ordered_json::parse_error&) {
+    throw invalid_field(at + ".arguments", at + ".arguments is not valid JSON");
+  }
+}
+
 ojson parse_tool_calls_field(const nlohmann::ordered_json& calls, const std::string& field) {
   if (!calls.is_array()) throw invalid_field(field, field + " must be an array");
   ojson out = ojson::array();
@@ -52,22 +68,19 @@ ojson parse_tool_calls_field(const nlohmann::ordered_json& calls, const std::str
     if (!fn.contains("name") || !fn["name"].is_string())
       throw invalid_field(at + ".function.name", at + ".function.name must be a string");
     ojson call = ojson(c);
-    // Templates iterate arguments as a mapping; clients send them as a JSON string.
-    if (fn.contains("arguments") && fn["arguments"].is_string()) {
-      const std::string& text = fn["arguments"].get_ref<const std::string&>();
-      // A string escapes the body's limits pass: its JSON gets the same limits before it becomes a value the
-      // template walks (200k nested brackets here overflowed the stack).
-      if (auto err = io::check_json_limits(text, io::request_json_limits()))
-        throw invalid_field(at + ".function.arguments", at + ".function.arguments is not valid JSON: " + *err);
-      try {
-        call["function"]["arguments"] = ojson::parse(text);
-      } catch (const nlohmann::ordered_json::parse_error&) {
-        throw invalid_field(at + ".function.arguments", at + ".function.arguments is not valid JSON");
-      }
-    }
+    parse_arguments(call["function"], at + ".function");
     out.push_back(std::move(call));
   }
   return out;
+}
+
+// An assistant turn's deprecated function_call {name, arguments} as the one tool call it stands for.
+ojson legacy_function_call(const nlohmann::ordered_json& fc, const std::string& at, size_t message_index) {
+  if (!fc.is_object() || !fc.contains("name") || !fc["name"].is_string())
+    throw invalid_field(at, at + " must be an object with a string name");
+  ojson fn = fc;
+  parse_arguments(fn, at);
+  return ojson::array({{{"id", "call_" + std::to_string(message_index)}, {"type", "function"}, {"function", fn}}});
 }
 
 // Each message is checked, then moved out of the body (its text is not copied).
@@ -76,7 +89,8 @@ ojson parse_messages(nlohmann::ordered_json& body) {
   if (it == body.end() || it->is_null()) throw invalid_field("messages", "messages is required");
   if (!it->is_array()) throw invalid_field("messages", "messages must be an array");
   if (it->empty()) throw invalid_field("messages", "messages must not be empty");
-  static const std::set<std::string> roles = {"system", "user", "assistant", "tool", "developer"};
+  // "function": the deprecated spelling of a tool result (with the function's name).
+  static const std::set<std::string> roles = {"system", "user", "assistant", "tool", "developer", "function"};
   ojson out = ojson::array();
   out.get_ref<ojson::array_t&>().reserve(it->size());
   for (size_t i = 0; i < it->size(); ++i) {
@@ -88,6 +102,9 @@ ojson parse_messages(nlohmann::ordered_json& body) {
     if (!roles.count(role->get<std::string>()))
       throw invalid_field(at + ".role", at + ".role must be one of system, user, assistant, tool, developer");
     const bool developer = *role == "developer";
+    const bool function_result = *role == "function";
+    if (function_result && (!m.contains("name") || !m["name"].is_string()))
+      throw invalid_field(at + ".name", at + ".name must be a string (the function whose result this is)");
     auto content = m.find("content");
     // OpenAI clients send `content: null` (or none) on assistant tool-call turns; templates such as Qwen3's
     // test `'</think>' in message.content`, which fails on null, so it renders as "" (as mlx_lm.server does).
@@ -102,10 +119,14 @@ ojson parse_messages(nlohmann::ordered_json& body) {
     ojson tool_calls;
     if (m.contains("tool_calls") && !m["tool_calls"].is_null())
       tool_calls = parse_tool_calls_field(m["tool_calls"], at + ".tool_calls");
+    else if (m.contains("function_call") && !m["function_call"].is_null())
+      tool_calls = legacy_function_call(m["function_call"], at + ".function_call", i);
     if (m.contains("tool_call_id") && !m["tool_call_id"].is_string() && !m["tool_call_id"].is_null())
       throw invalid_field(at + ".tool_call_id", at + ".tool_call_id must be a string");
     ojson msg = std::move(m);
     if (developer) msg["role"] = "system";
+    if (function_result) msg["role"] = "tool";
+    msg.erase("function_call");
     if (no_content) msg["content"] = "";
     if (flattened) msg["content"] = std::move(*flattened);
     if (!tool_calls.is_null()) msg["tool_calls"] = std::move(tool_calls);
@@ -144,6 +165,55 @@ void check_tools(const nlohmann::ordered_json& tools, const char* field) {
   }
 }
 
+namespace {
+
+// Which of OpenAI's deprecated fields a request sent.
+struct LegacyFunctions {
+  bool functions = false, function_call = false;
+};
+
+// OpenAI's deprecated `functions` and `function_call` fields, rewritten in the body as the `tools` and
+// `tool_choice` they stand for.
+LegacyFunctions take_legacy_functions(nlohmann::ordered_json& body) {
+  LegacyFunctions legacy;
+  if (auto fs = body.find("functions"); fs != body.end() && !fs->is_null()) {
+    if (auto t = body.find("tools"); t != body.end() && !t->is_null())
+      throw invalid_field("functions", "send tools or functions (deprecated), not both");
+    if (!fs->is_array()) throw invalid_field("functions", "functions must be an array");
+    ojson tools = ojson::array();
+    for (size_t i = 0; i < fs->size(); ++i) {
+      const std::string at = "functions[" + std::to_string(i) + "]";
+      const auto& fn = (*fs)[i];
+      if (!fn.is_object() || !fn.contains("name") || !fn["name"].is_string())
+        throw invalid_field(at, at + " must be an object with a string name");
+      if (auto p = fn.find("parameters"); p != fn.end() && !p->is_null())
+        check_tool_schema(*p, fn["name"].get<std::string>(), at + ".parameters", "function");
+      tools.push_back({{"type", "function"}, {"function", fn}});
+    }
+    body["tools"] = std::move(tools);
+    body.erase("functions");
+    legacy.functions = true;
+  }
+  if (auto fc = body.find("function_call"); fc != body.end() && !fc->is_null()) {
+    if (auto t = body.find("tool_choice"); t != body.end() && !t->is_null())
+      throw invalid_field("function_call", "send tool_choice or function_call (deprecated), not both");
+    const char* msg = "function_call must be none, auto or {\"name\": …}";
+    ojson choice;
+    if (fc->is_string() && (*fc == "none" || *fc == "auto"))
+      choice = *fc;
+    else if (fc->is_object() && fc->contains("name") && (*fc)["name"].is_string())
+      choice = {{"type", "function"}, {"function", {{"name", (*fc)["name"]}}}};
+    else
+      throw invalid_field("function_call", msg);
+    body["tool_choice"] = std::move(choice);
+    body.erase("function_call");
+    legacy.function_call = true;
+  }
+  return legacy;
+}
+
+}  // namespace
+
 ChatRequest parse_openai_chat(const nlohmann::ordered_json& body, const ServerDefaults& defaults) {
   nlohmann::ordered_json copy = body;
   return take_openai_chat(copy, defaults);
@@ -153,6 +223,8 @@ ChatRequest take_openai_chat(nlohmann::ordered_json& body, const ServerDefaults&
   ChatRequest r;
   r.settings = parse_generation_settings(body, defaults, ApiSurface::OpenAI);
   r.messages = parse_messages(body);
+  const LegacyFunctions legacy = take_legacy_functions(body);
+  r.legacy_functions = legacy.functions || legacy.function_call;
   const JsonFields f(body);
   bool tools_off = false;
   bool forced = false;
@@ -182,7 +254,8 @@ ChatRequest take_openai_chat(nlohmann::ordered_json& body, const ServerDefaults&
   }
   if (forced) {
     // The call is enforced by a grammar over the template's tool-call markup (structured_output.h).
-    r.settings.structured = StructuredOutput{StructuredOutput::Kind::ToolCall, {}, {}, forced_name, "tool_choice"};
+    r.settings.structured = StructuredOutput{
+        StructuredOutput::Kind::ToolCall, {}, {}, forced_name, legacy.function_call ? "function_call" : "tool_choice"};
   }
 
   if (const nlohmann::ordered_json* kw = f.object("chat_template_kwargs"))

@@ -39,6 +39,14 @@ json tool_calls_json(const std::vector<ToolCall>& calls, bool with_index) {
   return out;
 }
 
+// A request in the deprecated `functions` spelling gets its (first) call as function_call, as OpenAI answers it.
+json legacy_function_call_json(const std::vector<ToolCall>& calls) {
+  return {{"name", calls.front().name}, {"arguments", calls.front().arguments}};
+}
+std::string legacy_finish_reason(const std::string& reason) {
+  return reason == "tool_calls" ? "function_call" : reason;
+}
+
 json chunk(const Generation& g, const std::string& model, json delta, json finish_reason = nullptr, int index = 0) {
   return {
       {"id", g.id},
@@ -147,8 +155,8 @@ bool include_usage(const json& body) {
 // chat.completion.chunk: the role chunk, reasoning/content deltas, one tool_calls chunk, the finish chunk.
 class ChatFramer : public OpenAiFramer {
  public:
-  ChatFramer(std::string model, bool include_usage, int index = 0)
-      : OpenAiFramer(include_usage), model_(std::move(model)), index_(index) {}
+  ChatFramer(std::string model, bool include_usage, int index = 0, bool legacy_functions = false)
+      : OpenAiFramer(include_usage), model_(std::move(model)), index_(index), legacy_(legacy_functions) {}
   std::vector<std::string> opening(const Generation& g) override {
     return {sse_frame(chunk(g, model_, {{"role", "assistant"}, {"content", ""}}, nullptr, index_))};
   }
@@ -167,10 +175,15 @@ class ChatFramer : public OpenAiFramer {
   }
   std::vector<std::string> finish(const Generation& g, const GenerationOutcome& o) override {
     std::vector<std::string> frames;
-    if (!o.output.tool_calls.empty())
+    const bool calls = !o.output.tool_calls.empty();
+    if (calls && legacy_)
+      frames.push_back(sse_frame(
+          chunk(g, model_, {{"function_call", legacy_function_call_json(o.output.tool_calls)}}, nullptr, index_)));
+    else if (calls)
       frames.push_back(
           sse_frame(chunk(g, model_, {{"tool_calls", tool_calls_json(o.output.tool_calls, true)}}, nullptr, index_)));
-    frames.push_back(sse_frame(chunk(g, model_, json::object(), o.finish_reason, index_)));
+    const std::string reason = legacy_ ? legacy_finish_reason(o.finish_reason) : o.finish_reason;
+    frames.push_back(sse_frame(chunk(g, model_, json::object(), reason, index_)));
     usage_chunk(chunk(g, model_, json::object()), o, frames);
     return frames;
   }
@@ -178,6 +191,7 @@ class ChatFramer : public OpenAiFramer {
  private:
   std::string model_;
   int index_;
+  bool legacy_;
 };
 
 // text_completion chunks: one per delta, then the finish chunk.
@@ -204,13 +218,16 @@ class CompletionFramer : public OpenAiFramer {
 };
 
 // Streams n choices: each framer without usage, then one usage chunk over all of them (when asked).
-template <typename Framer>
+// extra: the framer's own arguments after (model, usage, index).
+template <typename Framer, typename... Extra>
 void stream_n(ServerContext& ctx, const httplib::Request& req, httplib::Response& res, std::vector<Generation> gs,
-              const std::string& model, bool usage, json (*usage_base)(const Generation&, const std::string&)) {
+              const std::string& model, bool usage, json (*usage_base)(const Generation&, const std::string&),
+              Extra... extra) {
   if (gs.size() == 1)
-    return stream_generation(ctx, req, res, std::move(gs.front()), std::make_shared<Framer>(model, usage));
+    return stream_generation(ctx, req, res, std::move(gs.front()), std::make_shared<Framer>(model, usage, 0, extra...));
   std::vector<std::shared_ptr<StreamFramer>> framers;
-  for (size_t i = 0; i < gs.size(); ++i) framers.push_back(std::make_shared<Framer>(model, false, static_cast<int>(i)));
+  for (size_t i = 0; i < gs.size(); ++i)
+    framers.push_back(std::make_shared<Framer>(model, false, static_cast<int>(i), extra...));
   const Generation first = gs.front();
   ClosingFrames closing = nullptr;
   if (usage)
@@ -230,13 +247,14 @@ void chat_completions(ServerContext& ctx, const httplib::Request& req, httplib::
   json body = take_json_body(req);
   check_model_name(ctx, body);
   ChatRequest request = take_openai_chat(body, ctx.options().defaults);
+  const bool legacy = request.legacy_functions;
   const bool usage = include_usage(body);
   PreparedGeneration prepared = prepare_chat(ctx, std::move(request));
   attach_structured_output(ctx, prepared);
   std::vector<Generation> gs = start_choices(ctx, std::move(prepared), "chatcmpl-");
   const std::string model = ctx.model_id();
   if (gs.front().prepared->settings.stream)
-    return stream_n<ChatFramer>(ctx, req, res, std::move(gs), model, usage, &chat_usage_base);
+    return stream_n<ChatFramer>(ctx, req, res, std::move(gs), model, usage, &chat_usage_base, legacy);
   CancelChoices guard{gs};
   std::vector<GenerationOutcome> outs;
   std::vector<json> choices;
@@ -249,8 +267,13 @@ void chat_completions(ServerContext& ctx, const httplib::Request& req, httplib::
       message["reasoning"] = o.output.reasoning;
       message["reasoning_content"] = o.output.reasoning;
     }
-    if (calls) message["tool_calls"] = tool_calls_json(o.output.tool_calls, false);
-    choices.push_back({{"index", choices.size()}, {"message", message}, {"finish_reason", o.finish_reason}});
+    if (calls && legacy)
+      message["function_call"] = legacy_function_call_json(o.output.tool_calls);
+    else if (calls)
+      message["tool_calls"] = tool_calls_json(o.output.tool_calls, false);
+    choices.push_back({{"index", choices.size()},
+                       {"message", message},
+                       {"finish_reason", legacy ? legacy_finish_reason(o.finish_reason) : o.finish_reason}});
   }
   write_json(res, envelope(gs.front(), "chat.completion", model, std::move(choices), outs));
 }

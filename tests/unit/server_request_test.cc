@@ -156,6 +156,83 @@ TEST(ServerRequest, OpenAIMessageErrors) {
             std::make_pair(400, std::string("messages[0].tool_calls[0].function.arguments")));
 }
 
+TEST(ServerRequest, DeprecatedFunctionsAreToolsInTheirOldSpelling) {
+  const json fn = {{"name", "get_weather"},
+                   {"parameters", {{"type", "object"}, {"properties", {{"city", {{"type", "string"}}}}}}}};
+  const json body = {{"messages",
+                      {{{"role", "user"}, {"content", "weather?"}},
+                       {{"role", "assistant"},
+                        {"content", nullptr},
+                        {"function_call", {{"name", "get_weather"}, {"arguments", "{\"city\": \"Oslo\"}"}}}},
+                       {{"role", "function"}, {"name", "get_weather"}, {"content", "sunny"}}}},
+                     {"functions", {fn}},
+                     {"function_call", {{"name", "get_weather"}}}};
+  const ChatRequest r = parse_openai_chat(body, {});
+  EXPECT_TRUE(r.legacy_functions);
+  ASSERT_TRUE(r.tools.is_array());
+  EXPECT_EQ(r.tools[0]["type"], "function");
+  EXPECT_EQ(r.tools[0]["function"]["name"], "get_weather");
+  EXPECT_EQ(r.settings.structured.kind, StructuredOutput::Kind::ToolCall);
+  EXPECT_EQ(r.settings.structured.tool_name, "get_weather");
+  EXPECT_EQ(r.settings.structured.field, "function_call");
+  // The old turns read as the tool turns a template knows.
+  EXPECT_EQ(r.messages[1]["tool_calls"][0]["function"]["name"], "get_weather");
+  EXPECT_EQ(r.messages[1]["tool_calls"][0]["function"]["arguments"]["city"], "Oslo");
+  EXPECT_FALSE(r.messages[1].contains("function_call"));
+  EXPECT_EQ(r.messages[2]["role"], "tool");
+  EXPECT_EQ(r.messages[2]["name"], "get_weather");
+  // "none" keeps the functions out of the prompt, as tool_choice "none" keeps tools out; "auto" forces nothing.
+  json none = body;
+  none["function_call"] = "none";
+  EXPECT_TRUE(parse_openai_chat(none, {}).tools.is_null());
+  json any = body;
+  any["function_call"] = "auto";
+  EXPECT_EQ(parse_openai_chat(any, {}).settings.structured.kind, StructuredOutput::Kind::None);
+  // Today's spelling is untouched.
+  EXPECT_FALSE(parse_openai_chat({{"messages", {{{"role", "user"}, {"content", "x"}}}}}, {}).legacy_functions);
+}
+
+TEST(ServerRequest, DeprecatedFunctionsErrorsNameTheirField) {
+  const json msgs = {{{"role", "user"}, {"content", "x"}}};
+  const json fn = {{"name", "f"}};
+  EXPECT_EQ(error_of([&] {
+              parse_openai_chat(
+                  {{"messages", msgs}, {"functions", {fn}}, {"tools", {{{"type", "function"}, {"function", fn}}}}}, {});
+            }),
+            std::make_pair(400, std::string("functions")));
+  EXPECT_EQ(error_of([&] {
+              parse_openai_chat({{"messages", msgs}, {"functions", fn}}, {});
+            }),
+            std::make_pair(400, std::string("functions")));
+  EXPECT_EQ(error_of([&] {
+              parse_openai_chat({{"messages", msgs}, {"functions", {{{"name", 5}}}}}, {});
+            }),
+            std::make_pair(400, std::string("functions[0]")));
+  EXPECT_EQ(error_of([&] {
+              parse_openai_chat({{"messages", msgs}, {"functions", {{{"name", "f"}, {"parameters", "object"}}}}}, {});
+            }),
+            std::make_pair(400, std::string("functions[0].parameters")));
+  EXPECT_EQ(error_of([&] {
+              parse_openai_chat({{"messages", msgs}, {"functions", {fn}}, {"function_call", "always"}}, {});
+            }),
+            std::make_pair(400, std::string("function_call")));
+  EXPECT_EQ(error_of([&] {
+              parse_openai_chat(
+                  {{"messages", msgs}, {"functions", {fn}}, {"function_call", "auto"}, {"tool_choice", "auto"}}, {});
+            }),
+            std::make_pair(400, std::string("function_call")));
+  EXPECT_EQ(error_of([] {
+              parse_openai_chat({{"messages", {{{"role", "function"}, {"content", "sunny"}}}}}, {});
+            }),
+            std::make_pair(400, std::string("messages[0].name")));
+  EXPECT_EQ(error_of([] {
+              parse_openai_chat(
+                  {{"messages", {{{"role", "assistant"}, {"function_call", {{"name", "f"}, {"arguments", "{oops"}}}}}}},
+                  {});
+            }),
+            std::make_pair(400, std::string("messages[0].function_call.arguments")));
+}
+
 TEST(ServerRequest, NonStringTypesAreClientErrors) {
   const json part = {{"messages", {{{"role", "user"}, {"content", {{{"type", 5}, {"text", "x"}}}}}}}};
   EXPECT_EQ(error_of([&] { parse_openai_chat(part, {}); }),

@@ -1,7 +1,8 @@
 // Structured outputs enforced by a grammar mask, through the clients that rely on them: the official openai
 // client's parse() with a zod schema, LangChain JS withStructuredOutput (json_schema and function calling), the
-// Vercel AI SDK's generateObject, tool_choice "required" / named, Anthropic tool_choice, llama-server's grammar
-// and json_schema fields. The demo model answers in upper case, so without the mask none of this is JSON.
+// Vercel AI SDK's generateObject, tool_choice "required" / named, the deprecated functions / function_call,
+// Anthropic tool_choice, llama-server's grammar and json_schema fields. The demo model answers in upper case, so
+// without the mask none of this is JSON.
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 
@@ -145,6 +146,55 @@ describe('tool_choice', () => {
     });
     assert.equal(r.status, 400);
     assert.match(r.json.error.message, /nope/);
+  });
+
+  test('the deprecated functions / function_call spelling answers with function_call', async () => {
+    // As OpenAI answers it: message.function_call (no tool_calls), finish_reason "function_call".
+    const r = await oai().chat.completions.create({
+      model: 'demo',
+      messages: hello,
+      max_tokens: 96,
+      functions: [weatherTool.function],
+      function_call: { name: 'get_weather' },
+    });
+    const c = r.choices[0];
+    assert.equal(c.finish_reason, 'function_call', JSON.stringify(c.message));
+    assert.equal(c.message.tool_calls, undefined);
+    assert.equal(c.message.function_call.name, 'get_weather');
+    const args = JSON.parse(c.message.function_call.arguments);
+    assert.equal(typeof args.city, 'string');
+    // Streamed: one function_call delta, then the finish.
+    const stream = await oai().chat.completions.create({
+      model: 'demo',
+      messages: hello,
+      max_tokens: 96,
+      functions: [weatherTool.function],
+      function_call: { name: 'get_weather' },
+      stream: true,
+    });
+    let call = null;
+    let finish = null;
+    for await (const chunk of stream) {
+      const ch = chunk.choices[0];
+      if (ch?.delta?.function_call) call = ch.delta.function_call;
+      if (ch?.finish_reason) finish = ch.finish_reason;
+    }
+    assert.equal(finish, 'function_call');
+    assert.equal(call.name, 'get_weather');
+    assert.deepEqual(JSON.parse(call.arguments), args, 'greedy: the same call as the blocking answer');
+    // The old turns (an assistant function_call, a "function" result) are accepted in the history.
+    const next = await oai().chat.completions.create({
+      model: 'demo',
+      messages: [...hello, { role: 'assistant', content: null, function_call: c.message.function_call }, { role: 'function', name: 'get_weather', content: 'sunny' }],
+      max_tokens: 8,
+      functions: [weatherTool.function],
+    });
+    assert.equal(typeof next.choices[0].message.content, 'string');
+    const both = await request(ctx.server, 'POST', '/v1/chat/completions', {
+      body: { model: 'demo', messages: hello, tools: [weatherTool], functions: [weatherTool.function] },
+    });
+    assert.equal(both.status, 400);
+    assert.equal(both.json.error.param, 'functions');
   });
 
   test('Anthropic tool_choice any and tool give a tool_use block', async () => {
