@@ -12,7 +12,8 @@
 namespace lathe::testutil {
 
 // BOS 0, then each byte as 1 + byte % 31 (ids stay below a 32-token vocabulary); the template renders
-// "<role>content|" per message and "<assistant>" as the generation prompt.
+// "<tools>name;…|" when there are tools, "<role>content[name(arguments)]…|" per message and "<assistant>" as the
+// generation prompt.
 inline train::TextCodec test_codec() {
   train::TextCodec c;
   c.bos_id = 0;
@@ -22,11 +23,14 @@ inline train::TextCodec test_codec() {
     return ids;
   };
   auto tmpl = std::make_shared<ChatTemplate>(
-      "{% for m in messages %}<{{ m.role }}>{{ m.content }}|{% endfor %}{% if add_generation_prompt %}<assistant>{% "
-      "endif %}");
-  c.render = [tmpl](const nlohmann::ordered_json& messages, bool gen) {
+      "{% if tools %}<tools>{% for t in tools %}{{ t.function.name }};{% endfor %}|{% endif %}"
+      "{% for m in messages %}<{{ m.role }}>{{ m.content }}"
+      "{% for c in m.tool_calls or [] %}[{{ c.function.name }}({{ c.function.arguments | tojson }})]{% endfor %}|"
+      "{% endfor %}{% if add_generation_prompt %}<assistant>{% endif %}");
+  c.render = [tmpl](const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools, bool gen) {
     ChatTemplateInput in;
     in.messages = messages;
+    in.tools = tools;
     in.add_generation_prompt = gen;
     return tmpl->render(in);
   };

@@ -93,6 +93,47 @@ TEST(TrainData, DetectsEachFormatAndMasksTheLoss) {
   EXPECT_FALSE(trunc);
 }
 
+TEST(TrainData, MessagesRowsCarryTheirToolsAndToolCalls) {
+  // mlx-lm's tool rows: "tools" beside "messages", an assistant turn's tool_calls with arguments as a JSON string.
+  const auto codec = test_codec();
+  const ojson row = ojson::parse(R"({
+    "messages": [
+      {"role": "user", "content": "weather?"},
+      {"role": "assistant", "content": "", "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\": \"Oslo\"}"}}]},
+      {"role": "tool", "tool_call_id": "c1", "content": "sunny"},
+      {"role": "assistant", "content": "It is sunny."}],
+    "tools": [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]})");
+  bool trunc = false;
+  const Example m = train::parse_row(row.dump(), "f:1", codec, 512, false, &trunc);
+  EXPECT_EQ(m.format, RowFormat::Messages);
+  // The template saw the tools and the call's arguments as an object (tojson of a string would quote it).
+  ojson parsed = row["messages"];
+  parsed[1]["tool_calls"][0]["function"]["arguments"] = {{"city", "Oslo"}};
+  const std::string full = codec.render(parsed, row["tools"], false);
+  EXPECT_EQ(full.rfind("<tools>get_weather;|<user>weather?|<assistant>[get_weather({", 0), 0u) << full;
+  EXPECT_NE(full.find("Oslo"), std::string::npos) << full;
+  EXPECT_EQ(full.find("\\\""), std::string::npos) << full;
+  EXPECT_EQ(m.seq.ids.size(), 1u + full.size());
+  // Only the last assistant turn is learned: everything up to its generation prompt is context.
+  const std::string answer = "It is sunny.|";
+  EXPECT_EQ(first_target(m.seq), 1u + full.size() - answer.size());
+
+  bool t2 = false;
+  ojson no_tools = row;
+  no_tools.erase("tools");
+  EXPECT_LT(train::parse_row(no_tools.dump(), "f:2", codec, 512, false, &t2).seq.ids.size(), m.seq.ids.size());
+  for (const char* bad : {R"("tools": 5)", R"("tools": [{"type": "function"}])"}) {
+    const std::string line =
+        std::string(R"({"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}], )") +
+        bad + "}";
+    EXPECT_THROW(train::parse_row(line, "f:3", codec, 512, false, &t2), Error) << line;
+  }
+  ojson bad_args = row;
+  bad_args["messages"][1]["tool_calls"][0]["function"]["arguments"] = "{oops";
+  EXPECT_THROW(train::parse_row(bad_args.dump(), "f:4", codec, 512, false, &t2), Error);
+}
+
 TEST(TrainData, TruncatesSftOnTheRightAndPreferenceOnTheLeft) {
   const auto codec = test_codec();
   bool trunc = false;

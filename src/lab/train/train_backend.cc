@@ -11,9 +11,11 @@ TextCodec codec_for(const ModelBundle& bundle) {
   const ModelBundle* b = &bundle;
   c.encode = [b](const std::string& text) { return b->text_prompt(text); };
   if (const ChatTemplate* t = bundle.chat_template())
-    c.render = [t](const nlohmann::ordered_json& messages, bool add_generation_prompt) {
+    c.render = [t](const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools,
+                   bool add_generation_prompt) {
       ChatTemplateInput in;
       in.messages = messages;
+      in.tools = tools;
       in.add_generation_prompt = add_generation_prompt;
       return t->render(in);
     };

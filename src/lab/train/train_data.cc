@@ -36,11 +36,46 @@ void check_messages(const ojson& messages, const std::string& where) {
       bad(where, "every message needs a string 'role'");
 }
 
-std::string render(const TextCodec& codec, const ojson& messages, bool add_generation_prompt,
+// A messages row's optional "tools" (mlx-lm's column): OpenAI function tools, each an object with a function name.
+ojson row_tools(const ojson& row, const std::string& where) {
+  auto it = row.find("tools");
+  if (it == row.end() || it->is_null()) return nullptr;
+  if (!it->is_array()) bad(where, "'tools' must be a list of tool schemas");
+  for (const auto& t : *it)
+    if (!t.is_object() || !t.contains("function") || !t["function"].is_object() || !t["function"].contains("name") ||
+        !t["function"]["name"].is_string())
+      bad(where, "every tool in 'tools' needs a function with a string name");
+  return *it;
+}
+
+// Assistant tool calls as templates read them: arguments sent as a JSON string (as OpenAI writes them) become the
+// object they hold.
+ojson with_call_arguments(const ojson& messages, const std::string& where) {
+  ojson out = messages;
+  for (auto& m : out) {
+    auto calls = m.find("tool_calls");
+    if (calls == m.end() || calls->is_null()) continue;
+    if (!calls->is_array()) bad(where, "'tool_calls' must be a list");
+    for (auto& c : *calls) {
+      if (!c.is_object() || !c.contains("function") || !c["function"].is_object())
+        bad(where, "every tool call needs a function");
+      auto args = c["function"].find("arguments");
+      if (args == c["function"].end() || !args->is_string()) continue;
+      try {
+        *args = ojson::parse(args->get<std::string>());
+      } catch (const ojson::parse_error&) {
+        bad(where, "a tool call's arguments are not valid JSON");
+      }
+    }
+  }
+  return out;
+}
+
+std::string render(const TextCodec& codec, const ojson& messages, const ojson& tools, bool add_generation_prompt,
                    const std::string& where) {
   if (!codec.render) bad(where, "a messages row needs a chat template and this model has none");
   try {
-    return codec.render(messages, add_generation_prompt);
+    return codec.render(messages, tools, add_generation_prompt);
   } catch (const std::exception& e) {
     bad(where, std::string("the chat template failed: ") + e.what());
   }
@@ -139,7 +174,7 @@ Example parse_row(const std::string& line, const std::string& where, const TextC
       prompt_text = row["prompt"].get<std::string>();
     } else {
       check_messages(row["prompt"], where);
-      prompt_text = render(codec, row["prompt"], true, where);
+      prompt_text = render(codec, row["prompt"], nullptr, true, where);
     }
     const std::string chosen = string_member(row, "chosen", where);
     const std::string rejected = string_member(row, "rejected", where);
@@ -161,8 +196,9 @@ Example parse_row(const std::string& line, const std::string& where, const TextC
     return e;
   }
   if (row.contains("messages")) {
-    const auto& messages = row["messages"];
-    check_messages(messages, where);
+    check_messages(row["messages"], where);
+    const ojson messages = with_call_arguments(row["messages"], where);
+    const ojson tools = row_tools(row, where);
     size_t last = messages.size();
     for (size_t i = messages.size(); i-- > 0;)
       if (messages[i]["role"] == "assistant") {
@@ -170,11 +206,11 @@ Example parse_row(const std::string& line, const std::string& where, const TextC
         break;
       }
     if (last == messages.size()) bad(where, "'messages' has no assistant turn to learn from");
-    std::vector<int32_t> full = codec.encode(render(codec, messages, false, where));
+    std::vector<int32_t> full = codec.encode(render(codec, messages, tools, false, where));
     ojson before = ojson::array();
     for (size_t i = 0; i < last; ++i) before.push_back(messages[i]);
     std::vector<int32_t> prompt =
-        before.empty() ? std::vector<int32_t>{} : codec.encode(render(codec, before, true, where));
+        before.empty() ? std::vector<int32_t>{} : codec.encode(render(codec, before, tools, true, where));
     drop_duplicate_bos(full, codec.bos_id);
     drop_duplicate_bos(prompt, codec.bos_id);
     const size_t b = boundary(full, prompt);

@@ -28,7 +28,10 @@ const char* row_format_name(RowFormat f);
 // byte-level stand-in. render is empty when the model has no chat template (messages rows are then an error).
 struct TextCodec {
   std::function<std::vector<int32_t>(const std::string& text)> encode;  // with the tokenizer's special tokens
-  std::function<std::string(const nlohmann::ordered_json& messages, bool add_generation_prompt)> render;
+  // tools: null, or the row's tool schemas (OpenAI function tools), rendered as the template renders a request's.
+  std::function<std::string(const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools,
+                            bool add_generation_prompt)>
+      render;
   int32_t bos_id = -1;
 };
 
