@@ -155,6 +155,40 @@ TEST(DatasetJobHttp, TemplatesValidationAndJobsCallingTheServedModel) {
   }
   EXPECT_NE(valid[0]["messages"][0]["content"].get<std::string>().find("good morning to you"), std::string::npos);
 
+  // Tool-use traces: a forced call (the server's grammar), its result mocked, the answer; rows carry their tools.
+  const fs::path traces = d.path / "traces";
+  const json tools = json::array({{{"type", "function"},
+                                   {"function",
+                                    {{"name", "get_weather"},
+                                     {"parameters",
+                                      {{"type", "object"},
+                                       {"properties", {{"city", {{"type", "string"}, {"maxLength", 12}}}}},
+                                       {"required", {"city"}}}}}}}});
+  r = post({{"template", "tool_use_traces"},
+            {"out", traces.string()},
+            {"tools", tools.dump()},
+            {"tasks", "weather in Oslo?\nweather in Rome?"},
+            {"temperature", 0},
+            {"max_tokens", 128}});  // the demo model spells a call byte by byte
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 201) << r->body;
+  job = wait_done(s, json::parse(r->body)["job"]["id"]);
+  ASSERT_EQ(job["status"], "done") << job.dump();
+  for (const auto& row : read_jsonl(traces / "train.jsonl")) {
+    EXPECT_EQ(row["tools"], tools);
+    const json& m = row["messages"];
+    ASSERT_EQ(m.size(), 4u) << row.dump();
+    EXPECT_EQ(m[1]["tool_calls"][0]["function"]["name"], "get_weather");
+    const json args = json::parse(m[1]["tool_calls"][0]["function"]["arguments"].get<std::string>());
+    EXPECT_TRUE(args["city"].is_string()) << args.dump();  // the schema held
+    EXPECT_EQ(m[2]["role"], "tool");
+    EXPECT_FALSE(m[3]["content"].get<std::string>().empty());
+  }
+  r = post({{"template", "tool_use_traces"}, {"out", (d.path / "t2").string()}, {"tools", "[]"}, {"tasks", "x"}});
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400);
+  EXPECT_NE(r->body.find("'tools'"), std::string::npos) << r->body;
+
   // The summary, the stage events, and no key in the row or the log.
   r = s.client().Get("/api/jobs/" + id + "/events?follow=0");
   ASSERT_TRUE(r);

@@ -470,5 +470,59 @@ TEST(DatasetLlm, TemplatesBuildTheirRowsFromTheModelsReplies) {
   EXPECT_GT(calls, 10);
 }
 
+TEST(DatasetLlm, ToolUseTracesCallMockAndAnswerInTheOpenAIShape) {
+  const json tools = json::parse(R"([{"type": "function", "function": {"name": "get_weather",
+      "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}])");
+  const json config = {
+      {"template", "tool_use_traces"}, {"tools", tools.dump()}, {"tasks", "weather in Oslo?\nskip me"}};
+  const TemplateDef& t = find_template("tool_use_traces");
+  check_template_fields(t, config);
+  EXPECT_EQ(llm_row_budget(t, config), 2);
+  std::vector<json> offered;
+  const ToolChatFn tool_chat = [&](const json& messages, const json& given, bool require_call) {
+    offered.push_back(given);
+    if (!require_call) return json{{"role", "assistant"}, {"content", " It is 20 degrees in Oslo. "}};
+    if (messages.back()["content"] == "skip me") return json{{"role", "assistant"}, {"content", "no call"}};
+    return json{{"role", "assistant"},
+                {"content", nullptr},
+                {"tool_calls",
+                 {{{"id", "c9"},
+                   {"type", "function"},
+                   {"function", {{"name", "get_weather"}, {"arguments", R"({"city": "Oslo"})"}}}}}}};
+  };
+  std::string mocked_for;
+  const ChatFn mock = [&](const json& messages) {
+    mocked_for = messages[0]["content"].get<std::string>() + " | " + messages[1]["content"].get<std::string>();
+    return std::string(R"({"temp": 20})");
+  };
+  const Generated g = run_llm_template(t, config, mock, {}, tool_chat);
+  ASSERT_EQ(g.rows.size(), 1u);
+  EXPECT_EQ(g.skipped, 1);  // the task whose reply made no call
+  EXPECT_TRUE(contains(mocked_for, "'get_weather'")) << mocked_for;
+  EXPECT_TRUE(contains(mocked_for, R"({"city": "Oslo"})")) << mocked_for;
+  const json& row = g.rows[0];
+  EXPECT_EQ(row["tools"], tools);
+  const json& m = row["messages"];
+  ASSERT_EQ(m.size(), 4u);
+  EXPECT_EQ(m[0]["content"], "weather in Oslo?");
+  EXPECT_EQ(m[1]["tool_calls"][0]["id"], "c9");
+  EXPECT_EQ(m[1]["tool_calls"][0]["function"]["arguments"], R"({"city": "Oslo"})");  // a string, as OpenAI writes
+  EXPECT_EQ(m[2]["role"], "tool");
+  EXPECT_EQ(m[2]["tool_call_id"], "c9");
+  EXPECT_EQ(m[2]["content"], R"({"temp": 20})");
+  EXPECT_EQ(m[3]["content"], "It is 20 degrees in Oslo.");
+  for (const json& o : offered) EXPECT_EQ(o, tools);
+  // The row trains: its tools and call reach the template, the answer is the target.
+  bool trunc = false;
+  const train::Example e = train::parse_row(row.dump(), "f:1", test_codec(), 4096, false, &trunc);
+  EXPECT_EQ(e.format, train::RowFormat::Messages);
+
+  for (const std::string bad : {"not json", "[]", R"([{"type": "function"}])", R"({"a": 1})"}) {
+    json c = config;
+    c["tools"] = bad;
+    EXPECT_TRUE(contains(error_of([&] { llm_row_budget(t, c); }), "'tools'")) << bad;
+  }
+}
+
 }  // namespace
 }  // namespace lathe::dataset

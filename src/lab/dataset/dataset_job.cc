@@ -129,8 +129,12 @@ jobs::JobResult run_dataset(const jobs::Emit& emit, const json& config) {
   } else if (t.needs_llm) {
     const LlmClient client = job_llm_client();
     const ChatParams params = chat_params(t, config);
+    const ToolChatFn tool_chat = [&](const json& messages, const json& tools, bool require_call) {
+      return client.chat_message(messages, params,
+                                 {{"tools", tools}, {"tool_choice", require_call ? "required" : "auto"}});
+    };
     g = run_llm_template(
-        t, config, [&](const json& messages) { return client.chat(messages, params); }, progress);
+        t, config, [&](const json& messages) { return client.chat(messages, params); }, progress, tool_chat);
   } else {
     throw Error(ErrorKind::Unsupported, "dataset: the " + t.id + " template cannot run here");
   }

@@ -108,11 +108,19 @@ LlmClient::Response LlmClient::post(const std::string& path, const std::string& 
 }
 
 std::string LlmClient::chat(const jobs::json& messages, const ChatParams& params) const {
-  const jobs::json body = {{"messages", messages},
-                           {"max_tokens", params.max_tokens},
-                           {"temperature", params.temperature},
-                           {"stream", false},
-                           {"chat_template_kwargs", {{"enable_thinking", false}}}};
+  const jobs::json message = chat_message(messages, params, jobs::json::object());
+  const auto content = message.find("content");
+  return content != message.end() && content->is_string() ? content->get<std::string>() : std::string();
+}
+
+jobs::json LlmClient::chat_message(const jobs::json& messages, const ChatParams& params,
+                                   const jobs::json& extra) const {
+  jobs::json body = {{"messages", messages},
+                     {"max_tokens", params.max_tokens},
+                     {"temperature", params.temperature},
+                     {"stream", false},
+                     {"chat_template_kwargs", {{"enable_thinking", false}}}};
+  for (const auto& [k, v] : extra.items()) body[k] = v;
   const std::string text = body.dump(-1, ' ', false, jobs::json::error_handler_t::replace);
   Response r = post("/v1/chat/completions", text);
   auto pause = limits_.busy_pause;
@@ -137,8 +145,9 @@ std::string LlmClient::chat(const jobs::json& messages, const ChatParams& params
                                    (message.empty() ? "" : ": " + message.substr(0, 500)));
   }
   try {
-    const auto& content = answer.at("choices").at(0).at("message").at("content");
-    return content.is_string() ? content.get<std::string>() : std::string();
+    const jobs::json& message = answer.at("choices").at(0).at("message");
+    if (!message.is_object()) throw Error(ErrorKind::Corrupt, "not an object");
+    return message;
   } catch (const std::exception&) {
     throw Error(ErrorKind::Corrupt, "the served model's answer has no choices[0].message");
   }

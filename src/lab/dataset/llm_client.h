@@ -40,6 +40,9 @@ class LlmClient {
   // LlmClientLimits). Throws Error(Io) naming the server's error for a non-2xx answer, Corrupt for a body that is
   // not a chat completion.
   std::string chat(const jobs::json& messages, const ChatParams& params) const;
+  // The same request with `extra` merged into its body (tools, tool_choice): the first choice's whole message
+  // (content, tool_calls).
+  jobs::json chat_message(const jobs::json& messages, const ChatParams& params, const jobs::json& extra) const;
 
  private:
   jobs::JobApi api_;

@@ -36,6 +36,7 @@ std::vector<std::string> inputs(const TemplateDef& t, const json& config, std::s
   if (t.id == "rag_qa") return input_passages(text_field(t, config, *field = "passages"));
   if (t.id == "cot_synthesis") return input_lines(text_field(t, config, *field = "questions"));
   if (t.id == "prompt_reconstruction") return input_passages(text_field(t, config, *field = "targets"));
+  if (t.id == "tool_use_traces") return input_lines(text_field(t, config, *field = "tasks"));
   throw Error(ErrorKind::Internal, "dataset: " + t.id + " is not an LLM template");
 }
 
@@ -77,7 +78,27 @@ std::vector<std::string> input_passages(const std::string& text) {
   return out;
 }
 
+json parse_tools_field(const TemplateDef& t, const json& config) {
+  const std::string text = text_field(t, config, "tools");
+  json tools;
+  try {
+    tools = json::parse(text);
+  } catch (const json::parse_error& e) {
+    throw Error(ErrorKind::InvalidArgument, std::string("config field 'tools' is not JSON: ") + e.what());
+  }
+  if (!tools.is_array() || tools.empty())
+    throw Error(ErrorKind::InvalidArgument, "config field 'tools' must be a non-empty JSON array of function tools");
+  for (const auto& tool : tools)
+    if (!tool.is_object() || tool.value("type", "function") != "function" || !tool.contains("function") ||
+        !tool["function"].is_object() || !tool["function"].contains("name") || !tool["function"]["name"].is_string())
+      throw Error(ErrorKind::InvalidArgument,
+                  "config field 'tools': every tool must be {\"type\": \"function\", \"function\": {\"name\": …, "
+                  "\"parameters\": …}}");
+  return tools;
+}
+
 int64_t llm_row_budget(const TemplateDef& t, const json& config) {
+  if (t.id == "tool_use_traces") (void)parse_tools_field(t, config);
   std::string field;
   const auto items = dataset_llm_detail::inputs(t, config, &field);
   if (items.empty()) throw Error(ErrorKind::InvalidArgument, "config field '" + field + "' holds no input");
@@ -90,7 +111,8 @@ int64_t llm_row_budget(const TemplateDef& t, const json& config) {
   return n;
 }
 
-Generated run_llm_template(const TemplateDef& t, const json& config, const ChatFn& chat, const Progress& progress) {
+Generated run_llm_template(const TemplateDef& t, const json& config, const ChatFn& chat, const Progress& progress,
+                           const ToolChatFn& tool_chat) {
   using namespace dataset_llm_detail;
   std::string field;
   const std::vector<std::string> items = inputs(t, config, &field);
@@ -207,6 +229,53 @@ Generated run_llm_template(const TemplateDef& t, const json& config, const ChatF
       else
         g.rows.push_back({{"messages", json::array({user(question),
                                                     assistant("<think>\n" + reasoning + "\n</think>\n\n" + answer)})}});
+      step();
+    }
+  } else if (t.id == "tool_use_traces") {
+    if (!tool_chat) throw Error(ErrorKind::Internal, "dataset: tool_use_traces needs a tool-calling chat");
+    const json tools = parse_tools_field(t, config);
+    // One trace: the forced call, each call's result mocked by the model standing in for the tool, the answer
+    // from those results. False when a reply came back empty or without a call.
+    auto trace = [&](const std::string& task) {
+      json messages = json::array({user(task)});
+      const json call = tool_chat(messages, tools, true);
+      const auto calls = call.find("tool_calls");
+      if (calls == call.end() || !calls->is_array() || calls->empty()) return false;
+      json turn = {{"role", "assistant"}, {"content", ""}, {"tool_calls", json::array()}};
+      json results = json::array();
+      for (size_t k = 0; k < calls->size(); ++k) {
+        const json& c = (*calls)[k];
+        const auto fn = c.find("function");
+        if (fn == c.end() || !fn->is_object() || !fn->contains("name") || !(*fn)["name"].is_string()) return false;
+        const std::string name = (*fn)["name"];
+        const auto a = fn->find("arguments");
+        const std::string args = a == fn->end() ? "{}" : a->is_string() ? a->get<std::string>() : a->dump();
+        const auto given = c.find("id");
+        const std::string id =
+            given != c.end() && given->is_string() ? given->get<std::string>() : "call_" + std::to_string(k);
+        turn["tool_calls"].push_back(
+            {{"id", id}, {"type", "function"}, {"function", {{"name", name}, {"arguments", args}}}});
+        const std::string result =
+            ask(json::array({system("You stand in for the tool '" + name +
+                                    "'. Reply with the result it would return for these arguments, as JSON, and "
+                                    "nothing else."),
+                             user(args)}));
+        if (result.empty()) return false;
+        results.push_back({{"role", "tool"}, {"tool_call_id", id}, {"name", name}, {"content", result}});
+      }
+      messages.push_back(std::move(turn));
+      for (auto& r : results) messages.push_back(std::move(r));
+      const json reply = tool_chat(messages, tools, false);
+      const auto content = reply.find("content");
+      const std::string answer =
+          content != reply.end() && content->is_string() ? trim(content->get<std::string>()) : "";
+      if (answer.empty()) return false;
+      messages.push_back(assistant(answer));
+      g.rows.push_back({{"messages", std::move(messages)}, {"tools", tools}});
+      return true;
+    };
+    for (const std::string& task : items) {
+      if (!trace(task)) ++g.skipped;
       step();
     }
   } else if (t.id == "prompt_reconstruction") {

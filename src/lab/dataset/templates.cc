@@ -184,6 +184,22 @@ std::vector<TemplateDef> build() {
     v.push_back(std::move(t));
   }
   {
+    TemplateDef t{"tool_use_traces",
+                  "Tool-use traces",
+                  "For each task the served model calls one of the tools, stands in for the tool to mock its result, "
+                  "then answers from it -> chat rows with tool calls and their tools (OpenAI shape)",
+                  "messages",
+                  true,
+                  {}};
+    t.fields.push_back(textarea("tools", "Tools",
+                                "a JSON array of OpenAI function tools: [{\"type\": \"function\", \"function\": "
+                                "{\"name\": …, \"description\": …, \"parameters\": {…}}}]",
+                                true));
+    t.fields.push_back(textarea("tasks", "Tasks", "one user request per line, each needing a tool", true));
+    add_llm_fields(t);
+    v.push_back(std::move(t));
+  }
+  {
     TemplateDef t{"prompt_reconstruction",
                   "Prompt reconstruction",
                   "For each target text the served model infers the prompt that asks for it and writes a generic "
