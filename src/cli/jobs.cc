@@ -1,4 +1,4 @@
-// lathe jobs ls|show|logs|cancel|rm: the jobs API of a running `lathe serve`, from the terminal.
+// lathe jobs ls|show|logs|cancel|stop|rm: the jobs API of a running `lathe serve`, from the terminal.
 #include <httplib.h>
 
 #include <cstdio>
@@ -85,6 +85,14 @@ int cancel(const JobsFlags& f) {
   return 0;
 }
 
+int stop(const JobsFlags& f) {
+  auto c = client(f);
+  const json body = check(c.Post("/api/jobs/" + f.id + "/stop", "", "application/json"), f);
+  std::printf("%s %s: stopping after its current step\n", f.id.c_str(),
+              body["job"]["status"].get<std::string>().c_str());
+  return 0;
+}
+
 int rm(const JobsFlags& f) {
   auto c = client(f);
   check(c.Delete("/api/jobs/" + f.id), f);
@@ -151,13 +159,16 @@ Verb add_jobs(CLI::App& app) {
   logs_cmd->add_flag("-f,--follow", f->follow, "keep following until the job ends");
   CLI::App* cancel_cmd = cmd->add_subcommand("cancel", "cancel a queued or running job");
   cancel_cmd->add_option("id", f->id, "job id")->required();
+  CLI::App* stop_cmd = cmd->add_subcommand("stop", "stop a running fine-tune early and keep its adapter");
+  stop_cmd->add_option("id", f->id, "job id")->required();
   CLI::App* rm_cmd = cmd->add_subcommand("rm", "delete a finished job and its log");
   rm_cmd->add_option("id", f->id, "job id")->required();
-  return {cmd, [f, ls_cmd, show_cmd, logs_cmd, cancel_cmd, rm_cmd] {
+  return {cmd, [f, ls_cmd, show_cmd, logs_cmd, cancel_cmd, stop_cmd, rm_cmd] {
             if (ls_cmd->parsed()) return ls(*f);
             if (show_cmd->parsed()) return show(*f);
             if (logs_cmd->parsed()) return logs(*f);
             if (cancel_cmd->parsed()) return cancel(*f);
+            if (stop_cmd->parsed()) return stop(*f);
             if (rm_cmd->parsed()) return rm(*f);
             return 1;
           }};

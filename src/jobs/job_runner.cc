@@ -146,6 +146,18 @@ JobRow JobRunner::cancel(const std::string& id) {
   return *store_->get(id);
 }
 
+bool JobRunner::stop(const std::string& id) {
+  auto row = store_->get(id);
+  if (!row) throw Error(ErrorKind::NotFound, "no job " + id);
+  if (!find_kind(row->kind).stoppable)
+    throw Error(ErrorKind::InvalidArgument,
+                "a " + row->kind + " job cannot stop early and keep its work; cancel it instead");
+  std::lock_guard<std::mutex> lock(mu_);
+  if (current_ != id || current_pid_ <= 0 || cancel_current_) return false;
+  ::kill(current_pid_, SIGUSR1);
+  return true;
+}
+
 // Appends the closing event, then flips the row: readers that see the terminal status have the whole log.
 bool JobRunner::try_close(PendingClose& p) {
   if (!p.event_written) {
@@ -266,6 +278,9 @@ void JobRunner::run_one(const std::string& id) {
     sigemptyset(&none);
     ::sigprocmask(SIG_SETMASK, &none, nullptr);  // the server blocks SIGTERM for its sigwait thread
     ::signal(SIGPIPE, SIG_DFL);
+    // A stop request (SIGUSR1) must not kill a child that has not set up its handler yet: ignored across exec
+    // until the job's kind installs one.
+    ::signal(SIGUSR1, SIG_IGN);
     ::dup2(out[1], 1);
     ::dup2(out[1], 2);
     const int devnull = ::open("/dev/null", O_RDONLY);

@@ -1,6 +1,7 @@
 // The server's side of jobs: validates and queues submissions, runs them first in, first out, one at a time,
 // each in its own `lathe job-run ID` child (a crash or an out-of-memory kill takes the job down, never the
-// server), turns the child's stdout/stderr lines into `log` events, and cancels with SIGTERM then SIGKILL.
+// server), turns the child's stdout/stderr lines into `log` events, cancels with SIGTERM then SIGKILL, and asks a
+// stoppable job to stop early with SIGUSR1 (ignored by the child until its kind handles it).
 //
 // Sharing the machine with serving: the child runs at nice 10, so under CPU contention the Linux scheduler
 // gives the server's threads about nine tenths of the CPU and the job the rest (CFS weights 1024 vs 110).
@@ -44,6 +45,10 @@ class JobRunner {
   JobRow submit_validated(const std::string& kind, const json& config);
   // Cancels a queued or running job; returns the row (unchanged when already terminal). NotFound when absent.
   JobRow cancel(const std::string& id);
+  // Asks the running job `id` to stop early and keep its work (its kind must be stoppable); false when it is not
+  // the job running now (queued, ended, or between jobs). NotFound when absent, InvalidArgument for a kind that
+  // cannot stop early.
+  bool stop(const std::string& id);
   std::shared_ptr<JobStore> store() { return store_; }
   const std::string& data_dir() const { return options_.data_dir; }
 

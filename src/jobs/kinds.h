@@ -18,6 +18,9 @@ struct JobKind {
   // A job of this kind left running by a server that stopped is queued again (same config) at the next start,
   // after its row is marked zombie: the producer picks up its own checkpoints (finetune).
   bool resumable = false;
+  // A running job of this kind can be stopped early and keep its work (JobRunner::stop: SIGUSR1 to its child,
+  // which finishes as done with what it has; finetune writes the adapter of the steps taken).
+  bool stoppable = false;
   // Kinds that exist for the test suites (noop, crash): known only where LATHE_TEST_JOB_KINDS=1 is set, so a
   // served API offers no job that sleeps for minutes or kills its process on request.
   bool test_only = false;

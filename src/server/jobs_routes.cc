@@ -1,6 +1,7 @@
 // The jobs API: POST /api/jobs, GET /api/jobs, GET /api/jobs/{id}, GET /api/jobs/{id}/events (server-sent
 // events: the log replayed from the start, then followed; Last-Event-ID resumes; an `end` event closes),
-// POST /api/jobs/{id}/cancel and DELETE /api/jobs/{id}. The runner lives as long as these routes; when the
+// POST /api/jobs/{id}/cancel, POST /api/jobs/{id}/stop (a fine-tune stops early and writes its adapter) and
+// DELETE /api/jobs/{id}. The runner lives as long as these routes; when the
 // data directory cannot be used (another server holds it) the routes answer 503 and serving goes on.
 #include <httplib.h>
 
@@ -218,9 +219,19 @@ std::vector<Route> jobs_routes(ServerContext& ctx) {
   r.push_back({"POST", kPrefix,
                [state](const httplib::Request& req, httplib::Response& res) {
                  const auto [id, tail] = split_job_path(req.path);
-                 if (tail != "cancel") throw ApiError(404, "not found: POST " + req.path);
+                 if (tail != "cancel" && tail != "stop") throw ApiError(404, "not found: POST " + req.path);
                  jobs::JobRunner& runner = state->get();
-                 require_job(runner, id);
+                 const jobs::JobRow found = require_job(runner, id);
+                 if (tail == "stop") {  // stop early and keep the work (a fine-tune writes its adapter)
+                   if (!jobs::find_kind(found.kind).stoppable)
+                     throw ApiError(400,
+                                    "a " + found.kind + " job cannot stop early and keep its work; cancel it instead");
+                   if (!runner.stop(id))
+                     throw ApiError(409, "job " + id + " is " + jobs::status_name(found.status) +
+                                             ": only a running job can stop early (cancel a queued one)");
+                   write_json(res, {{"ok", true}, {"job", jobs::to_json(*runner.store()->get(id))}}, 202);
+                   return;
+                 }
                  const jobs::JobRow row = runner.cancel(id);
                  write_json(res, {{"ok", true}, {"job", jobs::to_json(row)}}, 202);
                },

@@ -2,7 +2,7 @@
 // fixture: a job runs to done with train/val metric events and writes its adapter; and a finetune job that a
 // stopped server left behind (row still queued, a checkpoint on disk) is marked zombie at the next start,
 // queued again with the same config, resumes from the checkpoint and ends with the adapter an uninterrupted
-// run writes, byte for byte.
+// run writes, byte for byte; and a run told to stop early ends done with the adapter of the steps it took.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -85,6 +85,54 @@ TEST(FinetuneJob, RunsToDoneAndAZombieResumesFromItsCheckpoint) {
   EXPECT_EQ(read_events(end.log_path).events.back()["summary"]["resumed_from"], 10);
   EXPECT_EQ(read_text_file((root / "straight" / "adapters.safetensors").string()),
             read_text_file((resumed / "adapters.safetensors").string()));
+  fs::remove_all(root);
+}
+
+TEST(FinetuneJob, StopsEarlyAndKeepsTheAdapterOfTheStepsTaken) {
+  const fs::path root = fs::temp_directory_path() / ("lathe_finetune_stop_" + std::to_string(::getpid()));
+  fs::remove_all(root);
+  fs::create_directories(root / "data");
+  {
+    std::ofstream train(root / "data" / "train.jsonl");
+    for (int i = 0; i < 4; ++i)
+      train << R"({"prompt": "Question: )" << i << R"(? Answer:", "completion": " yes"})"
+            << "\n";
+  }
+  const json config = {{"model_dir", test::model_dir("qwen3-q4g64")},
+                       {"data_dir", (root / "data").string()},
+                       {"adapter_path", (root / "adapter").string()},
+                       {"iters", 100000},  // would run for hours
+                       {"batch_size", 2},
+                       {"rank", 4},
+                       {"steps_per_report", 1},
+                       {"max_seq_length", 64}};
+  offer_test_job_kinds();
+  JobRunner r({(root / "jobs").string(), LATHE_BINARY, 500});
+  const JobRow noop = r.submit("noop", {{"steps", 1000}, {"step_ms", 20}});
+  const JobRow row = r.submit("finetune", config);
+  EXPECT_THROW(r.stop(noop.id), Error);  // a noop job cannot stop and keep its work
+  EXPECT_FALSE(r.stop(row.id));          // queued behind the noop: not running yet
+  EXPECT_THROW(r.stop("job_nope"), Error);
+  r.cancel(noop.id);
+  wait_started(*r.store(), row.id);
+  // Wait for a training step (the child has loaded and set up its stop handler by then).
+  for (int i = 0; i < 2000; ++i) {
+    bool stepped = false;
+    for (const auto& e : read_events(r.store()->get(row.id)->log_path).events)
+      stepped = stepped || (e.value("type", "") == "metric" && e.value("kind", "") == "train");
+    if (stepped) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_TRUE(r.stop(row.id));
+  const JobRow end = wait_terminal(*r.store(), row.id);
+  ASSERT_EQ(end.status, JobStatus::Done) << end.error.value_or("");
+  const auto summary = read_events(end.log_path).events.back()["summary"];
+  EXPECT_EQ(summary["stopped_early"], true) << summary.dump();
+  EXPECT_GE(summary["steps"].get<int64_t>(), 1);
+  EXPECT_LT(summary["steps"].get<int64_t>(), 100000);
+  EXPECT_TRUE(fs::exists(root / "adapter" / "adapters.safetensors"));
+  EXPECT_TRUE(fs::exists(root / "adapter" / "adapter_config.json"));
+  EXPECT_FALSE(r.stop(row.id));  // ended
   fs::remove_all(root);
 }
 

@@ -262,7 +262,14 @@ function renderJob(node, m) {
         postJson(`/api/jobs/${encodeURIComponent(j.id)}/cancel`, {}),
       ),
     );
-  else
+  if (j.status === "running" && j.kind === "finetune")
+    actions.append(
+      // The trainer finishes its current step and writes the adapter of the steps taken; the job ends done.
+      actionButton(node, m, { id: "job-stop", class: "secondary" }, "Stop and save", () =>
+        postJson(`/api/jobs/${encodeURIComponent(j.id)}/stop`, {}),
+      ),
+    );
+  if (!running)
     actions.append(
       actionButton(node, m, { id: "job-delete", class: "secondary" }, "Delete", async () => {
         await call("DELETE", `/api/jobs/${encodeURIComponent(j.id)}`);

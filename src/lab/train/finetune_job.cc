@@ -1,5 +1,9 @@
 #include "lab/train/finetune_job.h"
 
+#include <signal.h>
+
+#include <atomic>
+
 #include "common/error.h"
 #include "lab/train/lora_engine_cpu.h"
 #include "lab/train/lora_engine_cuda.h"
@@ -10,8 +14,25 @@
 #include "model/config.h"
 
 namespace lathe::lab {
+namespace finetune_detail {
+
+// Set by SIGUSR1 (JobRunner::stop, or `kill -USR1` of a `lathe train`): finish after the current step and write
+// the adapter of the steps taken. A lock-free atomic is safe to store from a signal handler.
+std::atomic<bool> g_stop_requested{false};
+void on_stop_signal(int) { g_stop_requested.store(true); }
+
+void handle_stop_requests() {
+  struct sigaction sa = {};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;  // reads and writes in flight go on
+  ::sigaction(SIGUSR1, &sa, nullptr);
+}
+
+}  // namespace finetune_detail
 
 jobs::JobResult run_finetune(const train::TrainConfig& c, const jobs::Emit& emit) {
+  finetune_detail::handle_stop_requests();
   train::validate_train_config(c, true);
   emit(jobs::stage_event("loading", 0.0, c.model_dir));
   train::TrainBackend backend = train::open_backend(c.model_dir);
@@ -26,7 +47,9 @@ jobs::JobResult run_finetune(const train::TrainConfig& c, const jobs::Emit& emit
   std::unique_ptr<train::LoraGradientEngine> engine =
       train::make_gradient_engine(backend, params, train::training_device(c.device));
   emit(jobs::stage_event("training", 0.0, std::to_string(params.params.size()) + " LoRA pairs"));
-  const train::TrainSummary s = train::run_training(c, data, params, *engine, emit);
+  train::TrainHooks hooks;
+  hooks.stop_requested = [] { return finetune_detail::g_stop_requested.load(); };
+  const train::TrainSummary s = train::run_training(c, data, params, *engine, emit, hooks);
   jobs::JobResult r;
   r.output_path = c.adapter_path;
   r.summary = s.to_json();
@@ -39,6 +62,7 @@ jobs::JobKind finetune_kind() {
   k.path_fields = {"model_dir", "data_dir", "adapter_path"};
   k.description = "LoRA fine-tuning (sft, dpo, orpo) of an MLX checkpoint -> an mlx-lm adapter folder";
   k.resumable = true;
+  k.stoppable = true;
   k.validate = [](const jobs::json& config) {
     const train::TrainConfig c = train::parse_train_config(config);
     train::validate_train_config(c, true);

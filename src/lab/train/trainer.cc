@@ -104,6 +104,7 @@ ojson TrainSummary::to_json() const {
   ojson j;
   j["steps"] = steps;
   j["resumed_from"] = resumed_from;
+  if (stopped_early) j["stopped_early"] = true;
   j["first_train_loss"] = first_train_loss;
   j["last_train_loss"] = last_train_loss;
   if (first_val_loss >= 0) {
@@ -292,6 +293,12 @@ TrainSummary run_training(const TrainConfig& c, const Dataset& data, LoraParams&
     if (hooks.stop_after_step > 0 && step >= hooks.stop_after_step) {
       sum.steps = step;
       return sum;
+    }
+    if (step < c.iters && hooks.stop_requested && hooks.stop_requested()) {
+      sum.stopped_early = true;
+      emit(jobs::log_event("stopped early at step " + std::to_string(step) + " of " + std::to_string(c.iters) +
+                           ": writing the adapter of the steps taken"));
+      break;
     }
   }
   write_adapter(c.adapter_path, c, params);

@@ -21,10 +21,14 @@ struct TrainHooks {
   int64_t stop_after_step = 0;
   // Polled once a step; true stops with Error(Io) "cancelled" (the job child is SIGTERMed instead, normally).
   std::function<bool()> cancelled;
+  // Polled after each step; true ends the run there as if it were the last step: the adapter of the steps taken is
+  // written (a job's "stop and save").
+  std::function<bool()> stop_requested;
 };
 
 struct TrainSummary {
   int64_t steps = 0, resumed_from = 0;
+  bool stopped_early = false;  // stop_requested ended the run before its iterations
   double first_train_loss = 0, last_train_loss = 0;
   double first_val_loss = -1, last_val_loss = -1, best_val_loss = -1;
   double first_margin = 0, last_margin = 0;  // preference methods, on the validation set (else train)

@@ -1,8 +1,9 @@
 // The embedded web UI (web/, served at GET /), driven in a real headless Chromium against a real server with an
 // API key: the page and its files load without the key and under a strict CSP, the page asks for the key, chat
 // streams an answer, a fine-tune job started from its form is followed live to the end (progress, log, loss
-// chart), a noop job is cancelled from its page (and a failed cancel shows why), the job list filters, bad configs
-// show the server's message and queue nothing, and nothing a model says becomes markup. Skipped when no Chromium is installed.
+// chart), a noop job is cancelled from its page (and a failed cancel shows why), a long fine-tune stops and saves,
+// the job list filters, bad configs show the server's message and queue nothing, and nothing a model says becomes
+// markup. Skipped when no Chromium is installed.
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import os from 'node:os';
@@ -286,6 +287,40 @@ describe('in Chromium', { skip: CHROMIUM ? false : 'no chromium installed' }, ()
     await tab.click('#job-cancel');
     await tab.waitForSelector('#job-status .badge.cancelled', { timeout: 30000 });
     assert.equal(await tab.$('#job-action-error'), null, 'the old error is gone once the cancel went through');
+  });
+
+  test('a running fine-tune stops and saves from its page', async () => {
+    const made = await request(server, 'POST', '/api/jobs', {
+      headers: auth,
+      body: {
+        kind: 'finetune',
+        config: {
+          model_dir: DEMO_MODEL,
+          data_dir: path.join(dir, 'ft-data'),
+          adapter_path: path.join(dir, 'stopped'),
+          iters: 100000,
+          learning_rate: 0.001,
+          steps_per_report: 1,
+        },
+      },
+    });
+    assert.equal(made.status, 201, made.text);
+    const id = made.json.job.id;
+    await tab.goto(`${server.base}/#/jobs/${id}`);
+    await tab.waitForSelector('#job-stop');
+    await tab.waitForSelector('#loss-chart polyline.train', { timeout: 120000 }); // training has begun
+    await tab.click('#job-stop');
+    await tab.waitForSelector('#job-status .badge.done', { timeout: 120000 });
+    assert.match(await tab.textContent('#job-summary'), /"stopped_early": true/);
+    assert.match(await tab.textContent('#job-log'), /stopped early at step \d+ of 100000/);
+    assert.ok(fs.existsSync(path.join(dir, 'stopped', 'adapters.safetensors')));
+    assert.equal(await tab.$('#job-stop'), null, 'no Stop button on a finished job');
+    const again = await request(server, 'POST', `/api/jobs/${id}/stop`, { headers: auth, body: {} });
+    assert.equal(again.status, 409, again.text);
+    const noop = await request(server, 'POST', '/api/jobs', { headers: auth, body: { kind: 'noop', config: { steps: 0 } } });
+    const refused = await request(server, 'POST', `/api/jobs/${noop.json.job.id}/stop`, { headers: auth, body: {} });
+    assert.equal(refused.status, 400, refused.text);
+    assert.match(refused.json.error.message ?? refused.json.error, /cannot stop early/);
   });
 
   test('the job list filters by kind and status, and a reload keeps the filter', async () => {
