@@ -7,6 +7,7 @@
 
 #include "cli/verbs.h"
 #include "jobs/job_format.h"
+#include "jobs/stop_request.h"
 #include "lab/train/finetune_job.h"
 #include "lab/train/train_config.h"
 
@@ -109,6 +110,7 @@ Verb add_train(CLI::App& app) {
             }
             const train::TrainConfig config = train::parse_train_config(to_config(*f));
             const jobs::Emit emit = jobs::terminal_emit(::isatty(2) != 0);
+            jobs::handle_stop_requests();  // `kill -USR1` stops after the current step and writes the adapter
             const jobs::JobResult r = lab::run_finetune(config, emit);
             std::printf("%s\n", r.summary.dump(2).c_str());
             return 0;

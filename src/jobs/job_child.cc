@@ -8,10 +8,12 @@
 #include "jobs/event_log.h"
 #include "jobs/job_store.h"
 #include "jobs/kinds.h"
+#include "jobs/stop_request.h"
 
 namespace lathe::jobs {
 
 int run_job_child(const std::string& data_dir, const std::string& job_id) {
+  handle_stop_requests();  // before any thread starts, so each inherits the unblocked mask
   auto store = std::make_shared<JobStore>(data_dir);
   const auto row = store->get(job_id);
   if (!row) throw Error(ErrorKind::NotFound, "no job " + job_id + " in " + data_dir);

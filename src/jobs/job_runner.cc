@@ -274,13 +274,13 @@ void JobRunner::run_one(const std::string& id) {
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (::getppid() != parent) ::_exit(127);
     ::setpriority(PRIO_PROCESS, 0, 10);
-    sigset_t none;
-    sigemptyset(&none);
-    ::sigprocmask(SIG_SETMASK, &none, nullptr);  // the server blocks SIGTERM for its sigwait thread
+    // The server blocks SIGTERM for its sigwait thread; the child takes it. SIGUSR1 (a stop request) stays
+    // blocked across exec, pending, until the child has its handler (jobs/stop_request.h).
+    sigset_t usr1;
+    sigemptyset(&usr1);
+    sigaddset(&usr1, SIGUSR1);
+    ::sigprocmask(SIG_SETMASK, &usr1, nullptr);
     ::signal(SIGPIPE, SIG_DFL);
-    // A stop request (SIGUSR1) must not kill a child that has not set up its handler yet: ignored across exec
-    // until the job's kind installs one.
-    ::signal(SIGUSR1, SIG_IGN);
     ::dup2(out[1], 1);
     ::dup2(out[1], 2);
     const int devnull = ::open("/dev/null", O_RDONLY);

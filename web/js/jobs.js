@@ -269,6 +269,16 @@ function renderJob(node, m) {
         postJson(`/api/jobs/${encodeURIComponent(j.id)}/stop`, {}),
       ),
     );
+  const cutShort = ["cancelled", "failed", "zombie"].includes(j.status) || (j.status === "done" && m.ended?.summary?.stopped_early);
+  if (j.kind === "finetune" && cutShort)
+    actions.append(
+      // The same config again: the trainer picks up its last checkpoint (a stop writes one; save_every others).
+      actionButton(node, m, { id: "job-rerun", title: "the same config again: it resumes from its last checkpoint" }, "Run again", async () => {
+        const config = typeof j.config === "string" ? JSON.parse(j.config) : j.config;
+        const { job } = await postJson("/api/jobs", { kind: j.kind, config });
+        location.hash = `#/jobs/${encodeURIComponent(job.id)}`;
+      }),
+    );
   if (!running)
     actions.append(
       actionButton(node, m, { id: "job-delete", class: "secondary" }, "Delete", async () => {

@@ -1,10 +1,7 @@
 #include "lab/train/finetune_job.h"
 
-#include <signal.h>
-
-#include <atomic>
-
 #include "common/error.h"
+#include "jobs/stop_request.h"
 #include "lab/train/lora_engine_cpu.h"
 #include "lab/train/lora_engine_cuda.h"
 #include "lab/train/lora_init.h"
@@ -14,25 +11,8 @@
 #include "model/config.h"
 
 namespace lathe::lab {
-namespace finetune_detail {
-
-// Set by SIGUSR1 (JobRunner::stop, or `kill -USR1` of a `lathe train`): finish after the current step and write
-// the adapter of the steps taken. A lock-free atomic is safe to store from a signal handler.
-std::atomic<bool> g_stop_requested{false};
-void on_stop_signal(int) { g_stop_requested.store(true); }
-
-void handle_stop_requests() {
-  struct sigaction sa = {};
-  sa.sa_handler = on_stop_signal;
-  sigemptyset(&sa.sa_mask);
-  sa.sa_flags = SA_RESTART;  // reads and writes in flight go on
-  ::sigaction(SIGUSR1, &sa, nullptr);
-}
-
-}  // namespace finetune_detail
 
 jobs::JobResult run_finetune(const train::TrainConfig& c, const jobs::Emit& emit) {
-  finetune_detail::handle_stop_requests();
   train::validate_train_config(c, true);
   emit(jobs::stage_event("loading", 0.0, c.model_dir));
   train::TrainBackend backend = train::open_backend(c.model_dir);
@@ -48,7 +28,7 @@ jobs::JobResult run_finetune(const train::TrainConfig& c, const jobs::Emit& emit
       train::make_gradient_engine(backend, params, train::training_device(c.device));
   emit(jobs::stage_event("training", 0.0, std::to_string(params.params.size()) + " LoRA pairs"));
   train::TrainHooks hooks;
-  hooks.stop_requested = [] { return finetune_detail::g_stop_requested.load(); };
+  hooks.stop_requested = [] { return jobs::stop_requested(); };
   const train::TrainSummary s = train::run_training(c, data, params, *engine, emit, hooks);
   jobs::JobResult r;
   r.output_path = c.adapter_path;

@@ -298,6 +298,11 @@ TrainSummary run_training(const TrainConfig& c, const Dataset& data, LoraParams&
       sum.stopped_early = true;
       emit(jobs::log_event("stopped early at step " + std::to_string(step) + " of " + std::to_string(c.iters) +
                            ": writing the adapter of the steps taken"));
+      // A checkpoint too (unless this step just wrote one), so the same config run again resumes from here.
+      if (!(c.save_every > 0 && step % c.save_every == 0)) {
+        const std::string dir = save_checkpoint(c.adapter_path, c, params, opt, state);
+        emit(jobs::stage_event("checkpoint", static_cast<double>(step) / static_cast<double>(c.iters), dir));
+      }
       break;
     }
   }

@@ -317,6 +317,16 @@ describe('in Chromium', { skip: CHROMIUM ? false : 'no chromium installed' }, ()
     assert.equal(await tab.$('#job-stop'), null, 'no Stop button on a finished job');
     const again = await request(server, 'POST', `/api/jobs/${id}/stop`, { headers: auth, body: {} });
     assert.equal(again.status, 409, again.text);
+    // Run again: a new job with the same config resumes from the checkpoint the stop wrote.
+    await tab.click('#job-rerun');
+    await tab.waitForURL((u) => /#\/jobs\/job_[0-9a-f]{16}$/.test(u.toString()) && !u.toString().endsWith(id));
+    await tab.waitForFunction(() => /resuming from .*\(step \d+\)/.test(document.querySelector('#job-log')?.textContent ?? ''), null, {
+      timeout: 120000,
+    });
+    await tab.waitForSelector('#job-stop');
+    await tab.click('#job-stop');
+    await tab.waitForSelector('#job-status .badge.done', { timeout: 120000 });
+    assert.match(await tab.textContent('#job-summary'), /"resumed_from": [1-9]/);
     const noop = await request(server, 'POST', '/api/jobs', { headers: auth, body: { kind: 'noop', config: { steps: 0 } } });
     const refused = await request(server, 'POST', `/api/jobs/${noop.json.job.id}/stop`, { headers: auth, body: {} });
     assert.equal(refused.status, 400, refused.text);
