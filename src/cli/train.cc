@@ -18,7 +18,8 @@ namespace {
 struct TrainFlags {
   std::string model, data, adapter_path, method = "sft", lr_schedule, sft_scope = "full", device = "cpu";
   int64_t iters = 100, rank = 8, batch_size = 1, grad_accum = 1, seed = 0, steps_per_eval = 50, steps_per_report = 10,
-          save_every = 0, max_seq_length = 512, num_layers = -1, warmup = 0, val_max_examples = 256;
+          save_every = 0, early_stop_patience = 0, max_seq_length = 512, num_layers = -1, warmup = 0,
+          val_max_examples = 256;
   double learning_rate = -1, scale = 1.0, lora_dropout = 0, lora_plus_ratio = 1.0, weight_decay = 0.01, grad_clip = 1.0,
          dpo_beta = 0.1, orpo_lambda = 0.1;
   bool rs_lora = false, no_resume = false, pack = false;
@@ -43,6 +44,7 @@ jobs::json to_config(const TrainFlags& f) {
                   {"steps_per_eval", f.steps_per_eval},
                   {"steps_per_report", f.steps_per_report},
                   {"save_every", f.save_every},
+                  {"early_stop_patience", f.early_stop_patience},
                   {"max_seq_length", f.max_seq_length},
                   {"warmup", f.warmup},
                   {"weight_decay", f.weight_decay},
@@ -89,6 +91,9 @@ Verb add_train(CLI::App& app) {
   cmd->add_option("--steps-per-eval", f->steps_per_eval, "validate every N steps")->capture_default_str();
   cmd->add_option("--steps-per-report", f->steps_per_report, "train metrics every N steps")->capture_default_str();
   cmd->add_option("--save-every", f->save_every, "checkpoint every N steps (0: off)")->capture_default_str();
+  cmd->add_option("--early-stop-patience", f->early_stop_patience,
+                  "stop when the validation loss has not improved for N evaluations (0: off)")
+      ->capture_default_str();
   cmd->add_option("--max-seq-length", f->max_seq_length, "truncate rows to this many tokens")->capture_default_str();
   cmd->add_option("--weight-decay", f->weight_decay, "AdamW decoupled weight decay")->capture_default_str();
   cmd->add_option("--grad-clip", f->grad_clip, "global-norm clip (0: off)")->capture_default_str();

@@ -533,6 +533,51 @@ LoopRun run_loop(const train::TrainConfig& c, const train::TrainHooks& hooks = {
   return r;
 }
 
+TEST(TrainLoop, StopsEarlyOnRequestOrWhenTheValidationLossStalls) {
+  ScratchDir d;
+  fs::create_directories(d.str("data"));
+  write_sft_task(d.str("data"));
+  // A stop request after step 3: the adapter and a checkpoint of three steps, marked stopped early.
+  train::TrainConfig c = loop_config(d, train::Method::Sft);
+  c.iters = 1000;
+  int polls = 0;
+  train::TrainHooks hooks;
+  hooks.stop_requested = [&] { return ++polls >= 3; };
+  LoopRun r = run_loop(c, hooks);
+  EXPECT_EQ(r.summary.steps, 3);
+  EXPECT_TRUE(r.summary.stopped_early);
+  EXPECT_EQ(r.summary.stop_reason, "stop requested");
+  EXPECT_TRUE(fs::exists(d.str("out/adapters.safetensors")));
+  EXPECT_TRUE(fs::exists(d.str("out/checkpoints/step-00000003")));
+  EXPECT_EQ(r.summary.to_json()["stopped_early"], true);
+
+  // A learning rate too small to move the loss: evaluations at 0 (the best), 5 and 10 bring no improvement, so
+  // patience 2 stops the run at step 10.
+  fs::remove_all(d.str("out"));
+  c.learning_rate = 1e-12;
+  c.steps_per_eval = 5;
+  c.early_stop_patience = 2;
+  r = run_loop(c);
+  EXPECT_EQ(r.summary.steps, 10);
+  EXPECT_TRUE(r.summary.stopped_early);
+  EXPECT_NE(r.summary.stop_reason.find("validation loss not improved for 2 evaluations"), std::string::npos)
+      << r.summary.stop_reason;
+  EXPECT_EQ(r.summary.val_trajectory.size(), 3u);
+  EXPECT_TRUE(fs::exists(d.str("out/adapters.safetensors")));
+  // Learning, it does not stop.
+  fs::remove_all(d.str("out"));
+  c.learning_rate = 5e-2;
+  c.iters = 60;
+  c.steps_per_eval = 20;
+  r = run_loop(c);
+  EXPECT_EQ(r.summary.steps, 60);
+  EXPECT_FALSE(r.summary.stopped_early);
+  EXPECT_EQ(train::parse_train_config(ojson::parse(R"({"model_dir": "m", "data_dir": "d", "adapter_path": "a",
+      "early_stop_patience": 3})"))
+                .early_stop_patience,
+            3);
+}
+
 TEST(TrainLoop, SftLearnsTheTaughtAnswerAndWritesItsOutputs) {
   ScratchDir d;
   fs::create_directories(d.str("data"));

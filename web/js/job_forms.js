@@ -31,6 +31,8 @@ const FINETUNE = [
   { name: "batch_size", label: "Batch size", type: "number", placeholder: "1" },
   { name: "learning_rate", label: "Learning rate", type: "number", placeholder: "by method" },
   { name: "max_seq_length", label: "Max sequence length", type: "number", placeholder: "512" },
+  { name: "save_every", label: "Checkpoint every N steps", type: "number", placeholder: "off" },
+  { name: "early_stop_patience", label: "Early stop after N evaluations without a better validation loss", type: "number", placeholder: "off" },
   { name: "device", label: "Device", type: "select", options: ["cpu", "cuda"] },
 ];
 

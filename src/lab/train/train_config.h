@@ -30,6 +30,9 @@ struct TrainConfig {
   int64_t steps_per_report = 10;
   int64_t steps_per_eval = 50;
   int64_t save_every = 0;  // checkpoints every N steps (0: only at the end... none)
+  // Stop when the validation loss has not improved (by more than 1e-4) for this many evaluations in a row; the
+  // run then ends as a stop request ends it (adapter and checkpoint of the steps taken). 0: never.
+  int64_t early_stop_patience = 0;
   double weight_decay = 0.01;
   double grad_clip_norm = 1.0;
   int64_t val_max_examples = 256;

@@ -104,7 +104,7 @@ ojson TrainSummary::to_json() const {
   ojson j;
   j["steps"] = steps;
   j["resumed_from"] = resumed_from;
-  if (stopped_early) j["stopped_early"] = true;
+  if (stopped_early) j["stopped_early"] = true, j["stop_reason"] = stop_reason;
   j["first_train_loss"] = first_train_loss;
   j["last_train_loss"] = last_train_loss;
   if (first_val_loss >= 0) {
@@ -209,11 +209,17 @@ TrainSummary run_training(const TrainConfig& c, const Dataset& data, LoraParams&
     metrics.write(e);
     emit(e);
   };
+  int64_t evals_since_best = 0, best_step = 0;
   const auto run_eval = [&](int64_t step) {
     if (data.valid.empty()) return;
     const EvalResult r = evaluate(c, data.valid, engine);
     if (sum.first_val_loss < 0) sum.first_val_loss = r.loss, sum.first_margin = r.margin;
     sum.last_val_loss = r.loss, sum.last_margin = r.margin;
+    // Early stopping counts the evaluations since the best loss (an improvement must beat it by 1e-4).
+    if (sum.best_val_loss < 0 || r.loss < sum.best_val_loss - 1e-4)
+      evals_since_best = 0, best_step = step;
+    else
+      ++evals_since_best;
     sum.best_val_loss = sum.best_val_loss < 0 ? r.loss : std::min(sum.best_val_loss, r.loss);
     sum.val_trajectory.push_back(r.loss);
     ojson e = {{"type", "metric"}, {"kind", "val"}, {"step", step}, {"loss", r.loss}, {"rows", r.rows}};
@@ -294,10 +300,19 @@ TrainSummary run_training(const TrainConfig& c, const Dataset& data, LoraParams&
       sum.steps = step;
       return sum;
     }
-    if (step < c.iters && hooks.stop_requested && hooks.stop_requested()) {
+    const bool asked = hooks.stop_requested && hooks.stop_requested();
+    const bool stalled = c.early_stop_patience > 0 && evals_since_best >= c.early_stop_patience;
+    if (step < c.iters && (asked || stalled)) {
       sum.stopped_early = true;
-      emit(jobs::log_event("stopped early at step " + std::to_string(step) + " of " + std::to_string(c.iters) +
-                           ": writing the adapter of the steps taken"));
+      char why[160];
+      if (asked)
+        std::snprintf(why, sizeof why, "stop requested");
+      else
+        std::snprintf(why, sizeof why, "validation loss not improved for %lld evaluations (best %.4f at step %lld)",
+                      static_cast<long long>(evals_since_best), sum.best_val_loss, static_cast<long long>(best_step));
+      sum.stop_reason = why;
+      emit(jobs::log_event("stopped early at step " + std::to_string(step) + " of " + std::to_string(c.iters) + " (" +
+                           sum.stop_reason + "): writing the adapter of the steps taken"));
       // A checkpoint too (unless this step just wrote one), so the same config run again resumes from here.
       if (!(c.save_every > 0 && step % c.save_every == 0)) {
         const std::string dir = save_checkpoint(c.adapter_path, c, params, opt, state);
