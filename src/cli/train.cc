@@ -22,7 +22,7 @@ struct TrainFlags {
           val_max_examples = 256;
   double learning_rate = -1, scale = 1.0, lora_dropout = 0, lora_plus_ratio = 1.0, weight_decay = 0.01, grad_clip = 1.0,
          dpo_beta = 0.1, orpo_lambda = 0.1;
-  bool rs_lora = false, no_resume = false, pack = false;
+  bool rs_lora = false, no_resume = false, pack = false, save_best = false;
   std::vector<std::string> target_modules;
 };
 
@@ -45,6 +45,7 @@ jobs::json to_config(const TrainFlags& f) {
                   {"steps_per_report", f.steps_per_report},
                   {"save_every", f.save_every},
                   {"early_stop_patience", f.early_stop_patience},
+                  {"save_best", f.save_best},
                   {"max_seq_length", f.max_seq_length},
                   {"warmup", f.warmup},
                   {"weight_decay", f.weight_decay},
@@ -94,6 +95,8 @@ Verb add_train(CLI::App& app) {
   cmd->add_option("--early-stop-patience", f->early_stop_patience,
                   "stop when the validation loss has not improved for N evaluations (0: off)")
       ->capture_default_str();
+  cmd->add_flag("--save-best", f->save_best,
+                "also write the adapter to ADAPTER_PATH/best at each new best validation loss");
   cmd->add_option("--max-seq-length", f->max_seq_length, "truncate rows to this many tokens")->capture_default_str();
   cmd->add_option("--weight-decay", f->weight_decay, "AdamW decoupled weight decay")->capture_default_str();
   cmd->add_option("--grad-clip", f->grad_clip, "global-norm clip (0: off)")->capture_default_str();

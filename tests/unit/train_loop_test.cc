@@ -557,8 +557,12 @@ TEST(TrainLoop, StopsEarlyOnRequestOrWhenTheValidationLossStalls) {
   c.learning_rate = 1e-12;
   c.steps_per_eval = 5;
   c.early_stop_patience = 2;
+  c.save_best = true;
   r = run_loop(c);
   EXPECT_EQ(r.summary.steps, 10);
+  EXPECT_EQ(r.summary.best_step, 0);  // the best adapter is the one before any step
+  EXPECT_TRUE(fs::exists(d.str("out/best/adapters.safetensors")));
+  EXPECT_TRUE(fs::exists(d.str("out/best/adapter_config.json")));
   EXPECT_TRUE(r.summary.stopped_early);
   EXPECT_NE(r.summary.stop_reason.find("validation loss not improved for 2 evaluations"), std::string::npos)
       << r.summary.stop_reason;
@@ -572,6 +576,8 @@ TEST(TrainLoop, StopsEarlyOnRequestOrWhenTheValidationLossStalls) {
   r = run_loop(c);
   EXPECT_EQ(r.summary.steps, 60);
   EXPECT_FALSE(r.summary.stopped_early);
+  EXPECT_EQ(r.summary.best_step, 60);  // each evaluation beat the last
+  EXPECT_EQ(read_text_file(d.str("out/best/adapters.safetensors")), read_text_file(d.str("out/adapters.safetensors")));
   EXPECT_EQ(train::parse_train_config(ojson::parse(R"({"model_dir": "m", "data_dir": "d", "adapter_path": "a",
       "early_stop_patience": 3})"))
                 .early_stop_patience,

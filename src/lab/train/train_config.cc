@@ -60,6 +60,7 @@ std::vector<std::string> train_config_fields() {
           "steps_per_eval",
           "save_every",
           "early_stop_patience",
+          "save_best",
           "weight_decay",
           "grad_clip_norm",
           "val_max_examples",
@@ -127,6 +128,7 @@ TrainConfig parse_train_config(const ojson& c) {
   t.steps_per_eval = int_field(c, "steps_per_eval", 50, 1, 1e9);
   t.save_every = int_field(c, "save_every", 0, 0, 1e9);
   t.early_stop_patience = int_field(c, "early_stop_patience", 0, 0, 1e6);
+  t.save_best = bool_field(c, "save_best", false);
   t.weight_decay = jobs::number_field(c, "weight_decay", 0.01, 0, 10);
   t.grad_clip_norm = jobs::number_field(c, "grad_clip_norm", 1.0, 0, 1e9);
   t.val_max_examples = int_field(c, "val_max_examples", 256, 1, 1e9);
@@ -195,6 +197,7 @@ ojson TrainConfig::to_json() const {
   j["steps_per_eval"] = steps_per_eval;
   j["save_every"] = save_every;
   if (early_stop_patience > 0) j["early_stop_patience"] = early_stop_patience;
+  if (save_best) j["save_best"] = true;
   j["weight_decay"] = weight_decay;
   j["grad_clip_norm"] = grad_clip_norm;
   j["lora_dropout"] = lora_dropout;

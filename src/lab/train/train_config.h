@@ -33,6 +33,9 @@ struct TrainConfig {
   // Stop when the validation loss has not improved (by more than 1e-4) for this many evaluations in a row; the
   // run then ends as a stop request ends it (adapter and checkpoint of the steps taken). 0: never.
   int64_t early_stop_patience = 0;
+  // Write the adapter to <adapter_path>/best whenever the validation loss reaches a new best (early stopping's
+  // last steps then do not cost the best adapter; HF's load_best_model_at_end).
+  bool save_best = false;
   double weight_decay = 0.01;
   double grad_clip_norm = 1.0;
   int64_t val_max_examples = 256;

@@ -111,6 +111,7 @@ ojson TrainSummary::to_json() const {
     j["first_val_loss"] = first_val_loss;
     j["last_val_loss"] = last_val_loss;
     j["best_val_loss"] = best_val_loss;
+    j["best_step"] = best_step;
     j["val_trajectory"] = val_trajectory;
   }
   j["first_margin"] = first_margin;
@@ -216,10 +217,18 @@ TrainSummary run_training(const TrainConfig& c, const Dataset& data, LoraParams&
     if (sum.first_val_loss < 0) sum.first_val_loss = r.loss, sum.first_margin = r.margin;
     sum.last_val_loss = r.loss, sum.last_margin = r.margin;
     // Early stopping counts the evaluations since the best loss (an improvement must beat it by 1e-4).
-    if (sum.best_val_loss < 0 || r.loss < sum.best_val_loss - 1e-4)
+    if (sum.best_val_loss < 0 || r.loss < sum.best_val_loss - 1e-4) {
       evals_since_best = 0, best_step = step;
-    else
+      if (c.save_best) {
+        write_adapter(c.adapter_path + "/best", c, params);
+        emit(jobs::stage_event("best", static_cast<double>(step) / static_cast<double>(c.iters),
+                               c.adapter_path + "/best (validation loss " + std::to_string(r.loss) + ", step " +
+                                   std::to_string(step) + ")"));
+      }
+    } else {
       ++evals_since_best;
+    }
+    sum.best_step = best_step;
     sum.best_val_loss = sum.best_val_loss < 0 ? r.loss : std::min(sum.best_val_loss, r.loss);
     sum.val_trajectory.push_back(r.loss);
     ojson e = {{"type", "metric"}, {"kind", "val"}, {"step", step}, {"loss", r.loss}, {"rows", r.rows}};

@@ -30,6 +30,7 @@ struct TrainSummary {
   int64_t steps = 0, resumed_from = 0;
   bool stopped_early = false;  // stop_requested or early_stop_patience ended the run before its iterations
   std::string stop_reason;     // why, when stopped early
+  int64_t best_step = -1;      // the step of best_val_loss (with validation data)
   double first_train_loss = 0, last_train_loss = 0;
   double first_val_loss = -1, last_val_loss = -1, best_val_loss = -1;
   double first_margin = 0, last_margin = 0;  // preference methods, on the validation set (else train)
