@@ -152,6 +152,8 @@ bool JobRunner::stop(const std::string& id) {
   if (!find_kind(row->kind).stoppable)
     throw Error(ErrorKind::InvalidArgument,
                 "a " + row->kind + " job cannot stop early and keep its work; cancel it instead");
+  // A row already ended is not stopped, even while its process is still being reaped.
+  if (row->status != JobStatus::Running) return false;
   std::lock_guard<std::mutex> lock(mu_);
   if (current_ != id || current_pid_ <= 0 || cancel_current_) return false;
   ::kill(current_pid_, SIGUSR1);
@@ -261,7 +263,14 @@ void JobRunner::run_one(const std::string& id) {
   int out[2];
   if (::pipe2(out, O_CLOEXEC) != 0) throw OsError("pipe", errno);
   const pid_t parent = ::getpid();
+  // SIGUSR1 (a stop request) is blocked from the fork on: a request sent the moment the pid is known must find it
+  // blocked in the child, never its default action (which kills). The child keeps it blocked across exec.
+  sigset_t usr1, before;
+  sigemptyset(&usr1);
+  sigaddset(&usr1, SIGUSR1);
+  ::pthread_sigmask(SIG_BLOCK, &usr1, &before);
   const pid_t pid = ::fork();
+  if (pid != 0) ::pthread_sigmask(SIG_SETMASK, &before, nullptr);
   if (pid < 0) {
     ::close(out[0]);
     ::close(out[1]);
@@ -276,9 +285,6 @@ void JobRunner::run_one(const std::string& id) {
     ::setpriority(PRIO_PROCESS, 0, 10);
     // The server blocks SIGTERM for its sigwait thread; the child takes it. SIGUSR1 (a stop request) stays
     // blocked across exec, pending, until the child has its handler (jobs/stop_request.h).
-    sigset_t usr1;
-    sigemptyset(&usr1);
-    sigaddset(&usr1, SIGUSR1);
     ::sigprocmask(SIG_SETMASK, &usr1, nullptr);
     ::signal(SIGPIPE, SIG_DFL);
     ::dup2(out[1], 1);

@@ -271,8 +271,10 @@ describe('shutdown', () => {
     }
     const t0 = Date.now();
     process.kill(server.pid, 'SIGTERM');
-    const status = await exited(server, 10000);
-    assert.ok(Date.now() - t0 < 3000, `exited ${Date.now() - t0} ms after the second signal`);
+    const status = await exited(server, 30000);
+    // Far inside the 60 s the first signal grants. (Seconds, not milliseconds: an ASan server beside another
+    // test's fine-tune on two vCPUs once took 6.9 s to be gone; alone it takes milliseconds.)
+    assert.ok(Date.now() - t0 < 20000, `exited ${Date.now() - t0} ms after the second signal`);
     assert.equal(status?.code, 128 + 15, server.log());
     await s.bodies;
   });
