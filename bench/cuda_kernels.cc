@@ -277,101 +277,100 @@ double launch_us(F&& f) {
   return 1e3 * ms / 20.0;
 }
 
-// One decode row of Qwen3-4B's attention (32 query heads, 8 kv heads, head size 128, bf16 K/V in a cache laid
-// out [S, Hkv, D]) at context S: the split kernel at its default splits and at fixed ones, and the wide kernel
-// for that single row (8 blocks: it cannot fill the chip, which is what the split kernel is for).
-nlohmann::json decode_attention_row(int64_t S, double copy_gbs) {
-  const int64_t Hq = 32, Hkv = 8, D = 128;
-  void* q = dalloc_bf16(static_cast<size_t>(Hq * D), 1, -1.f, 1.f);
-  void* k = dalloc_bf16(static_cast<size_t>(S * Hkv * D), 2, -1.f, 1.f);
-  void* v = dalloc_bf16(static_cast<size_t>(S * Hkv * D), 3, -1.f, 1.f);
-  void* out = device_alloc(static_cast<size_t>(Hq * D * 2 * 2));
+// Qwen3-4B's decode attention shape (32 query heads, 8 kv heads, head size 128, bf16, a K/V cache laid out
+// [S, Hkv, D]) writing to out; q, k, v, S and positions are each caller's.
+constexpr int64_t kHq = 32, kHkv = 8, kD = 128;
+cuda::AttentionArgs decode_args(void* out) {
   cuda::AttentionArgs a;
-  a.q = q;
-  a.k = k;
-  a.v = v;
   a.out = out;
   a.t = DType::BF16;
   a.T = 1;
-  a.Hq = Hq;
-  a.Hkv = Hkv;
-  a.D = a.Dv = D;
-  a.S = S;
-  a.q_s0 = Hq * D;
-  a.q_s1 = D;
-  a.k_s0 = a.v_s0 = Hkv * D;
-  a.k_s1 = a.v_s1 = D;
+  a.Hq = kHq;
+  a.Hkv = kHkv;
+  a.D = a.Dv = kD;
+  a.q_s0 = kHq * kD;
+  a.q_s1 = kD;
+  a.k_s0 = a.v_s0 = kHkv * kD;
+  a.k_s1 = a.v_s1 = kD;
   a.scale = 0.0884f;
   a.causal = true;
+  return a;
+}
+
+// One decode row at context S: a random query, K and V from their seeds, the query at the last position.
+cuda::DecodeRow random_decode_row(int64_t S, uint32_t q_seed, uint32_t k_seed, uint32_t v_seed) {
+  cuda::DecodeRow row;
+  row.q = dalloc_bf16(static_cast<size_t>(kHq * kD), q_seed, -1.f, 1.f);
+  row.k = dalloc_bf16(static_cast<size_t>(S * kHkv * kD), k_seed, -1.f, 1.f);
+  row.v = dalloc_bf16(static_cast<size_t>(S * kHkv * kD), v_seed, -1.f, 1.f);
+  row.S = S;
+  row.q_pos0 = S - 1;
+  return row;
+}
+
+void free_decode_row(const cuda::DecodeRow& row) {
+  for (const void* p : {row.q, row.k, row.v}) device_free(const_cast<void*>(p));
+}
+
+// A device copy of the rows' table (free with device_free).
+const cuda::DecodeRow* upload_rows(const std::vector<cuda::DecodeRow>& host) {
+  void* rows = device_alloc(host.size() * sizeof(cuda::DecodeRow));
+  device_copy(rows, host.data(), host.size() * sizeof(cuda::DecodeRow), Device::CUDA, Device::CPU);
+  return static_cast<const cuda::DecodeRow*>(rows);
+}
+
+// One decode row at context S: the split kernel at its default splits and at fixed ones, and the wide kernel for
+// that single row (8 blocks: it cannot fill the chip, which is what the split kernel is for).
+nlohmann::json decode_attention_row(int64_t S, double copy_gbs) {
+  const cuda::DecodeRow row = random_decode_row(S, 1, 2, 3);
+  void* out = device_alloc(static_cast<size_t>(kHq * kD * 2 * 2));
+  cuda::AttentionArgs a = decode_args(out);
+  a.q = row.q;
+  a.k = row.k;
+  a.v = row.v;
+  a.S = S;
   a.q_pos0 = S - 1;
   const int dflt = cuda::decode_attention_splits(a);
-  float* part = static_cast<float*>(device_alloc(static_cast<size_t>(Hq * std::max(dflt, 64) * (D + 4) * 4)));
+  float* part = static_cast<float*>(device_alloc(static_cast<size_t>(kHq * std::max(dflt, 64) * (kD + 4) * 4)));
   nlohmann::json r{{"context", S}, {"default_splits", dflt}};
-  const double kv_bytes = 2.0 * static_cast<double>(S * Hkv * D * 2);
+  const double kv_bytes = 2.0 * static_cast<double>(S * kHkv * kD * 2);
   const double us = launch_us([&] { cuda::decode_attention(a, dflt, part); });
   r["split_default_us"] = us;
   r["split_default_pct_of_copy"] = 100.0 * kv_bytes / (us * 1e-6) / 1e9 / copy_gbs;
   for (int splits : {1, 4, 8, 16})
     r["split_" + std::to_string(splits) + "_us"] = launch_us([&] { cuda::decode_attention(a, splits, part); });
-  cuda::DecodeRow row;
-  row.q = q;
-  row.k = k;
-  row.v = v;
-  row.S = S;
-  row.q_pos0 = S - 1;
-  void* rows = device_alloc(sizeof row);
-  device_copy(rows, &row, sizeof row, Device::CUDA, Device::CPU);
-  r["wide_one_row_us"] =
-      launch_us([&] { cuda::decode_attention_wide(a, static_cast<const cuda::DecodeRow*>(rows), 1); });
-  for (void* p : {q, k, v, out, static_cast<void*>(part), rows}) device_free(p);
+  const cuda::DecodeRow* table = upload_rows({row});
+  r["wide_one_row_us"] = launch_us([&] { cuda::decode_attention_wide(a, table, 1); });
+  free_decode_row(row);
+  for (const void* p : {static_cast<const void*>(out), static_cast<const void*>(part), static_cast<const void*>(table)})
+    device_free(const_cast<void*>(p));
   return r;
 }
 
-// Rows decode rows at context S each (own K/V per row, so their bytes come from memory, not L2): the wide
+// n_rows decode rows at context S each (own K/V per row, so their bytes come from memory, not L2): the wide
 // kernel (one block per row and kv head) and the split kernel's batched launch, against the K/V bytes read.
 nlohmann::json decode_attention_rows(int64_t n_rows, int64_t S, double copy_gbs) {
-  const int64_t Hq = 32, Hkv = 8, D = 128;
-  std::vector<void*> owned;
-  std::vector<cuda::DecodeRow> host(static_cast<size_t>(n_rows));
-  for (int64_t r = 0; r < n_rows; ++r) {
-    cuda::DecodeRow& row = host[static_cast<size_t>(r)];
-    row.q = dalloc_bf16(static_cast<size_t>(Hq * D), 10 + static_cast<uint32_t>(r), -1.f, 1.f);
-    row.k = dalloc_bf16(static_cast<size_t>(S * Hkv * D), 1000 + static_cast<uint32_t>(r), -1.f, 1.f);
-    row.v = dalloc_bf16(static_cast<size_t>(S * Hkv * D), 2000 + static_cast<uint32_t>(r), -1.f, 1.f);
-    row.S = S;
-    row.q_pos0 = S - 1;
-    owned.insert(owned.end(), {const_cast<void*>(row.q), const_cast<void*>(row.k), const_cast<void*>(row.v)});
-  }
-  void* rows = device_alloc(host.size() * sizeof(cuda::DecodeRow));
-  device_copy(rows, host.data(), host.size() * sizeof(cuda::DecodeRow), Device::CUDA, Device::CPU);
-  void* out = device_alloc(static_cast<size_t>(n_rows * Hq * D * 2));
-  cuda::AttentionArgs a;
-  a.out = out;
-  a.t = DType::BF16;
-  a.T = 1;
-  a.Hq = Hq;
-  a.Hkv = Hkv;
-  a.D = a.Dv = D;
-  a.q_s0 = Hq * D;
-  a.q_s1 = D;
-  a.k_s0 = a.v_s0 = Hkv * D;
-  a.k_s1 = a.v_s1 = D;
-  a.scale = 0.0884f;
-  a.causal = true;
+  std::vector<cuda::DecodeRow> host;
+  for (uint32_t r = 0; r < static_cast<uint32_t>(n_rows); ++r)
+    host.push_back(random_decode_row(S, 10 + r, 1000 + r, 2000 + r));
+  const cuda::DecodeRow* table = upload_rows(host);
+  void* out = device_alloc(static_cast<size_t>(n_rows * kHq * kD * 2));
+  const cuda::AttentionArgs a = decode_args(out);
   const int splits = cuda::decode_attention_splits(a);
   const int active = cuda::decode_attention_active_splits(S, splits);
-  float* part = static_cast<float*>(device_alloc(static_cast<size_t>(n_rows * Hq * splits * (D + 4) * 4)));
-  const auto* table = static_cast<const cuda::DecodeRow*>(rows);
-  const double bytes = 2.0 * static_cast<double>(n_rows * S * Hkv * D * 2);
+  float* part = static_cast<float*>(device_alloc(static_cast<size_t>(n_rows * kHq * splits * (kD + 4) * 4)));
+  const double bytes = 2.0 * static_cast<double>(n_rows * S * kHkv * kD * 2);
   nlohmann::json r{{"rows", n_rows}, {"context", S}, {"kv_mb", bytes / 1e6}};
   const double wide = launch_us([&] { cuda::decode_attention_wide(a, table, n_rows); });
   r["wide_us"] = wide;
   r["wide_pct_of_copy"] = 100.0 * bytes / (wide * 1e-6) / 1e9 / copy_gbs;
   r["split_rows_us"] = launch_us([&] { cuda::decode_attention_rows(a, table, n_rows, splits, active, part); });
-  for (void* p : owned) device_free(p);
-  for (void* p : {rows, out, static_cast<void*>(part)}) device_free(p);
+  for (const auto& row : host) free_decode_row(row);
+  for (const void* p : {static_cast<const void*>(out), static_cast<const void*>(part), static_cast<const void*>(table)})
+    device_free(const_cast<void*>(p));
   return r;
 }
+
 }  // namespace
 
 int main(int argc, char** argv) {
