@@ -150,13 +150,8 @@ describe('tool_choice', () => {
 
   test('the deprecated functions / function_call spelling answers with function_call', async () => {
     // As OpenAI answers it: message.function_call (no tool_calls), finish_reason "function_call".
-    const r = await oai().chat.completions.create({
-      model: 'demo',
-      messages: hello,
-      max_tokens: 96,
-      functions: [weatherTool.function],
-      function_call: { name: 'get_weather' },
-    });
+    const forced = { model: 'demo', messages: hello, max_tokens: 96, functions: [weatherTool.function], function_call: { name: 'get_weather' } };
+    const r = await oai().chat.completions.create(forced);
     const c = r.choices[0];
     assert.equal(c.finish_reason, 'function_call', JSON.stringify(c.message));
     assert.equal(c.message.tool_calls, undefined);
@@ -164,14 +159,7 @@ describe('tool_choice', () => {
     const args = JSON.parse(c.message.function_call.arguments);
     assert.equal(typeof args.city, 'string');
     // Streamed: one function_call delta, then the finish.
-    const stream = await oai().chat.completions.create({
-      model: 'demo',
-      messages: hello,
-      max_tokens: 96,
-      functions: [weatherTool.function],
-      function_call: { name: 'get_weather' },
-      stream: true,
-    });
+    const stream = await oai().chat.completions.create({ ...forced, stream: true });
     let call = null;
     let finish = null;
     for await (const chunk of stream) {
