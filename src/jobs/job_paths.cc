@@ -5,6 +5,7 @@
 #include <system_error>
 
 #include "common/error.h"
+#include "io/path_within.h"
 
 namespace lathe::jobs {
 namespace job_paths_detail {
@@ -16,13 +17,6 @@ std::string resolved(const std::string& path) {
   std::error_code ec;
   const fs::path p = fs::weakly_canonical(fs::path(path), ec);
   return ec ? std::string() : p.string();
-}
-
-bool within(const std::string& path, const std::string& root) {
-  if (root.empty()) return false;
-  if (path == root) return true;
-  const std::string prefix = root.back() == '/' ? root : root + "/";
-  return path.compare(0, prefix.size(), prefix) == 0;
 }
 
 bool is_path_key(const JobKind& kind, const std::string& key) {
@@ -48,7 +42,7 @@ void check_job_paths(const JobKind& kind, const json& config, const std::vector<
       if (part == "..") throw Error(ErrorKind::InvalidArgument, field + ": '" + path + "' must not contain '..'");
     const std::string real = d::resolved(path);
     bool inside = false;
-    for (const auto& root : roots) inside = inside || (!real.empty() && d::within(real, d::resolved(root)));
+    for (const auto& root : roots) inside = inside || (!real.empty() && io::path_within(real, d::resolved(root)));
     if (!inside)
       throw Error(ErrorKind::InvalidArgument,
                   field + ": '" + path + "' is outside the job roots (serve --job-root: " + listed + ")");

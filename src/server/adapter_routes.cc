@@ -11,6 +11,7 @@
 #include "common/error.h"
 #include "common/limits.h"
 #include "engine/kv_budget.h"
+#include "io/path_within.h"
 #include "lora/adapter_file.h"
 #include "server/http_server.h"
 #include "server/json_fields.h"
@@ -39,11 +40,6 @@ std::string real_path(const std::string& p) {
   return buf;
 }
 
-bool inside(const std::string& path, const std::string& root) {
-  return !root.empty() && (path == root || (path.size() > root.size() && path.compare(0, root.size(), root) == 0 &&
-                                            (root.back() == '/' || path[root.size()] == '/')));
-}
-
 // The directory a mount request may read: `path` relative to a store (or absolute inside one), or one of the
 // --adapter directories. No ".." components, whatever they would resolve to.
 std::string confined_dir(ServerContext& ctx, const std::string& path) {
@@ -60,13 +56,14 @@ std::string confined_dir(ServerContext& ctx, const std::string& path) {
     if (rp.empty()) {
       // An absolute path outside the stores gets the same answer whether or not it exists.
       bool in_store = !fs::path(path).is_absolute();
-      for (const auto& store : ctx.options().adapter_stores) in_store = in_store || inside(c, real_path(store));
+      for (const auto& store : ctx.options().adapter_stores)
+        in_store = in_store || io::path_within(c, real_path(store));
       if (!in_store)
         throw ApiError(403, "path '" + path + "' is outside the adapter stores (serve --adapter-dir)", "path");
       continue;
     }
     for (const auto& store : ctx.options().adapter_stores)
-      if (inside(rp, real_path(store))) return rp;
+      if (io::path_within(rp, real_path(store))) return rp;
     for (const auto& given : ctx.options().adapter_paths)
       if (rp == real_path(given)) return rp;
     throw ApiError(403, "path '" + path + "' is outside the adapter stores (serve --adapter-dir)", "path");
