@@ -2,6 +2,7 @@
 // and `<tool_call><function=NAME><parameter=K>V</parameter></function></tool_call>`. Parsing happens once the
 // generation ends; while streaming, ToolMarkupGate lets content through until the first tool marker.
 #pragma once
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -48,5 +49,10 @@ class ToolMarkupGate {
 nlohmann::json normalize_tool_schemas(const nlohmann::json& tools);
 // The same, keeping key order (the order properties are listed in the rendered prompt).
 nlohmann::ordered_json normalize_tool_schemas(const nlohmann::ordered_json& tools);
+
+// A call's `arguments` sent as a JSON string (as OpenAI writes them) replaced by the value it holds, which is how
+// chat templates read them; the string gets the request JSON limits first (deep nesting must not reach the
+// template's recursion). Returns why it could not ("not valid JSON…"), or nothing (done, or nothing to do).
+std::optional<std::string> parse_call_arguments(nlohmann::ordered_json& function);
 
 }  // namespace lathe

@@ -5,7 +5,7 @@
 #include <string>
 
 #include "chat/grammar/schema_check.h"
-#include "io/json_guard.h"
+#include "chat/tool_calls.h"
 #include "server/api_error.h"
 #include "server/json_fields.h"
 
@@ -42,18 +42,7 @@ std::string flatten_parts(const nlohmann::ordered_json& parts, const std::string
 
 // Templates iterate a call's arguments as a mapping; clients send them as a JSON string.
 void parse_arguments(ojson& fn, const std::string& at) {
-  auto args = fn.find("arguments");
-  if (args == fn.end() || !args->is_string()) return;
-  const std::string text = args->get<std::string>();
-  // A string escapes the body's limits pass: its JSON gets the same limits before it becomes a value the template
-  // walks (200k nested brackets here overflowed the stack).
-  if (auto err = io::check_json_limits(text, io::request_json_limits()))
-    throw invalid_field(at + ".arguments", at + ".arguments is not valid JSON: " + *err);
-  try {
-    *args = ojson::parse(text);
-  } catch (const nlohmann::ordered_json::parse_error&) {
-    throw invalid_field(at + ".arguments", at + ".arguments is not valid JSON");
-  }
+  if (auto why = parse_call_arguments(fn)) throw invalid_field(at + ".arguments", at + ".arguments is " + *why);
 }
 
 ojson parse_tool_calls_field(const nlohmann::ordered_json& calls, const std::string& field) {

@@ -1,4 +1,5 @@
 #include "lab/train/train_data.h"
+#include "chat/tool_calls.h"
 
 #include <algorithm>
 #include <filesystem>
@@ -59,13 +60,7 @@ ojson with_call_arguments(const ojson& messages, const std::string& where) {
     for (auto& c : *calls) {
       if (!c.is_object() || !c.contains("function") || !c["function"].is_object())
         bad(where, "every tool call needs a function");
-      auto args = c["function"].find("arguments");
-      if (args == c["function"].end() || !args->is_string()) continue;
-      try {
-        *args = ojson::parse(args->get<std::string>());
-      } catch (const ojson::parse_error&) {
-        bad(where, "a tool call's arguments are not valid JSON");
-      }
+      if (auto why = parse_call_arguments(c["function"])) bad(where, "a tool call's arguments are " + *why);
     }
   }
   return out;
