@@ -223,9 +223,7 @@ std::vector<Route> jobs_routes(ServerContext& ctx) {
                  jobs::JobRunner& runner = state->get();
                  const jobs::JobRow found = require_job(runner, id);
                  if (tail == "stop") {  // stop early and keep the work (a fine-tune writes its adapter)
-                   if (!jobs::find_kind(found.kind).stoppable)
-                     throw ApiError(400,
-                                    "a " + found.kind + " job cannot stop early and keep its work; cancel it instead");
+                   // A kind that cannot stop early is the runner's InvalidArgument: a 400 with its words.
                    if (!runner.stop(id))
                      throw ApiError(409, "job " + id + " is " + jobs::status_name(found.status) +
                                              ": only a running job can stop early (cancel a queued one)");
