@@ -114,10 +114,11 @@ TEST(FinetuneJob, StopsEarlyAndKeepsTheAdapterOfTheStepsTaken) {
   EXPECT_FALSE(r.stop(row.id));          // queued behind the noop: not running yet
   EXPECT_THROW(r.stop("job_nope"), Error);
   r.cancel(noop.id);
-  // Asked as soon as its process exists, long before the model is loaded: the request waits (SIGUSR1 stays
-  // pending until the child has its handler) and the run stops after its first step.
+  // Asked as soon as its row is running, long before the model is loaded: the run stops after its first step.
+  // (Up to a minute: an ASan child beside other tests took over 15 s to start.)
   bool asked = false;
-  for (int i = 0; i < 3000 && !asked; ++i) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (!asked && std::chrono::steady_clock::now() < until) {
     asked = r.stop(row.id);
     if (!asked) std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
