@@ -21,8 +21,8 @@ int main(int argc, char** argv) {
       lathe::cli::add_run(app),      lathe::cli::add_synth(app),    lathe::cli::add_tokenize(app),
       lathe::cli::add_template(app), lathe::cli::add_generate(app), lathe::cli::add_chat(app),
       lathe::cli::add_serve(app),    lathe::cli::add_cache(app),    lathe::cli::add_job_run(app),
-      lathe::cli::add_jobs(app),     lathe::cli::add_quantize(app), lathe::cli::add_train(app),
-      lathe::cli::add_dataset(app)};
+      lathe::cli::add_jobs(app),     lathe::cli::add_quantize(app), lathe::cli::add_fuse(app),
+      lathe::cli::add_train(app),    lathe::cli::add_dataset(app)};
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -23,6 +23,7 @@ Verb add_cache(CLI::App& app);
 Verb add_job_run(CLI::App& app);
 Verb add_jobs(CLI::App& app);
 Verb add_quantize(CLI::App& app);
+Verb add_fuse(CLI::App& app);
 Verb add_dataset(CLI::App& app);
 Verb add_train(CLI::App& app);
 // `train grads`, registered on the train command.

@@ -9,6 +9,7 @@
 #include "common/error.h"
 #include "jobs/test_kinds.h"
 #include "lab/dataset/dataset_job.h"
+#include "lab/fuse/fuse_job.h"
 #include "lab/quantize/quantize_job.h"
 #include "lab/train/finetune_job.h"
 
@@ -21,6 +22,7 @@ const std::vector<JobKind>& registry() {
     k.push_back(lab::quantize_kind());
     k.push_back(lab::finetune_kind());
     k.push_back(lab::dataset_kind());
+    k.push_back(lab::fuse_kind());
     k.push_back(noop_kind());
     k.push_back(crash_kind());
     return k;

@@ -1,4 +1,4 @@
-// The forms that submit jobs. Quantize and fine-tune fields are listed here (the server validates them again
+// The forms that submit jobs. Quantize, fine-tune and fuse fields are listed here (the server validates them again
 // and names a bad one); dataset forms are built from the templates the server describes
 // (GET /api/dataset/templates), so a new template needs no change here.
 import { getJson, postJson } from "./api.js";
@@ -16,6 +16,13 @@ const QUANTIZE = [
     options: ["uniform", "embed_8", "mixed_2_6", "mixed_3_4", "mixed_3_6", "mixed_4_6"],
   },
   { name: "eval_tokens", label: "KL check tokens", type: "number", hint: "0 skips the KL check against the source" },
+];
+
+const FUSE = [
+  { name: "model", label: "Base model (folder)", type: "text", required: true, hint: "the model the adapter was trained on" },
+  { name: "adapter", label: "Adapter folder", type: "text", required: true },
+  { name: "out", label: "Output folder", type: "text", required: true },
+  { name: "dequantize", label: "Write dense weights", type: "checkbox", hint: "instead of re-quantizing like the base" },
 ];
 
 // Empty fields are left out, so the server's defaults (shown as placeholders) apply.
@@ -143,8 +150,9 @@ function submitter(form, kind, read) {
 export async function showJobForm(container, kind, preset) {
   const form = el("form", { class: "job-form", id: `form-${kind}`, novalidate: true });
   clear(container, el("h2", {}, `New ${kind} job`), form);
-  if (kind === "quantize" || kind === "finetune") {
-    const read = fieldInputs(form, kind === "quantize" ? QUANTIZE : FINETUNE, preset);
+  const FIELDS = { quantize: QUANTIZE, finetune: FINETUNE, fuse: FUSE };
+  if (FIELDS[kind]) {
+    const read = fieldInputs(form, FIELDS[kind], preset);
     const extra = extraJson(form);
     submitter(form, kind, () => ({ ...read({}), ...extra() }));
     return;

@@ -38,7 +38,7 @@ function progressBar(p) {
   );
 }
 
-const KINDS = ["quantize", "finetune", "dataset"];
+const KINDS = ["quantize", "finetune", "dataset", "fuse"];
 const STATUSES = ["queued", "running", "done", "failed", "cancelled", "zombie"];
 
 // A filter of the list: its choice lives in the page's address (#/jobs?kind=…&status=…), so a reload keeps it.
@@ -75,6 +75,7 @@ async function showList(container, token, query = {}) {
       el("a", { class: "button", href: "#/jobs/new/quantize", id: "new-quantize" }, "Quantize"),
       el("a", { class: "button", href: "#/jobs/new/finetune", id: "new-finetune" }, "Fine-tune"),
       el("a", { class: "button", href: "#/jobs/new/dataset", id: "new-dataset" }, "Build dataset"),
+      el("a", { class: "button", href: "#/jobs/new/fuse", id: "new-fuse" }, "Fuse adapter"),
     ),
     el(
       "div",
@@ -304,6 +305,16 @@ function renderJob(node, m) {
         },
         "mount: ",
       ),
+    );
+  if (j.status === "done" && j.kind === "finetune" && j.output_path)
+    actions.append(
+      // A new checkpoint with the adapter folded into the base's weights (re-quantized like the base).
+      actionButton(node, m, { id: "job-fuse", class: "secondary", title: "write the base with this adapter folded into its weights" }, "Fuse into base", async () => {
+        const config = typeof j.config === "string" ? JSON.parse(j.config) : j.config;
+        const fuse = { model: config.model_dir, adapter: j.output_path, out: `${j.output_path.replace(/\/+$/, "")}-fused` };
+        const { job } = await postJson("/api/jobs", { kind: "fuse", config: fuse });
+        location.hash = `#/jobs/${encodeURIComponent(job.id)}`;
+      }, "fuse: "),
     );
   if (j.status === "done" && j.kind === "quantize" && j.output_path)
     actions.append(

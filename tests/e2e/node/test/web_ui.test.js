@@ -65,6 +65,7 @@ describe('--no-ui', () => {
 describe('in Chromium', { skip: CHROMIUM ? false : 'no chromium installed' }, () => {
   let browser;
   let tab;
+  let finetuneJobUrl;
   const errors = [];
   before(async () => {
     const { chromium } = await import('playwright-core');
@@ -181,6 +182,7 @@ describe('in Chromium', { skip: CHROMIUM ? false : 'no chromium installed' }, ()
     await tab.click('#job-submit');
     await tab.waitForURL(/#\/jobs\/job_[0-9a-f]{16}$/);
     await tab.waitForSelector('#job-status .badge.done', { timeout: 240000 });
+    finetuneJobUrl = tab.url();
     assert.match(await tab.textContent('#job-output'), /adapter/);
     assert.ok(fs.existsSync(path.join(dir, 'adapter', 'adapters.safetensors')));
     const points = await tab.getAttribute('#loss-chart polyline.train', 'points');
@@ -203,6 +205,23 @@ describe('in Chromium', { skip: CHROMIUM ? false : 'no chromium installed' }, ()
     await tab.waitForSelector('tr[data-available="adapter"] button:not([disabled])');
     const mounted = await request(server, 'GET', '/v1/adapters', { headers: auth });
     assert.deepEqual(mounted.json.data, []);
+  });
+
+  test('the trained adapter fuses into its base from the job page', async () => {
+    await tab.goto(finetuneJobUrl);
+    await tab.click('#job-fuse');
+    await tab.waitForURL((u) => u.toString() !== finetuneJobUrl && /#\/jobs\/job_[0-9a-f]{16}$/.test(u.toString()));
+    await tab.waitForSelector('#job-status .badge.done', { timeout: 120000 });
+    const fused = path.join(dir, 'adapter-fused');
+    assert.match(await tab.textContent('#job-output'), /adapter-fused/);
+    assert.ok(fs.existsSync(path.join(fused, 'config.json')));
+    assert.ok(fs.existsSync(path.join(fused, 'model.safetensors.index.json')));
+    const summary = JSON.parse(await tab.textContent('#job-summary'));
+    assert.ok(summary.fused_modules > 0, JSON.stringify(summary));
+    // The same job has its own form.
+    await tab.goto(`${server.base}/#/jobs/new/fuse`);
+    await tab.waitForSelector('#form-fuse #field-adapter');
+    assert.ok(await tab.$('#form-fuse #field-dequantize[type=checkbox]'));
   });
 
   test('a dataset built from its form opens a fine-tune form on its folder', async () => {
