@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "common/error.h"
 #include "engine/logits_processors.h"
 #include "tensor/ops.h"
 
@@ -105,6 +106,72 @@ bool sample_on_device(const Tensor& logits, std::span<const DeviceSampleRow> row
     if (rows[i].logprob) out[i].logprob = logprobs[i];
   }
   return true;
+}
+
+// Penalties read the history, whose last token an overlapped step has not read back yet; a logit_bias does not.
+bool history_free(const SamplingParams& p) {
+  return p.repetition_penalty == 1.0f && p.presence_penalty == 0.0f && p.frequency_penalty == 0.0f;
+}
+
+bool async_sampling_row(const SamplingParams& p, int top_logprobs, bool logprob) {
+  if (p.constraint || top_logprobs != 0 || !history_free(p)) return false;
+  // XTC turns itself on by a draw per step; sampled rows (and a greedy one's logprob) need the sampling kernel.
+  if (p.temperature == 0.0f && !logprob) return true;
+  return p.xtc_probability == 0.0f && device_sampling_on();
+}
+
+bool sample_on_device_async(const Tensor& logits, std::span<const DeviceSampleRow> rows, DeviceReadback& readback,
+                            PendingSample& out) {
+  if (!logits.defined() || logits.device() == Device::CPU || logits.ndim() != 2 ||
+      logits.dim(0) != static_cast<int64_t>(rows.size()) || rows.empty())
+    return false;
+  bool all_plain = true;
+  for (const DeviceSampleRow& r : rows) {
+    if (!r.params || !async_sampling_row(*r.params, r.top_logprobs, r.logprob) || !device_row(r)) return false;
+    all_plain = all_plain && plain_greedy(r);
+  }
+  // Each row's logit_bias, in one launch on a copy (as sample_on_device edits).
+  const size_t vocab = static_cast<size_t>(logits.dim(1));
+  std::vector<LogitEdit> edits;
+  for (size_t i = 0; i < rows.size(); ++i)
+    if (!rows[i].params->logit_bias.empty()) {
+      const std::vector<LogitEdit> e = logit_edits(*rows[i].params, {}, vocab, static_cast<int64_t>(i * vocab));
+      edits.insert(edits.end(), e.begin(), e.end());
+    }
+  if ((!all_plain || !edits.empty()) && logits.dtype() != DType::F32) return false;
+  Tensor edited;
+  if (!edits.empty()) {
+    edited = logits.clone();
+    apply_logit_edits(edited, edits);
+  }
+  const Tensor& final_logits = edited.defined() ? edited : logits;
+  out = PendingSample();
+  out.rows = rows.size();
+  out.logprob.resize(rows.size());
+  for (size_t i = 0; i < rows.size(); ++i) out.logprob[i] = rows[i].logprob;
+  if (all_plain) {
+    out.picked = argmax_rows_device(final_logits);
+  } else {
+    std::vector<RowSampling> settings;
+    settings.reserve(rows.size());
+    for (const DeviceSampleRow& r : rows) settings.push_back(row_sampling(r));
+    out.picked = sample_rows_device(final_logits.contiguous(), settings);
+  }
+  out.readback = &readback;
+  readback.start(out.picked);
+  return true;
+}
+
+void collect_samples(PendingSample& p, std::vector<SampleResult>& out) {
+  LATHE_CHECK(p.readback, "collect_samples: nothing was launched");
+  const auto* h = static_cast<const int32_t*>(p.readback->wait());
+  const bool with_logprobs = p.picked.numel() == static_cast<int64_t>(2 * p.rows);
+  out.assign(p.rows, SampleResult());
+  for (size_t i = 0; i < p.rows; ++i) {
+    out[i].token = h[i];
+    if (with_logprobs && p.logprob[i]) std::memcpy(&out[i].logprob, h + p.rows + i, sizeof(float));
+  }
+  p.readback = nullptr;
 }
 
 }  // namespace lathe

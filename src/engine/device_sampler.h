@@ -8,6 +8,7 @@
 
 #include "engine/sampler.h"
 #include "engine/token_constraint.h"
+#include "tensor/device_readback.h"
 #include "tensor/tensor.h"
 
 namespace lathe {
@@ -35,5 +36,24 @@ struct DeviceSampleRow {
 // host Sampler would at (seed, step) — log-softmax, top-p → min-p → top-k, categorical over softmax(f / T) with
 // the same draw — and its token's logprob when the row asks for it.
 bool sample_on_device(const Tensor& logits, std::span<const DeviceSampleRow> rows, std::vector<SampleResult>& out);
+
+// A step's sampling launched without waiting for it, so the next step can be queued first: the ids stay on the
+// device (`ids`, which a batched graph replay can read as its input tokens) and come back behind them.
+struct PendingSample {
+  Tensor picked;              // I32: the ids [n], then (sampled steps) the logprobs' f32 bits [n]
+  std::vector<bool> logprob;  // rows that asked for their token's logprob
+  DeviceReadback* readback = nullptr;
+  size_t rows = 0;
+  const int32_t* ids() const { return picked.data<int32_t>(); }
+};
+// Launches sampling for rows that need nothing of the host's state between steps: no penalties (they read the
+// history), no grammar, no top-logprob lists (a logit_bias is applied); the same draw as sample_on_device. Returns
+// false (nothing launched) for any other step, or logits on the CPU.
+bool sample_on_device_async(const Tensor& logits, std::span<const DeviceSampleRow> rows, DeviceReadback& readback,
+                            PendingSample& out);
+// Waits for the launched step's ids and fills one result per row.
+void collect_samples(PendingSample& pending, std::vector<SampleResult>& out);
+// Whether a row with these settings can be sampled by sample_on_device_async at any step.
+bool async_sampling_row(const SamplingParams& p, int top_logprobs, bool logprob);
 
 }  // namespace lathe

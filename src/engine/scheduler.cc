@@ -1,6 +1,7 @@
 #include "engine/scheduler.h"
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "cache/cache_identity.h"
 #include "cache/kv_block_pool.h"
@@ -56,6 +57,7 @@ Scheduler::Scheduler(ModelBundle& bundle, SchedulerOptions options)
   stats_.kv_bytes_budget = options_.kv_cache_bytes;
   // Rings and SSM states fork only at their own length, and a donor row has fed past the shared prefix by then.
   const CacheList probe = bundle_.make_cache();
+  if (const char* e = std::getenv("LATHE_STEP_OVERLAP")) overlap_ = std::string(e) != "0";
   forks_any_prefix_ = !probe.empty();
   for (const auto& c : probe) {
     const std::string kind = c->kind();
@@ -438,22 +440,27 @@ void Scheduler::finish(std::unique_ptr<Row> row, const std::string& reason) {
   row->sink->on_finish(std::move(r));
 }
 
-void Scheduler::sample_rows(const Tensor& logits, const std::vector<Row*>& rows) {
-  if (rows.empty()) return;
-  const auto sample_start = Clock::now();
-  std::vector<SampleResult> sampled;
+std::vector<DeviceSampleRow> Scheduler::device_rows(const std::vector<Row*>& rows, uint64_t steps_ahead) const {
   std::vector<DeviceSampleRow> dev(rows.size());
   for (size_t i = 0; i < rows.size(); ++i) {
     SequenceState& s = *rows[i]->seq;
     DeviceSampleRow& d = dev[i];
     d.params = &s.options().sampling;
     d.seed = s.seed();
-    d.step = s.steps();
-    d.history = s.history();
+    d.step = s.steps() + steps_ahead;
+    d.history = s.history();  // read only by logits processors, which an overlapped step's rows have none of
     d.top_logprobs = s.options().top_logprobs;  // a row that wants logprobs is not one the device argmax serves
     d.logprob = s.options().logprob;
     d.constraint = s.constraint();
   }
+  return dev;
+}
+
+void Scheduler::sample_rows(const Tensor& logits, const std::vector<Row*>& rows) {
+  if (rows.empty()) return;
+  const auto sample_start = Clock::now();
+  std::vector<SampleResult> sampled;
+  const std::vector<DeviceSampleRow> dev = device_rows(rows, 0);
   if (!sample_on_device(logits, dev, sampled)) {
     // One copy of the step's logits to the host, then the rows sampled in parallel: each row's sampler,
     // history and RNG are its own, so the result does not depend on the order (a 64-row step over a 152k
@@ -481,8 +488,12 @@ void Scheduler::sample_rows(const Tensor& logits, const std::vector<Row*>& rows)
     });
     for (size_t i : serial) sample_one(i);
   }
+  stats_.sample_seconds += std::chrono::duration<double>(Clock::now() - sample_start).count();
+  emit_sampled(rows, sampled);
+}
+
+void Scheduler::emit_sampled(const std::vector<Row*>& rows, const std::vector<SampleResult>& sampled) {
   const auto now = Clock::now();
-  stats_.sample_seconds += std::chrono::duration<double>(now - sample_start).count();
   for (size_t i = 0; i < rows.size(); ++i) {
     Row& row = *rows[i];
     GenerateResult& r = row.seq->result();
@@ -495,6 +506,109 @@ void Scheduler::sample_rows(const Tensor& logits, const std::vector<Row*>& rows)
   stats_.emit_seconds += std::chrono::duration<double>(Clock::now() - now).count();
 }
 
+bool Scheduler::launch_async_sample(const Tensor& logits, const std::vector<Row*>& rows, uint64_t steps_ahead,
+                                    InFlight& into) {
+  if (!overlap_ || rows.empty()) return false;
+  const auto t0 = Clock::now();
+  DeviceReadback& rb = readbacks_[next_readback_];
+  if (!sample_on_device_async(logits, device_rows(rows, steps_ahead), rb, into.sample)) return false;
+  next_readback_ ^= 1;
+  into.rows = rows;
+  into.active = true;
+  stats_.sample_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
+  return true;
+}
+
+// The next decode step may be queued before the in-flight step's ids are read when nothing but those rows'
+// next tokens is to do: every running row was sampled by it, none ends by its length there, none was cancelled,
+// none needs the host between steps (penalties, grammar, top-logprob lists, adapters), admission has nothing it
+// could add, and the KV budget holds every row one token further.
+bool Scheduler::overlap_ready() const {
+  if (!overlap_ || !inflight_.active || inflight_.rows.size() != running_.size() || running_.size() < 2) return false;
+  if (!waiting_.empty() && static_cast<int>(running_.size()) < options_.max_batch) return false;
+  int64_t used = idle_bytes();
+  for (size_t i = 0; i < running_.size(); ++i) {
+    const Row* r = running_[i].get();
+    if (inflight_.rows[i] != r || r->replaying() || r->adapters() || r->seq->cancel_requested()) return false;
+    const GenerateOptions& o = r->seq->options();
+    if (!async_sampling_row(o.sampling, o.top_logprobs, o.logprob)) return false;
+    if (static_cast<int64_t>(r->seq->steps()) + 1 >= o.max_tokens) return false;
+    used += claim(*r, 1);
+  }
+  return used <= options_.kv_cache_bytes;
+}
+
+bool Scheduler::launch_overlapped(InFlight& next) {
+  Batch batch;
+  batch.device_ids = inflight_.sample.ids();
+  for (Row* r : inflight_.rows) {
+    BatchRow br;
+    br.ids = {0};  // the token is the in-flight step's sampled id, read on the device
+    br.caches = &r->cache;
+    batch.rows.push_back(std::move(br));
+  }
+  if (!bundle_.model().replays_decode(batch)) return false;
+  const auto forward_start = Clock::now();
+  const Tensor logits = bundle_.model().forward(batch);
+  stats_.forward_seconds += std::chrono::duration<double>(Clock::now() - forward_start).count();
+  for (Row* r : inflight_.rows) {  // as a planned decode token: the sampled id joins the history when it is read
+    r->fed += 1;
+    r->segments.push_back(1);
+    r->replayed = r->segments.size();
+  }
+  // The draw is each row's step after the in-flight one, which is not accepted yet.
+  LATHE_CHECK(launch_async_sample(logits, inflight_.rows, 1, next), "scheduler: an overlapped step could not sample");
+  stats_.batch_rows = static_cast<int64_t>(batch.rows.size());
+  stats_.batch_tokens = stats_.batch_rows;
+  ++stats_.steps;
+  ++stats_.overlapped_steps;
+  return true;
+}
+
+// Reads the in-flight step's ids, hands each row its token, and ends the rows that ended; those also leave
+// `next` (the step queued meanwhile), whose token for them is dropped: their caches then hold one token past
+// what they would without the overlap, which is their history's last token.
+void Scheduler::complete_inflight(InFlight* next) {
+  const auto t0 = Clock::now();
+  std::vector<SampleResult> sampled;
+  collect_samples(inflight_.sample, sampled);
+  stats_.sample_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
+  std::vector<Row*> rows;
+  std::vector<SampleResult> taken;
+  for (size_t i = 0; i < inflight_.rows.size(); ++i)
+    if (inflight_.rows[i]) {
+      rows.push_back(inflight_.rows[i]);
+      taken.push_back(sampled[i]);
+    }
+  inflight_ = InFlight();
+  emit_sampled(rows, taken);
+  for (size_t i = 0; i < running_.size();) {
+    Row* r = running_[i].get();
+    if (!r->seq->done()) {
+      ++i;
+      continue;
+    }
+    if (next)
+      for (Row*& n : next->rows)
+        if (n == r) n = nullptr;
+    auto row = std::move(running_[i]);
+    running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(i));
+    finish(std::move(row), "length");
+  }
+}
+
+// A failed forward leaves the batch's caches in an unknown state: those rows end with the error.
+void Scheduler::fail_rows(const std::vector<Row*>& rows, const std::exception_ptr& e) {
+  for (Row* r : rows) {
+    auto it = std::find_if(running_.begin(), running_.end(), [&](const auto& x) { return x.get() == r; });
+    if (!r || it == running_.end()) continue;  // listed twice, or gone already
+    auto row = std::move(*it);
+    running_.erase(it);
+    row->sink->on_error(e);
+  }
+  stats_.running = static_cast<int64_t>(running_.size());
+}
+
 void Scheduler::step() {
   const auto step_start = Clock::now();
   struct StepTimer {  // every return path counts the step's time
@@ -502,6 +616,29 @@ void Scheduler::step() {
     Clock::time_point t0;
     ~StepTimer() { s.step_seconds += std::chrono::duration<double>(Clock::now() - t0).count(); }
   } step_timer{stats_, step_start};
+  if (inflight_.active) {
+    // Queue the next decode step first when it needs nothing from the host, so the GPU runs it while this
+    // thread reads the last step's ids and streams them; else read them, and plan a step as below.
+    InFlight next;
+    try {
+      const bool overlapped = overlap_ready() && launch_overlapped(next);
+      complete_inflight(overlapped ? &next : nullptr);
+      if (overlapped) {
+        inflight_ = std::move(next);
+        int64_t used = idle_bytes();
+        for (const auto& r : running_) used += budget_.bytes_for(r->fed);
+        stats_.kv_bytes_used = used;
+        stats_.running = static_cast<int64_t>(running_.size());
+        return;
+      }
+    } catch (...) {  // as a failed forward below: the rows of the steps in flight end with the error
+      std::vector<Row*> rows = inflight_.rows;
+      rows.insert(rows.end(), next.rows.begin(), next.rows.end());
+      inflight_ = InFlight();
+      fail_rows(rows, std::current_exception());
+      return;
+    }
+  }
   drop_cancelled();
   admit();
   // Rows grew by a token each last step: kept caches go first, then the newest rows wait again.
@@ -578,17 +715,16 @@ void Scheduler::step() {
         }
       }
     }
-    sample_rows(logits, sampled);
-  } catch (...) {
-    // A failed forward leaves the batch's caches in an unknown state: those rows end with the error.
-    const std::exception_ptr e = std::current_exception();
-    for (Row* r : in_batch) {
-      auto it = std::find_if(running_.begin(), running_.end(), [&](const auto& x) { return x.get() == r; });
-      auto row = std::move(*it);
-      running_.erase(it);
-      row->sink->on_error(e);
+    // Every row sampled and none needing the host between steps: the ids are read at the next step().
+    bool async = sampled.size() == in_batch.size();
+    for (const Row* r : sampled) {
+      const GenerateOptions& o = r->seq->options();
+      async = async && async_sampling_row(o.sampling, o.top_logprobs, o.logprob);
     }
-    stats_.running = static_cast<int64_t>(running_.size());
+    if (!async || !launch_async_sample(logits, sampled, 0, inflight_)) sample_rows(logits, sampled);
+  } catch (...) {
+    inflight_ = InFlight();
+    fail_rows(in_batch, std::current_exception());
     return;
   }
 

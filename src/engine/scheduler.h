@@ -36,6 +36,7 @@
 #include "cache/restore_cost.h"
 #include "cache/ssd_spill_writer.h"
 #include "cache/ssd_store.h"
+#include "engine/device_sampler.h"
 #include "engine/kv_budget.h"
 #include "engine/model_bundle.h"
 #include "engine/sequence_state.h"
@@ -96,6 +97,8 @@ struct SchedulerStats {
   int64_t batch_rows = 0, batch_tokens = 0;  // of the last step
   int64_t kv_bytes_used = 0, kv_bytes_budget = 0;
   int64_t preemptions = 0, steps = 0;  // since start
+  // Steps queued on the device before the previous step's ids were read (CUDA decode steps; see step()).
+  int64_t overlapped_steps = 0;
   // Admissions held back (FIFO: with the rows behind) while a running row prefilled a prompt prefix the front
   // row shares, so that row then forks it instead of prefilling it beside (since start, per step held).
   int64_t prefix_waits = 0;
@@ -114,7 +117,7 @@ class Scheduler {
   void add(std::vector<int32_t> prompt, GenerateOptions options, std::shared_ptr<SequenceSink> sink);
   // One iteration; does nothing when idle().
   void step();
-  bool idle() const { return running_.empty() && waiting_.empty(); }
+  bool idle() const { return running_.empty() && waiting_.empty() && !inflight_.active; }
   // Rows waiting + running: how many more add() calls the next step could admit is max_batch minus this.
   size_t rows() const { return running_.size() + waiting_.size(); }
   const SchedulerStats& stats() const { return stats_; }
@@ -159,6 +162,22 @@ class Scheduler {
   void finish(std::unique_ptr<Row> row, const std::string& reason);
   void keep_for_reuse(Row& row);
   void sample_rows(const Tensor& logits, const std::vector<Row*>& rows);
+  // Each row takes its sampled token (the stream sees it), in row order.
+  void emit_sampled(const std::vector<Row*>& rows, const std::vector<SampleResult>& sampled);
+  std::vector<DeviceSampleRow> device_rows(const std::vector<Row*>& rows, uint64_t steps_ahead) const;
+  // Step overlap (CUDA): a step's sampling is launched and its ids read at the next step() call, after that
+  // call queued its own decode step over the same rows with those ids still on the device.
+  struct InFlight {
+    std::vector<Row*> rows;  // the rows sampled, in order; null once a row has left
+    PendingSample sample;
+    bool active = false;
+  };
+  // steps_ahead: 1 when the rows' in-flight token is not accepted yet (the draw is their step after it).
+  bool launch_async_sample(const Tensor& logits, const std::vector<Row*>& rows, uint64_t steps_ahead, InFlight& into);
+  void fail_rows(const std::vector<Row*>& rows, const std::exception_ptr& e);
+  bool overlap_ready() const;
+  bool launch_overlapped(InFlight& next);
+  void complete_inflight(InFlight* next);
   // One forward per pinned adapter table among the batch's rows (usually one), logits in row order.
   Tensor forward_grouped(const Batch& batch, const std::vector<Row*>& in_batch);
 
@@ -176,6 +195,10 @@ class Scheduler {
   SsdStore* ssd_ = nullptr;
   SsdTierOptions ssd_options_;
   std::unique_ptr<RestoreCostModel> cost_;  // with the SSD tier
+  InFlight inflight_;
+  DeviceReadback readbacks_[2];  // alternate: a step's ids land in one while the other's are read
+  int next_readback_ = 0;
+  bool overlap_ = true;                     // LATHE_STEP_OVERLAP=0 turns it off
   std::unique_ptr<SsdSpillWriter> writer_;  // declared last: joined first, while the caches it reads live
 };
 

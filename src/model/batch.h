@@ -18,6 +18,9 @@ struct BatchRow {
 
 struct Batch {
   std::vector<BatchRow> rows;
+  // On CUDA, for a step Model::replays_decode() accepted: row i's one token is device_ids[i] (the previous step's
+  // sampled ids, still on the device), not rows[i].ids, which then only hold a placeholder.
+  const int32_t* device_ids = nullptr;
   // Rows whose logits forward returns, in row order.
   int64_t logit_rows() const {
     int64_t n = 0;

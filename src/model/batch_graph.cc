@@ -129,6 +129,13 @@ bool batch_graph_capturing() { return g_capture != nullptr; }
 BatchGraphs::BatchGraphs() = default;
 BatchGraphs::~BatchGraphs() = default;
 
+#ifndef LATHE_HAVE_CUDA
+bool BatchGraphs::replays(const RowSpans& s) const {
+  (void)s;
+  return false;
+}
+#endif
+
 bool BatchGraphs::eligible(const RowSpans& s) {
 #ifdef LATHE_HAVE_CUDA
   if (!batch_graphs_enabled() || s.rows() < 1 || s.logit_rows.size() != s.rows() ||
@@ -202,8 +209,18 @@ BatchGraphLayer batch_graph_layer(const std::vector<LayerCache*>& caches, const 
   return out;
 }
 
+bool BatchGraphs::replays(const RowSpans& s) const {
+  const int64_t bucket = bucket_for(static_cast<int64_t>(s.rows()));
+  if (!bucket || s.caches.empty()) return false;
+  const CacheOptions storage = storage_of(*s.caches[0]);
+  const auto it = buckets_.find({bucket, storage.kv_bits, storage.kv_bits ? storage.kv_group_size : 0});
+  return it != buckets_.end() && it->second && it->second->state == Entry::State::Captured &&
+         it->second->dense_generation == dense_weights_generation();
+}
+
 Tensor BatchGraphs::run(const RowSpans& s, const Step& step, const MakeCache& make_cache) {
   const int64_t B = static_cast<int64_t>(s.rows());
+  LATHE_CHECK(!s.device_ids || replays(s), "batch graph: tokens on the device need a captured graph");
   const int64_t bucket = bucket_for(B);
   if (!bucket) return step(s);
   const CacheOptions storage = storage_of(*s.caches[0]);
@@ -292,6 +309,9 @@ Tensor BatchGraphs::run_bucket(Entry& e, const RowSpans& p, const Step& step) {
       }
     }
     cuda::arena_upload(e.arena);
+    // Tokens still on the device (the last step's sampled ids) replace the placeholders just uploaded.
+    if (p.device_ids)
+      cuda::copy_async(cuda::arena_dev(e.arena), p.device_ids, static_cast<size_t>(p.device_id_rows) * sizeof(int32_t));
     cuda::graph_replay(e.graph);
     g_replays.fetch_add(1, std::memory_order_relaxed);
     return e.out;

@@ -38,6 +38,8 @@ class BatchGraphs {
   // The step's logits [rows, vocab] (valid until the next step): replayed, captured, or step(s) itself.
   // make_cache: an empty cache list of the model with the given options, for the padding rows.
   Tensor run(const RowSpans& s, const Step& step, const MakeCache& make_cache);
+  // Whether run(s) would replay a captured graph (s eligible): only such a step may take s.device_ids.
+  bool replays(const RowSpans& s) const;
   struct Entry;  // one bucket (batch_graph.cc)
 
  private:

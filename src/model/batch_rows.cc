@@ -27,6 +27,8 @@ RowSpans layout_rows(const Batch& batch, size_t cache_count, size_t pos_layer) {
     s.ids.insert(s.ids.end(), row.ids.begin(), row.ids.end());
     if (row.want_logits) s.logit_rows.push_back(static_cast<int32_t>(s.tokens() - 1));
   }
+  s.device_ids = batch.device_ids;
+  s.device_id_rows = batch.device_ids ? static_cast<int64_t>(batch.rows.size()) : 0;
   return s;
 }
 

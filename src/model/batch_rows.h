@@ -11,11 +11,13 @@
 namespace lathe {
 
 struct RowSpans {
-  std::vector<int32_t> ids;         // all rows' tokens, row after row
-  std::vector<int64_t> start, len;  // row r's tokens are ids[start[r], start[r] + len[r])
-  std::vector<int64_t> pos0;        // position of row r's first token (its caches' offset before the step)
-  std::vector<CacheList*> caches;   // row r's sequence state
-  std::vector<int32_t> logit_rows;  // indices into ids of the tokens whose logits are returned, in order
+  std::vector<int32_t> ids;             // all rows' tokens, row after row
+  std::vector<int64_t> start, len;      // row r's tokens are ids[start[r], start[r] + len[r])
+  std::vector<int64_t> pos0;            // position of row r's first token (its caches' offset before the step)
+  std::vector<CacheList*> caches;       // row r's sequence state
+  std::vector<int32_t> logit_rows;      // indices into ids of the tokens whose logits are returned, in order
+  const int32_t* device_ids = nullptr;  // Batch::device_ids: the first device_id_rows rows' tokens, on the device
+  int64_t device_id_rows = 0;
   size_t rows() const { return start.size(); }
   int64_t tokens() const { return static_cast<int64_t>(ids.size()); }
 };

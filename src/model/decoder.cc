@@ -99,9 +99,25 @@ Tensor DecoderModel::forward(const std::vector<int32_t>& ids, CacheList& caches,
   return forward_tokens(ids, caches, all_logits);
 }
 
+bool DecoderModel::replays_decode(const Batch& batch) {
+  if (batch.rows.size() < 2 || !batched_decode_enabled()) return false;  // one row takes the solo path
+  for (const BatchRow& r : batch.rows)
+    if (r.adapter_slot >= 0 || r.ids.size() != 1 || !r.want_logits) return false;
+  const lora::GraphUse use = lora::graph_use();
+  if (!use.ok || use.key) return false;
+  const RowSpans s = layout_rows(batch, layers_.size());
+  return BatchGraphs::eligible(s) && batch_graphs_.replays(s);
+}
+
 Tensor DecoderModel::forward(const Batch& batch) {
   const lora::BatchScope adapters(batch);  // each row's adapter set, over the table the engine installed
   RowSpans s = layout_rows(batch, layers_.size());
+  if (batch.device_ids) {  // the caller asked replays_decode() first
+    LATHE_CHECK(replays_decode(batch), "forward: tokens on the device need a captured decode graph");
+    return batch_graphs_.run(
+        s, [this](const RowSpans& rows) { return forward_rows(rows); },
+        [this](const CacheOptions& o) { return make_cache(o); });
+  }
   // One sequence takes its own path (decode graphs on CUDA); its logits are those forward_rows would return.
   if (s.rows() == 1 && batch.rows[0].want_logits) return forward(batch.rows[0].ids, *batch.rows[0].caches, false);
   // Steps of decode rows on the base model replay from graphs per batch size (model/batch_graph.h).

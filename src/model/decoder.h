@@ -32,6 +32,7 @@ class DecoderModel : public Model {
   CacheList make_cache(const CacheOptions& options = {}) const override;
   Tensor forward(const std::vector<int32_t>& ids, CacheList& caches, bool all_logits) override;
   Tensor forward(const Batch& batch) override;
+  bool replays_decode(const Batch& batch) override;
 
  private:
   struct Layer {

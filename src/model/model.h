@@ -28,6 +28,12 @@ class Model {
   // row that wants logits, in order. The base version runs the rows one after another (correct, not fast);
   // architectures override it to share weight reads across rows.
   virtual Tensor forward(const Batch& batch);
+  // Whether forward(batch) would replay a captured decode graph (every row one token, the base model), so the
+  // step may take its tokens from the device (Batch::device_ids) and be queued before the last step's ids are read.
+  virtual bool replays_decode(const Batch& batch) {
+    (void)batch;
+    return false;
+  }
 
  protected:
   Model(ModelConfig config, Checkpoint ckpt) : config_(std::move(config)), ckpt_(std::move(ckpt)) {}

@@ -282,6 +282,7 @@ void EngineService::loop() {
     metrics_.set_batch(st.running, st.waiting, st.batch_rows, st.batch_tokens, st.kv_bytes_used);
     metrics_.set_preemptions(st.preemptions);
     metrics_.set_prefix_waits(st.prefix_waits);
+    metrics_.set_overlapped_steps(st.overlapped_steps);
     metrics_.set_step_times(st.steps, st.step_seconds, st.forward_seconds, st.sample_seconds, st.emit_seconds);
     scheduler_.housekeeping();
     publish_cache_stats();

@@ -110,6 +110,9 @@ std::string Metrics::render() const {
       steps = steps_;
     }
     scalar("lathe_engine_steps_total", "counter", "Scheduler steps (forward passes) run.", std::to_string(steps));
+    scalar("lathe_engine_overlapped_steps_total", "counter",
+           "Decode steps queued on the GPU before the previous step's token ids were read.",
+           std::to_string(overlapped_steps_.load(std::memory_order_relaxed)));
     char line[512];
     std::snprintf(line, sizeof line,
                   "# HELP lathe_engine_seconds_total Engine-thread wall time in scheduler steps (phase=\"step\") and "

@@ -49,6 +49,7 @@ class Metrics {
   }
   void set_preemptions(int64_t n) { preemptions_.store(n, std::memory_order_relaxed); }
   void set_prefix_waits(int64_t n) { prefix_waits_.store(n, std::memory_order_relaxed); }
+  void set_overlapped_steps(int64_t n) { overlapped_steps_.store(n, std::memory_order_relaxed); }
   // The engine thread's time split (SchedulerStats' *_seconds, cumulative).
   void set_step_times(int64_t steps, double step, double forward, double sample, double emit) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -82,7 +83,8 @@ class Metrics {
   CacheTierStats cache_tiers_;          // under mu_
   std::array<double, 4> step_times_{};  // under mu_: step, forward, sample, emit
   int64_t steps_ = 0;                   // under mu_
-  const SsdStore* ssd_ = nullptr;       // set once before serving
+  std::atomic<int64_t> overlapped_steps_{0};
+  const SsdStore* ssd_ = nullptr;  // set once before serving
 };
 
 }  // namespace lathe::server

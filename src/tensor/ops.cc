@@ -383,6 +383,19 @@ void apply_token_masks(Tensor& x, const std::vector<int32_t>& rows, const std::v
   }
 }
 
+Tensor argmax_rows_device(const Tensor& x) {
+  LATHE_ON_CUDA(x, gpu::argmax_rows_device(x));
+  throw Error(ErrorKind::Unsupported, "argmax_rows_device: CUDA only");
+}
+
+Tensor sample_rows_device(const Tensor& x, const std::vector<RowSampling>& rows) {
+  LATHE_CHECK(
+      x.ndim() == 2 && x.dtype() == DType::F32 && x.is_contiguous() && x.dim(0) == static_cast<int64_t>(rows.size()),
+      "sample_rows: expects contiguous F32 [rows, vocab] and one setting a row");
+  LATHE_ON_CUDA(x, gpu::sample_rows_device(x, rows));
+  throw Error(ErrorKind::Unsupported, "sample_rows: CUDA only (the CPU samples with engine/sampler.h)");
+}
+
 std::vector<int32_t> sample_rows(const Tensor& x, const std::vector<RowSampling>& rows, std::vector<float>& logprobs) {
   LATHE_CHECK(
       x.ndim() == 2 && x.dtype() == DType::F32 && x.is_contiguous() && x.dim(0) == static_cast<int64_t>(rows.size()),

@@ -128,6 +128,8 @@ void scale_inplace(Tensor& x, float s);
 void softcap_inplace(Tensor& x, float cap);  // tanh(x / cap) * cap
 // Index of the largest value of each row of a [rows, cols] tensor (first on ties).
 std::vector<int32_t> argmax_rows(const Tensor& x);
+// The same on x's device without the copy back (CUDA only): I32 [rows], for a next step that reads its ids there.
+Tensor argmax_rows_device(const Tensor& x);
 // x (contiguous F32) at each edit's flat index = apply_logit_edit(x, edit); indices distinct and in range.
 void apply_logit_edits(Tensor& x, const std::vector<LogitEdit>& edits);
 // Allowed-token masks (structured outputs) over x (contiguous F32 [R, V]): for the k-th listed row, bits
@@ -138,6 +140,8 @@ void apply_token_masks(Tensor& x, const std::vector<int32_t>& rows, const std::v
 // settings (tensor/row_sampling.h; the CPU has the Sampler itself, so this is CUDA only). The token's
 // log-probability goes to logprobs.
 std::vector<int32_t> sample_rows(const Tensor& x, const std::vector<RowSampling>& rows, std::vector<float>& logprobs);
+// The same without the copy back: I32 [2R] on the device, the tokens then their log-probabilities' f32 bits.
+Tensor sample_rows_device(const Tensor& x, const std::vector<RowSampling>& rows);
 // Copies rows [src_row, src_row + n) of src (outer dim) to rows from dst_row of dst, on their device
 // (both on one device; equal types, or on the CPU F32 rows into BF16 ones, rounded as Tensor::to; equal
 // numbers of elements a row; dst contiguous).

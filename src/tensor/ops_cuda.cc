@@ -329,14 +329,18 @@ void softcap_inplace(Tensor& x, float cap) {
   cuda::softcap_inplace(x.raw(), x.dtype(), x.numel(), cap);
 }
 
-std::vector<int32_t> argmax_rows(const Tensor& x_in) {
+Tensor argmax_rows_device(const Tensor& x_in) {
   require_act(x_in, "argmax");
   const Tensor x = x_in.contiguous();
   LATHE_CHECK(x.ndim() == 2, "argmax_rows: expects [rows, cols]");
   Tensor idx = Tensor::empty({x.dim(0)}, DType::I32, Device::CUDA);
   cuda::argmax_rows(x.raw(), x.dtype(), x.dim(0), x.dim(1), idx.data<int32_t>());
-  const Tensor host = idx.to(Device::CPU);
-  return std::vector<int32_t>(host.data<int32_t>(), host.data<int32_t>() + x.dim(0));
+  return idx;
+}
+
+std::vector<int32_t> argmax_rows(const Tensor& x) {
+  const Tensor host = gpu::argmax_rows_device(x).to(Device::CPU);
+  return std::vector<int32_t>(host.data<int32_t>(), host.data<int32_t>() + host.numel());
 }
 
 void apply_logit_edits(Tensor& x, const std::vector<LogitEdit>& edits) {
@@ -365,8 +369,8 @@ void apply_token_masks(Tensor& x, const std::vector<int32_t>& rows, const std::v
                           static_cast<int64_t>(rows.size()), reinterpret_cast<const uint64_t*>(base + bits_at));
 }
 
-std::vector<int32_t> sample_rows(const Tensor& x, const std::vector<RowSampling>& rows, std::vector<float>& logprobs) {
-  // Checked by the caller (ops.cc). One upload of the settings, one launch, one copy back of ids and logprobs.
+Tensor sample_rows_device(const Tensor& x, const std::vector<RowSampling>& rows) {
+  // Checked by the caller (ops.cc). One upload of the settings, one launch: ids [n], then logprobs' bits [n].
   const int64_t n = x.dim(0);
   const size_t param_bytes = rows.size() * sizeof(RowSampling);
   Tensor params = Tensor::empty({static_cast<int64_t>(param_bytes)}, DType::U8, Device::CUDA);
@@ -375,7 +379,12 @@ std::vector<int32_t> sample_rows(const Tensor& x, const std::vector<RowSampling>
   int32_t* ids = picked.data<int32_t>();
   cuda::sample_rows(x.data<float>(), n, x.dim(1), static_cast<const RowSampling*>(params.raw()), ids,
                     reinterpret_cast<float*>(ids + n));
-  const Tensor host = picked.to(Device::CPU);
+  return picked;
+}
+
+std::vector<int32_t> sample_rows(const Tensor& x, const std::vector<RowSampling>& rows, std::vector<float>& logprobs) {
+  const int64_t n = x.dim(0);
+  const Tensor host = gpu::sample_rows_device(x, rows).to(Device::CPU);
   const int32_t* h = host.data<int32_t>();
   logprobs.resize(static_cast<size_t>(n));
   std::memcpy(logprobs.data(), h + n, static_cast<size_t>(n) * sizeof(float));

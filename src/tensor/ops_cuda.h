@@ -34,9 +34,11 @@ void add_inplace(Tensor& a, const Tensor& b);
 void scale_inplace(Tensor& x, float s);
 void softcap_inplace(Tensor& x, float cap);
 std::vector<int32_t> argmax_rows(const Tensor& x);
+Tensor argmax_rows_device(const Tensor& x);
 void apply_logit_edits(Tensor& x, const std::vector<LogitEdit>& edits);
 void apply_token_masks(Tensor& x, const std::vector<int32_t>& rows, const std::vector<uint64_t>& bits);
 std::vector<int32_t> sample_rows(const Tensor& x, const std::vector<RowSampling>& rows, std::vector<float>& logprobs);
+Tensor sample_rows_device(const Tensor& x, const std::vector<RowSampling>& rows);
 void copy_rows(void* dst, int64_t dst_row, const void* src_rows, int64_t n, size_t row_bytes);
 void copy_segments(const std::vector<CopySegment>& segs, const GraphTable* table);
 // Where a batched op's row table of `bytes` is on the device: under a capture, the graph's table (written at its

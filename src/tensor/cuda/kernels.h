@@ -68,6 +68,7 @@ void sample_rows(const float* x, int64_t rows, int64_t cols, const RowSampling* 
 // Host → device copy ordered on the stream through pinned staging: returns at once, src free to reuse (the
 // engine thread is the only caller). runtime.cc.
 void upload_async(void* dst, const void* src, size_t bytes);
+void copy_async(void* dst, const void* src, size_t bytes);  // device to device, ordered on the stream
 
 // Decode-step graphs (graph.cc). Position-dependent kernels add *step_delta() (0 except during a replay).
 constexpr int kMaxStepIds = 8;

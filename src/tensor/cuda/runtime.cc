@@ -357,6 +357,10 @@ void upload_async(void* dst, const void* src, size_t bytes) {
   LATHE_CUDA_CHECK(cudaMemcpyAsync(dst, stage, bytes, cudaMemcpyHostToDevice, stream()));
 }
 
+void copy_async(void* dst, const void* src, size_t bytes) {
+  if (bytes) LATHE_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream()));
+}
+
 std::recursive_mutex& capture_mutex() {
   static auto* m = new std::recursive_mutex;  // never destroyed: copies may run during exit
   return *m;

@@ -54,6 +54,7 @@ describe('/metrics', () => {
       ['lathe_time_to_first_token_seconds', 'histogram'],
       ['lathe_inter_token_latency_seconds', 'histogram'],
       ['lathe_engine_steps_total', 'counter'],
+      ['lathe_engine_overlapped_steps_total', 'counter'],
       ['lathe_engine_seconds_total', 'counter'],
     ])
       assert.match(text, new RegExp(`^# TYPE ${name} ${type}$`, 'm'), `# TYPE ${name} ${type}`);
