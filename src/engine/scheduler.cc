@@ -543,7 +543,7 @@ bool Scheduler::launch_overlapped(InFlight& next) {
   batch.device_ids = inflight_.sample.ids();
   for (Row* r : inflight_.rows) {
     BatchRow br;
-    br.ids = {0};  // the token is the in-flight step's sampled id, read on the device
+    br.ids = {0};  // one token: its value is the in-flight step's sampled id, read on the device
     br.caches = &r->cache;
     batch.rows.push_back(std::move(br));
   }

@@ -19,7 +19,7 @@ struct BatchRow {
 struct Batch {
   std::vector<BatchRow> rows;
   // On CUDA, for a step Model::replays_decode() accepted: row i's one token is device_ids[i] (the previous step's
-  // sampled ids, still on the device), not rows[i].ids, which then only hold a placeholder.
+  // sampled ids, still on the device); rows[i].ids then give only the row's length (one token), not its value.
   const int32_t* device_ids = nullptr;
   // Rows whose logits forward returns, in row order.
   int64_t logit_rows() const {

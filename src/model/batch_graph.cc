@@ -309,7 +309,7 @@ Tensor BatchGraphs::run_bucket(Entry& e, const RowSpans& p, const Step& step) {
       }
     }
     cuda::arena_upload(e.arena);
-    // Tokens still on the device (the last step's sampled ids) replace the placeholders just uploaded.
+    // Rows whose tokens are still on the device (the last step's sampled ids) take them over the host copy.
     if (p.device_ids)
       cuda::copy_async(cuda::arena_dev(e.arena), p.device_ids, static_cast<size_t>(p.device_id_rows) * sizeof(int32_t));
     cuda::graph_replay(e.graph);
