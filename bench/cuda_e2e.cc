@@ -3,7 +3,8 @@
 // calls made inside the decode loops (should be 0); with --batch, batched decode (Model::forward(const Batch&),
 // one step for B sequences, argmax on the device) at each listed batch size. Prints one JSON object.
 // Usage: cuda_e2e --model DIR [--dtype bf16|f32] [--decode-steps N] [--decode-only CTX] [--batch 1,8,32]
-//        [--batch-steps 32] [--batch-context 128] [--dense-weights auto|on|off|BYTES]
+//        [--batch-steps 32] [--batch-context 128] [--prefill-batch B] [--dense-weights auto|on|off|BYTES]
+// --prefill-batch B: only one forward that prefills B prompts of --batch-context tokens (a serve admission step).
 // --dense-weights: the dense weight copies' budget, as `lathe serve --cuda-dense-weights` sets it (default auto).
 // --decode-only: no warm-up or prefill runs, one decode run at CTX (for profilers: a short, predictable launch
 // sequence — the CTX-token prefill, then decode steps).
@@ -161,6 +162,38 @@ nlohmann::json decode_batched(Model& m, int64_t ctx, int batch, int steps, int64
           {"greedy_equal_solo", equal}};
 }
 
+// B sequences of ctx tokens prefilled in one forward (one Batch of B prompt rows, as `lathe serve` admits B
+// requests at once), each from a fresh cache: the step behind the time to first token of B concurrent streams.
+// The last of `reps` timed runs is the one a kernel trace window covers.
+nlohmann::json prefill_batched(Model& m, int64_t ctx, int batch, int reps, int64_t vocab) {
+  auto run = [&](bool traced) {
+    std::vector<CacheList> caches(static_cast<size_t>(batch));
+    Batch bt;
+    for (int b = 0; b < batch; ++b) {
+      caches[static_cast<size_t>(b)] = m.make_cache(g_cache);
+      bt.rows.push_back(
+          {random_ids(ctx, vocab, 11 + static_cast<uint32_t>(b)), &caches[static_cast<size_t>(b)], true, -1});
+    }
+    device_synchronize();
+    if (traced && lathe_ktrace_window) lathe_ktrace_window(1);
+    const auto t = Clock::now();
+    (void)argmax_rows(m.forward(bt));
+    const double ms = ms_since(t);
+    if (traced && lathe_ktrace_window) lathe_ktrace_window(0);
+    return ms;
+  };
+  run(false);  // warm-up: cuBLAS heuristics for the wide shapes, allocator bins
+  std::vector<double> times;
+  for (int i = 0; i < reps; ++i) times.push_back(run(i + 1 == reps));
+  std::sort(times.begin(), times.end());
+  const double med = times[times.size() / 2];
+  return {{"batch", batch},
+          {"context", ctx},
+          {"median_ms", med},
+          {"min_ms", times.front()},
+          {"tok_s", static_cast<double>(batch) * static_cast<double>(ctx) / (med / 1000.0)}};
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -168,6 +201,7 @@ int main(int argc, char** argv) {
   int steps = 128, batch_steps = 32;
   int64_t batch_context = 128;
   int64_t decode_only = 0;
+  int prefill_batch = 0;
   std::vector<int> batches;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--model")) dir = argv[i + 1];
@@ -178,6 +212,7 @@ int main(int argc, char** argv) {
     if (!std::strcmp(argv[i], "--batch-context")) batch_context = std::max<int64_t>(1, std::atoll(argv[i + 1]));
     if (!std::strcmp(argv[i], "--decode-only")) decode_only = std::atoll(argv[i + 1]);
     if (!std::strcmp(argv[i], "--kv-bits")) g_cache.kv_bits = std::atoi(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--prefill-batch")) prefill_batch = std::atoi(argv[i + 1]);
     if (!std::strcmp(argv[i], "--batch"))
       for (const char* p = argv[i + 1]; *p; ++p)
         if (p == argv[i + 1] || p[-1] == ',') batches.push_back(std::atoi(p));
@@ -186,7 +221,8 @@ int main(int argc, char** argv) {
     std::fprintf(
         stderr,
         "usage: cuda_e2e --model DIR [--dtype bf16|f32] [--decode-steps N] [--decode-only CTX] [--batch 1,8,32] "
-        "[--batch-steps 32] [--batch-context 128] [--dense-weights auto|on|off|BYTES] [--kv-bits 0|4|8]\n");
+        "[--batch-steps 32] [--batch-context 128] [--prefill-batch B] [--dense-weights auto|on|off|BYTES] "
+        "[--kv-bits 0|4|8]\n");
     return 2;
   }
   if (!cuda_available()) {
@@ -210,6 +246,14 @@ int main(int argc, char** argv) {
                             {"copies", d.copies},
                             {"over_budget", d.over_budget}};
     };
+    if (prefill_batch > 0) {  // --prefill-batch B: only the batched prefill of B × --batch-context tokens
+      nlohmann::json out = prefill_batched(*model, batch_context, prefill_batch, 3, vocab);
+      out["model"] = dir;
+      out["dense_weights"] = dense_stats();
+      out["peak_device_mib"] = static_cast<double>(device_memory_stats().peak_reserved_bytes) / 1048576.0;
+      std::printf("%s\n", out.dump().c_str());
+      return 0;
+    }
     if (!batches.empty()) {
       nlohmann::json out = {{"model", dir},
                             {"dtype", dtype},

@@ -92,13 +92,17 @@ Stream run_client(int port, const std::string& body) {
   return s;
 }
 
-// The engine's step-time counters from /metrics: steps, then seconds in steps, forward, sample, emit.
-std::array<double, 5> engine_counters(int port) {
+// The engine's step-time counters from /metrics: steps, then seconds in steps, forward, sample, emit, then the
+// steps queued before the previous step's ids were read (step overlap).
+std::array<double, 6> engine_counters(int port) {
   const std::string text = bench::http_get(port, "/metrics");
-  std::array<double, 5> c{};
-  const char* keys[] = {"lathe_engine_steps_total ", "lathe_engine_seconds_total{phase=\"step\"} ",
+  std::array<double, 6> c{};
+  const char* keys[] = {"lathe_engine_steps_total ",
+                        "lathe_engine_seconds_total{phase=\"step\"} ",
                         "lathe_engine_seconds_total{phase=\"forward\"} ",
-                        "lathe_engine_seconds_total{phase=\"sample\"} ", "lathe_engine_seconds_total{phase=\"emit\"} "};
+                        "lathe_engine_seconds_total{phase=\"sample\"} ",
+                        "lathe_engine_seconds_total{phase=\"emit\"} ",
+                        "lathe_engine_overlapped_steps_total "};
   for (size_t k = 0; k < c.size(); ++k) {
     const size_t at = text.find(std::string("\n") + keys[k]);
     if (at != std::string::npos) c[k] = std::atof(text.c_str() + at + 1 + std::strlen(keys[k]));
@@ -107,12 +111,17 @@ std::array<double, 5> engine_counters(int port) {
 }
 
 // Mean engine-thread milliseconds per step over a run, by phase (other = planning, admission, bookkeeping).
-json engine_split(const std::array<double, 5>& a, const std::array<double, 5>& b) {
+json engine_split(const std::array<double, 6>& a, const std::array<double, 6>& b) {
   const double steps = b[0] - a[0];
   if (steps <= 0) return json::object();
   auto ms = [&](size_t k) { return (b[k] - a[k]) * 1e3 / steps; };
-  return {{"steps", steps},     {"step_ms", ms(1)}, {"forward_ms", ms(2)},
-          {"sample_ms", ms(3)}, {"emit_ms", ms(4)}, {"other_ms", ms(1) - ms(2) - ms(3) - ms(4)}};
+  return {{"steps", steps},
+          {"step_ms", ms(1)},
+          {"forward_ms", ms(2)},
+          {"sample_ms", ms(3)},
+          {"emit_ms", ms(4)},
+          {"other_ms", ms(1) - ms(2) - ms(3) - ms(4)},
+          {"overlapped_steps", b[5] - a[5]}};
 }
 
 // The RAM tier's hits and reused tokens (/metrics).
@@ -334,7 +343,7 @@ int main(int argc, char** argv) {
       prime_prefix();
       const std::array<double, 2> cache_before = peer.empty() ? prompt_cache_counters(port) : std::array<double, 2>{};
       std::vector<std::vector<Stream>> per(static_cast<size_t>(n));
-      const std::array<double, 5> before = peer.empty() ? engine_counters(port) : std::array<double, 5>{};
+      const std::array<double, 6> before = peer.empty() ? engine_counters(port) : std::array<double, 6>{};
       const double cpu0 = cpu_seconds(server.pid());
       const auto t0 = Clock::now();
       std::vector<std::thread> threads;

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs on the device machine from the repository root, over what scripts/cuda_pack.sh put in .device/.
 # Usage: .device/cuda_device.sh test|kernels [--gemv-only]|gtest FILTER|e2e LIKE BITS GS|batched LIKE BITS GS B,B..
-# [ENV=VAL ..] [cuda_e2e args ..]|ktrace LIKE BITS GS ROWS [cuda_e2e args ..]|serve LIKE BITS GS N,N.. [serve_load args]|kvq LIKE BITS GS|peer LIKE ...|
+# [ENV=VAL ..] [cuda_e2e args ..]|ktrace LIKE BITS GS ROWS [cuda_e2e args ..]|ktrace-prefill LIKE BITS GS B [args ..]|serve LIKE BITS GS N,N.. [serve_load args]|kvq LIKE BITS GS|peer LIKE ...|
 # lora LIKE BITS GS ["RANKS"] [REPS] [SERVE_REPS]|cache LIKE BITS GS T,T.. [serve_cache args]|
 # llama-build SRC.tar.xz|peer-gguf LIKE SRC.tar.xz [BIN.tar.xz]|peer-serve LIKE N,N.. [SLOTS [ARG..]]|
 # peer-probe LIKE LABEL [ARGS]|kvq-ab LIKE BITS GS CTX,CTX [ROUNDS];
@@ -71,6 +71,15 @@ case "$1" in
     LD_PRELOAD=$dev/bin/kernel_trace.so LATHE_KTRACE_OUT=$out/ktrace_$rows.json "$dev/bin/cuda_e2e" --model "$d" \
       --batch "$rows" --batch-steps 32 "$@" | tee -a "$out/batched.jsonl" >/dev/null
     python3 "$dev/kernel_trace_report.py" "$out/ktrace_$rows.json" --steps 32
+    ;;
+  ktrace-prefill)  # ktrace-prefill LIKE BITS GS B [cuda_e2e args ...]: GPU time per kernel of one forward that
+    # prefills B prompts of --batch-context tokens (default 128): the admission step behind B streams' TTFT
+    d=$(synth "$2" "$3" "$4")
+    b=$5
+    shift 5
+    LD_PRELOAD=$dev/bin/kernel_trace.so LATHE_KTRACE_OUT=$out/ktrace_prefill_$b.json "$dev/bin/cuda_e2e" --model "$d" \
+      --prefill-batch "$b" "$@" | tee -a "$out/prefill_batched.jsonl"
+    python3 "$dev/kernel_trace_report.py" "$out/ktrace_prefill_$b.json" --steps 1 --top 25
     ;;
   serve)  # serve LIKE BITS GS CLIENTS [serve_load args ...]: bench/serve_load through `lathe serve --device cuda`
     d=$(synth_tok "$2" "$3" "$4")

@@ -50,15 +50,15 @@ RowSampling row_sampling(const DeviceSampleRow& r) {
   return s;
 }
 
-}  // namespace
-
-bool sample_on_device(const Tensor& logits, std::span<const DeviceSampleRow> rows, std::vector<SampleResult>& out) {
+// The rows' draws launched on the device: ids [n], or ids then their logprobs' bits [2n] when any row is sampled
+// or wants its logprob; undefined when the device cannot serve every row.
+Tensor launch_draws(const Tensor& logits, std::span<const DeviceSampleRow> rows) {
   if (!logits.defined() || logits.device() == Device::CPU || logits.ndim() != 2 ||
       logits.dim(0) != static_cast<int64_t>(rows.size()) || rows.empty())
-    return false;
+    return Tensor();
   bool all_plain = true;
   for (const DeviceSampleRow& r : rows) {
-    if (!device_row(r)) return false;
+    if (!device_row(r)) return Tensor();
     all_plain = all_plain && plain_greedy(r);
   }
   // The processors' edits of every row, at flat indices of the step's logits: a few hundred floats uploaded and
@@ -81,7 +81,7 @@ bool sample_on_device(const Tensor& logits, std::span<const DeviceSampleRow> row
       bits.insert(bits.end(), row_bits.begin(), row_bits.end());
     }
   // The edit, mask and sampling kernels are f32 (as the model's logits).
-  if ((!edits.empty() || !masked.empty() || !all_plain) && logits.dtype() != DType::F32) return false;
+  if ((!edits.empty() || !masked.empty() || !all_plain) && logits.dtype() != DType::F32) return Tensor();
   Tensor edited;
   if (!edits.empty() || !masked.empty()) {
     edited = logits.clone();
@@ -89,22 +89,38 @@ bool sample_on_device(const Tensor& logits, std::span<const DeviceSampleRow> row
     apply_token_masks(edited, masked, bits);
   }
   const Tensor& final_logits = edited.defined() ? edited : logits;
-  out.assign(rows.size(), SampleResult());
-  if (all_plain) {
-    const std::vector<int32_t> ids = argmax_rows(final_logits);  // one launch; only the ids come back
-    for (size_t i = 0; i < rows.size(); ++i) out[i].token = ids[i];
-    return true;
-  }
+  if (all_plain) return argmax_rows_device(final_logits);  // one launch; only the ids come back
   // Sampled rows (and greedy ones that want their logprob): one block a row draws as the host Sampler would.
   std::vector<RowSampling> settings;
   settings.reserve(rows.size());
   for (const DeviceSampleRow& r : rows) settings.push_back(row_sampling(r));
-  std::vector<float> logprobs;
-  const std::vector<int32_t> ids = sample_rows(final_logits.contiguous(), settings, logprobs);
-  for (size_t i = 0; i < rows.size(); ++i) {
-    out[i].token = ids[i];
-    if (rows[i].logprob) out[i].logprob = logprobs[i];
+  return sample_rows_device(final_logits.contiguous(), settings);
+}
+
+// What launch_draws picked, read back: each row's id, and its logprob where the row asked for it.
+void read_draws(const int32_t* h, size_t n, bool with_logprobs, const std::vector<bool>& logprob,
+                std::vector<SampleResult>& out) {
+  out.assign(n, SampleResult());
+  for (size_t i = 0; i < n; ++i) {
+    out[i].token = h[i];
+    if (with_logprobs && logprob[i]) std::memcpy(&out[i].logprob, h + n + i, sizeof(float));
   }
+}
+
+std::vector<bool> logprob_flags(std::span<const DeviceSampleRow> rows) {
+  std::vector<bool> f(rows.size());
+  for (size_t i = 0; i < rows.size(); ++i) f[i] = rows[i].logprob;
+  return f;
+}
+
+}  // namespace
+
+bool sample_on_device(const Tensor& logits, std::span<const DeviceSampleRow> rows, std::vector<SampleResult>& out) {
+  const Tensor picked = launch_draws(logits, rows);
+  if (!picked.defined()) return false;
+  const Tensor host = picked.to(Device::CPU);
+  read_draws(host.data<int32_t>(), rows.size(), host.numel() == static_cast<int64_t>(2 * rows.size()),
+             logprob_flags(rows), out);
   return true;
 }
 
@@ -122,41 +138,14 @@ bool async_sampling_row(const SamplingParams& p, int top_logprobs, bool logprob)
 
 bool sample_on_device_async(const Tensor& logits, std::span<const DeviceSampleRow> rows, DeviceReadback& readback,
                             PendingSample& out) {
-  if (!logits.defined() || logits.device() == Device::CPU || logits.ndim() != 2 ||
-      logits.dim(0) != static_cast<int64_t>(rows.size()) || rows.empty())
-    return false;
-  bool all_plain = true;
-  for (const DeviceSampleRow& r : rows) {
-    if (!r.params || !async_sampling_row(*r.params, r.top_logprobs, r.logprob) || !device_row(r)) return false;
-    all_plain = all_plain && plain_greedy(r);
-  }
-  // Each row's logit_bias, in one launch on a copy (as sample_on_device edits).
-  const size_t vocab = static_cast<size_t>(logits.dim(1));
-  std::vector<LogitEdit> edits;
-  for (size_t i = 0; i < rows.size(); ++i)
-    if (!rows[i].params->logit_bias.empty()) {
-      const std::vector<LogitEdit> e = logit_edits(*rows[i].params, {}, vocab, static_cast<int64_t>(i * vocab));
-      edits.insert(edits.end(), e.begin(), e.end());
-    }
-  if ((!all_plain || !edits.empty()) && logits.dtype() != DType::F32) return false;
-  Tensor edited;
-  if (!edits.empty()) {
-    edited = logits.clone();
-    apply_logit_edits(edited, edits);
-  }
-  const Tensor& final_logits = edited.defined() ? edited : logits;
+  for (const DeviceSampleRow& r : rows)
+    if (!r.params || !async_sampling_row(*r.params, r.top_logprobs, r.logprob)) return false;
+  Tensor picked = launch_draws(logits, rows);  // no penalties or grammar: nothing here reads the history
+  if (!picked.defined()) return false;
   out = PendingSample();
   out.rows = rows.size();
-  out.logprob.resize(rows.size());
-  for (size_t i = 0; i < rows.size(); ++i) out.logprob[i] = rows[i].logprob;
-  if (all_plain) {
-    out.picked = argmax_rows_device(final_logits);
-  } else {
-    std::vector<RowSampling> settings;
-    settings.reserve(rows.size());
-    for (const DeviceSampleRow& r : rows) settings.push_back(row_sampling(r));
-    out.picked = sample_rows_device(final_logits.contiguous(), settings);
-  }
+  out.logprob = logprob_flags(rows);
+  out.picked = std::move(picked);
   out.readback = &readback;
   readback.start(out.picked);
   return true;
@@ -165,12 +154,7 @@ bool sample_on_device_async(const Tensor& logits, std::span<const DeviceSampleRo
 void collect_samples(PendingSample& p, std::vector<SampleResult>& out) {
   LATHE_CHECK(p.readback, "collect_samples: nothing was launched");
   const auto* h = static_cast<const int32_t*>(p.readback->wait());
-  const bool with_logprobs = p.picked.numel() == static_cast<int64_t>(2 * p.rows);
-  out.assign(p.rows, SampleResult());
-  for (size_t i = 0; i < p.rows; ++i) {
-    out[i].token = h[i];
-    if (with_logprobs && p.logprob[i]) std::memcpy(&out[i].logprob, h + p.rows + i, sizeof(float));
-  }
+  read_draws(h, p.rows, p.picked.numel() == static_cast<int64_t>(2 * p.rows), p.logprob, out);
   p.readback = nullptr;
 }
 

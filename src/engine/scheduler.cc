@@ -3,41 +3,15 @@
 #include <algorithm>
 #include <cstdlib>
 
-#include "cache/cache_identity.h"
 #include "cache/kv_block_pool.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "engine/device_sampler.h"
+#include "engine/scheduler_row.h"
 #include "lora/forward_context.h"
 #include "tensor/thread_pool.h"
 
 namespace lathe {
-
-struct Scheduler::Row {
-  uint64_t order = 0;  // arrival: FIFO admission, and the newest running row is preempted first
-  std::unique_ptr<SequenceState> seq;
-  std::shared_ptr<SequenceSink> sink;
-  CacheList cache;
-  bool has_cache = false;
-  int64_t fed = 0;  // history tokens the cache holds
-  bool admitted_before = false, prefilled = false, preempted = false;
-  Clock::time_point arrived, admitted, first_token;
-  int64_t planned = 0;  // tokens this step
-  // How the row's input was fed since `base` (the prefix reused at first admission): a resumed row replays the
-  // same forwards, so its cache — and its output — are what they would have been without the preemption.
-  int64_t base = 0;
-  std::vector<int64_t> segments;
-  size_t replayed = 0;  // segments re-run since the last resume
-  bool replaying() const { return replayed < segments.size(); }
-
-  int64_t input_end() const { return static_cast<int64_t>(seq->history().size()); }
-  const lora::ForwardContext* adapters() const { return seq->options().adapters.get(); }
-  // The prompt-cache namespace, the same in RAM and on the SSD: the content hash of the adapter set (weights
-  // and scales in stacking order, never mount ids) and the salt. "" = the base model without a salt.
-  std::string cache_ns() const {
-    return cache_namespace(adapters() ? adapters()->key : std::string(), seq->options().cache_salt);
-  }
-};
 
 void SchedulerOptions::validate() const {
   auto bad = [](const std::string& why) { throw Error(ErrorKind::InvalidArgument, why); };
@@ -90,6 +64,12 @@ void Scheduler::add(std::vector<int32_t> prompt, GenerateOptions options, std::s
 
 int64_t Scheduler::claim(const Row& row, int64_t extra) const {
   return budget_.bytes_for(std::max(row.fed + extra, row.input_end()));
+}
+
+int64_t Scheduler::kv_bytes_used() const {
+  int64_t used = idle_bytes();
+  for (const auto& r : running_) used += budget_.bytes_for(r->fed);
+  return used;
 }
 
 int64_t Scheduler::idle_bytes() const {
@@ -506,97 +486,6 @@ void Scheduler::emit_sampled(const std::vector<Row*>& rows, const std::vector<Sa
   stats_.emit_seconds += std::chrono::duration<double>(Clock::now() - now).count();
 }
 
-bool Scheduler::launch_async_sample(const Tensor& logits, const std::vector<Row*>& rows, uint64_t steps_ahead,
-                                    InFlight& into) {
-  if (!overlap_ || rows.empty()) return false;
-  const auto t0 = Clock::now();
-  DeviceReadback& rb = readbacks_[next_readback_];
-  if (!sample_on_device_async(logits, device_rows(rows, steps_ahead), rb, into.sample)) return false;
-  next_readback_ ^= 1;
-  into.rows = rows;
-  into.active = true;
-  stats_.sample_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
-  return true;
-}
-
-// The next decode step may be queued before the in-flight step's ids are read when nothing but those rows'
-// next tokens is to do: every running row was sampled by it, none ends by its length there, none was cancelled,
-// none needs the host between steps (penalties, grammar, top-logprob lists, adapters), admission has nothing it
-// could add, and the KV budget holds every row one token further.
-bool Scheduler::overlap_ready() const {
-  if (!overlap_ || !inflight_.active || inflight_.rows.size() != running_.size() || running_.size() < 2) return false;
-  if (!waiting_.empty() && static_cast<int>(running_.size()) < options_.max_batch) return false;
-  int64_t used = idle_bytes();
-  for (size_t i = 0; i < running_.size(); ++i) {
-    const Row* r = running_[i].get();
-    if (inflight_.rows[i] != r || r->replaying() || r->adapters() || r->seq->cancel_requested()) return false;
-    const GenerateOptions& o = r->seq->options();
-    if (!async_sampling_row(o.sampling, o.top_logprobs, o.logprob)) return false;
-    if (static_cast<int64_t>(r->seq->steps()) + 1 >= o.max_tokens) return false;
-    used += claim(*r, 1);
-  }
-  return used <= options_.kv_cache_bytes;
-}
-
-bool Scheduler::launch_overlapped(InFlight& next) {
-  Batch batch;
-  batch.device_ids = inflight_.sample.ids();
-  for (Row* r : inflight_.rows) {
-    BatchRow br;
-    br.ids = {0};  // one token: its value is the in-flight step's sampled id, read on the device
-    br.caches = &r->cache;
-    batch.rows.push_back(std::move(br));
-  }
-  if (!bundle_.model().replays_decode(batch)) return false;
-  const auto forward_start = Clock::now();
-  const Tensor logits = bundle_.model().forward(batch);
-  stats_.forward_seconds += std::chrono::duration<double>(Clock::now() - forward_start).count();
-  for (Row* r : inflight_.rows) {  // as a planned decode token: the sampled id joins the history when it is read
-    r->fed += 1;
-    r->segments.push_back(1);
-    r->replayed = r->segments.size();
-  }
-  // The draw is each row's step after the in-flight one, which is not accepted yet.
-  LATHE_CHECK(launch_async_sample(logits, inflight_.rows, 1, next), "scheduler: an overlapped step could not sample");
-  stats_.batch_rows = static_cast<int64_t>(batch.rows.size());
-  stats_.batch_tokens = stats_.batch_rows;
-  ++stats_.steps;
-  ++stats_.overlapped_steps;
-  return true;
-}
-
-// Reads the in-flight step's ids, hands each row its token, and ends the rows that ended; those also leave
-// `next` (the step queued meanwhile), whose token for them is dropped: their caches then hold one token past
-// what they would without the overlap, which is their history's last token.
-void Scheduler::complete_inflight(InFlight* next) {
-  const auto t0 = Clock::now();
-  std::vector<SampleResult> sampled;
-  collect_samples(inflight_.sample, sampled);
-  stats_.sample_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
-  std::vector<Row*> rows;
-  std::vector<SampleResult> taken;
-  for (size_t i = 0; i < inflight_.rows.size(); ++i)
-    if (inflight_.rows[i]) {
-      rows.push_back(inflight_.rows[i]);
-      taken.push_back(sampled[i]);
-    }
-  inflight_ = InFlight();
-  emit_sampled(rows, taken);
-  for (size_t i = 0; i < running_.size();) {
-    Row* r = running_[i].get();
-    if (!r->seq->done()) {
-      ++i;
-      continue;
-    }
-    if (next)
-      for (Row*& n : next->rows)
-        if (n == r) n = nullptr;
-    auto row = std::move(running_[i]);
-    running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(i));
-    finish(std::move(row), "length");
-  }
-}
-
 // A failed forward leaves the batch's caches in an unknown state: those rows end with the error.
 void Scheduler::fail_rows(const std::vector<Row*>& rows, const std::exception_ptr& e) {
   for (Row* r : rows) {
@@ -625,9 +514,7 @@ void Scheduler::step() {
       complete_inflight(overlapped ? &next : nullptr);
       if (overlapped) {
         inflight_ = std::move(next);
-        int64_t used = idle_bytes();
-        for (const auto& r : running_) used += budget_.bytes_for(r->fed);
-        stats_.kv_bytes_used = used;
+        stats_.kv_bytes_used = kv_bytes_used();
         stats_.running = static_cast<int64_t>(running_.size());
         return;
       }
@@ -739,85 +626,9 @@ void Scheduler::step() {
       ++i;
     }
   }
-  int64_t used = idle_bytes();
-  for (const auto& r : running_) used += budget_.bytes_for(r->fed);
-  stats_.kv_bytes_used = used;
+  stats_.kv_bytes_used = kv_bytes_used();
   stats_.running = static_cast<int64_t>(running_.size());
   stats_.waiting = static_cast<int64_t>(waiting_.size());
-}
-
-// Rows pin the adapter table their request started with; a mount or unmount publishes a new one. Rows of one
-// table share a forward (their adapter_slot indexes it); rows of another table (or none) run in their own.
-// A new adapter spec publishes a table with one more slot and the others unchanged, so a row pinned to an older
-// table usually finds its very Slot at the same index of a newer one: it then runs under that table, and
-// requests that named new adapter sets while others streamed still share one mixed forward.
-Tensor Scheduler::forward_grouped(const Batch& batch, const std::vector<Row*>& in_batch) {
-  const size_t n = batch.rows.size();
-  std::vector<const lora::SlotTable*> own(n), host(n), candidates;
-  for (size_t i = 0; i < n; ++i) {
-    const lora::ForwardContext* a = in_batch[i]->adapters();
-    own[i] = a ? a->table.get() : nullptr;
-    if (own[i] && std::find(candidates.begin(), candidates.end(), own[i]) == candidates.end())
-      candidates.push_back(own[i]);
-  }
-  std::stable_sort(candidates.begin(), candidates.end(), [](const lora::SlotTable* a, const lora::SlotTable* b) {
-    return a->slots.size() > b->slots.size();
-  });
-  for (size_t i = 0; i < n; ++i) {
-    host[i] = own[i];
-    const int slot = batch.rows[i].adapter_slot;
-    for (const lora::SlotTable* t : candidates) {
-      const bool same = slot < 0 || (own[i] && t->slot(slot) && t->slot(slot) == own[i]->slot(slot));
-      if (same) {
-        host[i] = t;
-        break;
-      }
-    }
-  }
-  auto table_of = [&](size_t i) { return host[i]; };
-  auto pin_of = [&](const lora::SlotTable* t) -> const lora::ForwardContext* {
-    for (size_t i = 0; i < n; ++i)
-      if (own[i] == t) return in_batch[i]->adapters();
-    return nullptr;
-  };
-  std::vector<const lora::SlotTable*> tables;
-  for (size_t i = 0; i < n; ++i)
-    if (std::find(tables.begin(), tables.end(), table_of(i)) == tables.end()) tables.push_back(table_of(i));
-  auto run = [&](const Batch& b, const lora::SlotTable* table, const lora::ForwardContext* pin) {
-    lora::ForwardContext ctx;
-    if (table) ctx.table = pin->table;
-    const lora::ScopedContext scope(table ? &ctx : nullptr);
-    return bundle_.model().forward(b);
-  };
-  if (tables.size() == 1) return run(batch, tables[0], pin_of(tables[0]));
-  // Several tables: one forward each, then the logits rows back in the batch's order.
-  std::vector<Tensor> parts(batch.rows.size());
-  for (const lora::SlotTable* t : tables) {
-    Batch sub;
-    std::vector<size_t> index;
-    const lora::ForwardContext* pin = pin_of(t);
-    for (size_t i = 0; i < batch.rows.size(); ++i)
-      if (table_of(i) == t) {
-        sub.rows.push_back(batch.rows[i]);
-        index.push_back(i);
-      }
-    if (sub.logit_rows() == 0) {
-      run(sub, t, pin);
-      continue;
-    }
-    const Tensor l = run(sub, t, pin);
-    int64_t k = 0;
-    for (size_t j = 0; j < index.size(); ++j)
-      if (sub.rows[j].want_logits) parts[index[j]] = l.slice(0, k, k + 1), ++k;
-  }
-  Tensor out;
-  int64_t k = 0;
-  for (size_t i = 0; i < batch.rows.size(); ++i) {
-    if (!batch.rows[i].want_logits) continue;
-    if (!out.defined()) out = Tensor::empty({batch.logit_rows(), parts[i].dim(1)}, parts[i].dtype(), parts[i].device());
-    copy_rows(out, k++, parts[i], 0, 1);
-  }
-  return out;
 }
 
 }  // namespace lathe

@@ -137,7 +137,7 @@ class Scheduler {
 
  private:
   using Clock = std::chrono::steady_clock;
-  struct Row;
+  struct Row;  // engine/scheduler_row.h
   struct Idle {
     std::shared_ptr<CacheList> cache;  // shared with the SSD writer while busy
     std::vector<int32_t> tokens;       // what the cache holds
@@ -153,6 +153,7 @@ class Scheduler {
   void attach_cache(Row& row);
   int64_t claim(const Row& row, int64_t extra) const;  // bytes the row holds after `extra` more tokens
   int64_t idle_bytes() const;
+  int64_t kv_bytes_used() const;  // kept caches plus every running row's tokens so far
   bool evict_idle();
   void spill(Idle& idle);                        // hands a kept cache to the SSD writer (once)
   void drop_idle(std::list<Idle>::iterator it);  // spills it first when the SSD tier wants it
