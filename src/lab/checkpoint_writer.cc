@@ -128,4 +128,25 @@ WrittenCheckpoint write_checkpoint(const CheckpointWrite& w, std::vector<OutputT
   return r;
 }
 
+void require_weights(const std::string& job, const std::string& what, const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::exists(fs::path(dir) / "model.safetensors", ec) &&
+      !fs::exists(fs::path(dir) / "model.safetensors.index.json", ec))
+    throw Error(ErrorKind::NotFound,
+                job + ": " + what + " " + dir + " has no model.safetensors or model.safetensors.index.json");
+}
+
+void require_new_output(const std::string& job, const std::string& output) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::exists(output, ec))
+    throw Error(ErrorKind::InvalidArgument, job + ": the output " + output + " already exists (choose a new --out)");
+  const fs::path parent = fs::absolute(output, ec).parent_path();
+  if (!fs::is_directory(parent, ec))
+    throw Error(ErrorKind::NotFound, job + ": the output's parent directory " + parent.string() + " does not exist");
+  if (::access(parent.c_str(), W_OK) != 0)  // EACCES, EROFS, …: the errno says which
+    throw OsError(errno, job + ": the output's parent directory " + parent.string() + " is not writable");
+}
+
 }  // namespace lathe::lab

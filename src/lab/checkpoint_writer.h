@@ -41,4 +41,10 @@ struct WrittenCheckpoint {
 
 WrittenCheckpoint write_checkpoint(const CheckpointWrite& w, std::vector<OutputTensor> tensors);
 
+// Checks a job's options make before anything is read: `dir` holds a checkpoint's weights (model.safetensors or
+// its index; `what` names it in the message, as "quantize: the source"), and `output` is a new folder whose
+// parent exists and is writable (the errno says why not). `job` prefixes the messages.
+void require_weights(const std::string& job, const std::string& what, const std::string& dir);
+void require_new_output(const std::string& job, const std::string& output);
+
 }  // namespace lathe::lab

@@ -1,13 +1,10 @@
 #include "lab/fuse/fuse_options.h"
 
-#include <unistd.h>
-
-#include <cerrno>
 #include <filesystem>
 
 #include "common/error.h"
-#include "common/os_error.h"
 #include "jobs/kinds.h"
+#include "lab/checkpoint_writer.h"
 
 namespace lathe::lab {
 
@@ -41,19 +38,10 @@ void validate_fuse_paths(const FuseOptions& o) {
     throw Error(ErrorKind::NotFound, "fuse: the base model " + o.model + " is not a directory");
   if (!fs::exists(fs::path(o.model) / "config.json", ec))
     throw Error(ErrorKind::NotFound, "fuse: the base model " + o.model + " has no config.json");
-  if (!fs::exists(fs::path(o.model) / "model.safetensors", ec) &&
-      !fs::exists(fs::path(o.model) / "model.safetensors.index.json", ec))
-    throw Error(ErrorKind::NotFound,
-                "fuse: the base model " + o.model + " has no model.safetensors or model.safetensors.index.json");
+  require_weights("fuse", "the base model", o.model);
   if (!fs::is_directory(o.adapter, ec))
     throw Error(ErrorKind::NotFound, "fuse: the adapter " + o.adapter + " is not a directory");
-  if (fs::exists(o.output, ec))
-    throw Error(ErrorKind::InvalidArgument, "fuse: the output " + o.output + " already exists (choose a new --out)");
-  const fs::path parent = fs::absolute(o.output, ec).parent_path();
-  if (!fs::is_directory(parent, ec))
-    throw Error(ErrorKind::NotFound, "fuse: the output's parent directory " + parent.string() + " does not exist");
-  if (::access(parent.c_str(), W_OK) != 0)
-    throw OsError(errno, "fuse: the output's parent directory " + parent.string() + " is not writable");
+  require_new_output("fuse", o.output);
 }
 
 }  // namespace lathe::lab

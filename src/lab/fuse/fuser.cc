@@ -45,9 +45,21 @@ void store_as(DType t, const float* v, int64_t n, void* dst) {
   for (int64_t i = 0; i < n; ++i) d[i] = t == DType::BF16 ? f32_to_bf16(v[i]) : f32_to_f16(v[i]);
 }
 
+// The adapter's A factor [r, in] rounded to the module's dtype, as mlx-lm casts it before the product (made once
+// a module, shared by every chunk of rows); empty without a factor.
+std::vector<float> rounded_a(const BaseModule& m) {
+  if (!m.factor) return {};
+  const int64_t n = m.factor->rank() * m.in;
+  const float* a = m.factor->a.data<float>();
+  std::vector<float> ar(static_cast<size_t>(n));
+  for (int64_t k = 0; k < n; ++k) ar[static_cast<size_t>(k)] = round_to(m.dtype, a[k]);
+  return ar;
+}
+
 // Rows [r0, r1) of the module's dense weights in f32 (dequantized as the loader's dense copies are: one
-// rounding of q·scale + bias to the scales' dtype), with the adapter's product added when it has one.
-void dense_rows(const BaseModule& m, int64_t r0, int64_t r1, float* out) {
+// rounding of q·scale + bias to the scales' dtype), with the adapter's product added when it has one (ar:
+// rounded_a(m)).
+void dense_rows(const BaseModule& m, const std::vector<float>& ar, int64_t r0, int64_t r1, float* out) {
   const int64_t in = m.in;
   if (!m.quantized()) {
     const Tensor w = m.weight->file->get(m.weight->name);
@@ -75,10 +87,8 @@ void dense_rows(const BaseModule& m, int64_t r0, int64_t r1, float* out) {
   // mlx-lm's fuse: (scale·Bᵀ) and Aᵀ cast to the weight's dtype, their product rounded to it, then added.
   const lora::LoraFactor& f = *m.factor;
   const int64_t rank = f.rank();
-  const float* a = f.a.data<float>();  // [r, in]
   const float* b = f.b.data<float>();  // [out, r]
-  std::vector<float> ar(static_cast<size_t>(rank * in)), br(static_cast<size_t>(rank));
-  for (int64_t k = 0; k < rank * in; ++k) ar[static_cast<size_t>(k)] = round_to(m.dtype, a[k]);
+  std::vector<float> br(static_cast<size_t>(rank));
   for (int64_t r = r0; r < r1; ++r) {
     for (int64_t k = 0; k < rank; ++k) br[static_cast<size_t>(k)] = round_to(m.dtype, f.scale * b[r * rank + k]);
     float* row = out + (r - r0) * in;
@@ -103,7 +113,8 @@ void prepare(const BaseModule& m, bool requantize, ModuleCache& c) {
   c.module = nullptr;
   c.dense.assign(static_cast<size_t>(m.out * m.in), 0.f);
   const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 16) / m.in);
-  parallel_for(m.out, grain, [&](int64_t r0, int64_t r1) { dense_rows(m, r0, r1, c.dense.data() + r0 * m.in); });
+  const std::vector<float> ar = rounded_a(m);
+  parallel_for(m.out, grain, [&](int64_t r0, int64_t r1) { dense_rows(m, ar, r0, r1, c.dense.data() + r0 * m.in); });
   if (requantize) {
     const int64_t words = m.in * m.spec.bits / 32, groups = m.in / m.spec.group_size;
     const size_t es = dtype_size(m.dtype);

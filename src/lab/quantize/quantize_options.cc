@@ -1,13 +1,10 @@
 #include "lab/quantize/quantize_options.h"
 
-#include <unistd.h>
-
-#include <cerrno>
 #include <filesystem>
 
 #include "common/error.h"
-#include "common/os_error.h"
 #include "jobs/kinds.h"
+#include "lab/checkpoint_writer.h"
 #include "quant/affine.h"
 
 namespace lathe::lab {
@@ -77,18 +74,8 @@ void validate_quantize_paths(const QuantizeOptions& o) {
     throw Error(ErrorKind::NotFound, "quantize: the source " + o.source + " is not a directory");
   if (!fs::exists(fs::path(o.source) / "config.json", ec))
     throw Error(ErrorKind::NotFound, "quantize: the source " + o.source + " has no config.json");
-  if (!fs::exists(fs::path(o.source) / "model.safetensors", ec) &&
-      !fs::exists(fs::path(o.source) / "model.safetensors.index.json", ec))
-    throw Error(ErrorKind::NotFound,
-                "quantize: the source " + o.source + " has no model.safetensors or model.safetensors.index.json");
-  if (fs::exists(o.output, ec))
-    throw Error(ErrorKind::InvalidArgument,
-                "quantize: the output " + o.output + " already exists (choose a new --out)");
-  fs::path parent = fs::absolute(o.output, ec).parent_path();
-  if (!fs::is_directory(parent, ec))
-    throw Error(ErrorKind::NotFound, "quantize: the output's parent directory " + parent.string() + " does not exist");
-  if (::access(parent.c_str(), W_OK) != 0)  // EACCES, EROFS, …: the errno says which
-    throw OsError(errno, "quantize: the output's parent directory " + parent.string() + " is not writable");
+  require_weights("quantize", "the source", o.source);
+  require_new_output("quantize", o.output);
 }
 
 ModuleBits module_bits(const QuantizeOptions& o, const std::string& name, int num_layers) {
