@@ -127,6 +127,8 @@ class PagedKVCache : public LayerCache {
   void replay_append() override;
   std::optional<DirectRow> direct_row(const Tensor& like) override;
   KVView commit_direct() override;
+  std::optional<DirectRow> direct_rows(const Tensor& like, int64_t n) override;
+  KVView commit_direct_rows(int64_t n) override;
   bool graph_appendable() const override { return !rows_ && dense_ && dense_->graph_appendable(); }
   bool graph_prepare() override { return !rows_ && dense_ && dense_->graph_prepare(); }
   std::optional<DirectRow> graph_append(const Tensor& like) override;

@@ -79,6 +79,12 @@ KVView LayerCache::commit_direct() {
               std::string("commit_direct on a '") + kind() + "' cache, which takes no direct rows");
 }
 
+KVView LayerCache::commit_direct_rows(int64_t n) {
+  (void)n;
+  throw Error(ErrorKind::Internal,
+              std::string("commit_direct_rows on a '") + kind() + "' cache, which takes no direct rows");
+}
+
 int64_t kv_row_bytes(const Tensor& rows) {
   int64_t b = static_cast<int64_t>(dtype_size(rows.dtype()));
   for (size_t d = 1; d < rows.shape().size(); ++d) b *= rows.dim(static_cast<int>(d));
@@ -131,6 +137,18 @@ std::optional<DirectRow> KVCache::direct_row(const Tensor& like) {
 
 KVView KVCache::commit_direct() {
   ++offset_;
+  return view();
+}
+
+std::optional<DirectRow> KVCache::direct_rows(const Tensor& like, int64_t n) {
+  if (n < 1) return std::nullopt;
+  reserve(offset_ + n, like, like);
+  return DirectRow{&keys_, &values_, offset_};
+}
+
+KVView KVCache::commit_direct_rows(int64_t n) {
+  LATHE_CHECK(n >= 1 && keys_.defined() && offset_ + n <= keys_.dim(0), "commit_direct_rows: rows not reserved");
+  offset_ += n;
   return view();
 }
 
@@ -391,6 +409,17 @@ std::optional<DirectRow> PagedKVCache::graph_append(const Tensor& like) {
 KVView PagedKVCache::commit_direct() {
   if (dense_) return dense_->commit_direct();
   return LayerCache::commit_direct();
+}
+
+std::optional<DirectRow> PagedKVCache::direct_rows(const Tensor& like, int64_t n) {
+  if (rows_ || (!dense_ && like.device() == Device::CPU)) return std::nullopt;  // as direct_row
+  if (!dense_) dense_ = std::make_unique<KVCache>();
+  return dense_->direct_rows(like, n);
+}
+
+KVView PagedKVCache::commit_direct_rows(int64_t n) {
+  if (dense_) return dense_->commit_direct_rows(n);
+  return LayerCache::commit_direct_rows(n);
 }
 
 std::unique_ptr<LayerCache> PagedKVCache::fork(int64_t tokens) const {

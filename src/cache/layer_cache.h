@@ -83,6 +83,14 @@ class LayerCache {
     return std::nullopt;
   }
   virtual KVView commit_direct();
+  // The same for n tokens at once (prefill rows, Attention::prefill_direct): room for them, the first one's row
+  // (the others follow it); commit_direct_rows(n) then counts them.
+  virtual std::optional<DirectRow> direct_rows(const Tensor& like, int64_t n) {
+    (void)like;
+    (void)n;
+    return std::nullopt;
+  }
+  virtual KVView commit_direct_rows(int64_t n);
   // Batched decode graphs (model/batch_graph.h): room for one more token, counted at once, and where its row
   // goes (what direct_row then commit_direct do, without building the view: attention reads rows [0, row]
   // of the same buffers); nullopt when this kind cannot. graph_appendable(): whether it can now.
@@ -147,6 +155,8 @@ class KVCache : public LayerCache {
   void replay_append() override { ++offset_; }
   std::optional<DirectRow> direct_row(const Tensor& like) override;
   KVView commit_direct() override;
+  std::optional<DirectRow> direct_rows(const Tensor& like, int64_t n) override;
+  KVView commit_direct_rows(int64_t n) override;
   bool graph_appendable() const override { return keys_.defined() && keys_.device() != Device::CPU; }
   bool graph_prepare() override;
   std::optional<DirectRow> graph_append(const Tensor& like) override;

@@ -89,6 +89,33 @@ TEST(KVCache, DirectRowsMatchUpdate) {
   EXPECT_FALSE(ring.direct_row(token_rows(1, 0)).has_value());  // ring buffers take the update() path
 }
 
+// Prefill rows written in place (Attention::prefill_direct): n rows reserved at once, then counted.
+TEST(KVCache, DirectRowsReserveAndCountSeveralTokens) {
+  KVCache direct, plain;
+  KVView want, got;
+  int64_t t = 0;
+  for (int64_t n : {5, 1, 250, 3}) {  // the third crosses a capacity step
+    const Tensor k = token_rows(n, t), v = token_rows(n, t + 1000);
+    want = plain.update(k, v);
+    const std::optional<DirectRow> slot = direct.direct_rows(k.slice(0, 0, 1), n);
+    ASSERT_TRUE(slot.has_value());
+    ASSERT_EQ(slot->row, t);
+    ASSERT_GE(slot->keys->dim(0), t + n);
+    copy_rows(*slot->keys, slot->row, k, 0, n);
+    copy_rows(*slot->values, slot->row, v, 0, n);
+    got = direct.commit_direct_rows(n);
+    t += n;
+    ASSERT_EQ(direct.offset(), t);
+  }
+  EXPECT_EQ(got.k.to_floats(), want.k.to_floats());
+  EXPECT_EQ(got.v.to_floats(), want.v.to_floats());
+  EXPECT_THROW(direct.commit_direct_rows(1000), Error);  // more than was reserved
+  EXPECT_FALSE(direct.direct_rows(token_rows(1, 0), 0).has_value());
+  RotatingKVCache ring(8);
+  EXPECT_FALSE(ring.direct_rows(token_rows(1, 0), 4).has_value());
+  EXPECT_THROW(ring.commit_direct_rows(4), Error);
+}
+
 TEST(KVCache, QkvRopeAppendEqualsTheSeparateOps) {
   const int64_t Hq = 4, Hkv = 2, D = 8, cap = 5, row = 3;
   std::mt19937 rng(3);
