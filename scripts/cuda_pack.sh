@@ -34,7 +34,8 @@ ldd "$build/lathe" | awk '/libpcre2|libicu|libcpp-httplib|libbrotli|libsqlite3|l
 # libraries travel xz-compressed (cuda_device.sh unpacks them).
 tar -cJf "$dest/lib.tar.xz" -C "$dest" lib && rm -rf "$dest/lib"
 # The binaries too: with the fixtures in the working tree they no longer fit uncompressed.
-tar -cJf "$dest/bin.tar.xz" -C "$dest" bin && rm -rf "$dest/bin"
+# xz -9e: less than half of tar -J's default level for these binaries (the serve and bench ones share most code).
+tar -c -C "$dest" bin | xz -9e -T0 > "$dest/bin.tar.xz" && rm -rf "$dest/bin"
 # CTest files reference the build tree by absolute path; cuda_device.sh recreates that path as a link.
 cp "$build/CTestTestfile.cmake" "$dest/ctest/"
 if [ -x "$build/tests/lathe_cuda_tests" ]; then

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
+#include <string>
 
 #include "cache/quantized_kv_cache.h"
 #include "common/error.h"
@@ -370,6 +372,15 @@ Tensor Attention::forward(const Tensor& x, LayerCache& cache, KVView* kv_out) co
   // adapters in use, the per-module route (row views of the same weight) adds them in its Linears.
   if (fused_qkv_ && x.dim(0) == 1 && lora::group_fusable(qkv_group(), x))
     return out_proj(decode_heads(qkv_fused(x), cache, kv_out));
+  // Prefill on a device: the batched rows' path with one row, so a prompt's cache and output are the same
+  // whether it was admitted alone or beside others.
+  if (x.dim(0) > 1) {
+    std::vector<KVView> views;
+    if (Tensor h = prefill_direct(x, {x.dim(0)}, {&cache}, kv_out ? &views : nullptr); h.defined()) {
+      if (kv_out) *kv_out = views[0];
+      return out_proj(h);
+    }
+  }
   const int64_t pos0 = cache.offset();
   Tensor gate, k, v;
   const std::vector<Tensor> lin = project_lin(x);
@@ -410,6 +421,7 @@ Tensor Attention::forward_rows(const Tensor& x, const RowSpans& s, const std::ve
     return out_proj(concat_rows(heads));
   }
   if (capture) throw Error(ErrorKind::Unsupported, "batch graph: this layer's step is not a fused decode step");
+  if (Tensor h = prefill_direct(x, s.len, caches, kv_out); h.defined()) return out_proj(h);
   const std::vector<Tensor> lin = project_lin(x);
   const Tensor &q_lin = lin[0], &k_lin = lin[1], v_lin = spec_.k_eq_v ? Tensor() : lin[2];
   for (size_t r = 0; r < s.rows(); ++r) {
@@ -422,6 +434,50 @@ Tensor Attention::forward_rows(const Tensor& x, const RowSpans& s, const std::ve
     if (kv_out) (*kv_out)[r] = kv;
   }
   return out_proj(concat_rows(heads));
+}
+
+namespace attention_detail {
+// LATHE_PREFILL_DIRECT=0 sends prefill rows through the per-row ops instead (comparisons).
+bool prefill_direct_enabled() {
+  static const bool on = [] {
+    const char* e = std::getenv("LATHE_PREFILL_DIRECT");
+    return !e || std::string(e) != "0";
+  }();
+  return on;
+}
+}  // namespace attention_detail
+
+Tensor Attention::prefill_direct(const Tensor& x, const std::vector<int64_t>& len,
+                                 const std::vector<LayerCache*>& caches, std::vector<KVView>* kv_out) const {
+  if (!direct_ || !fused_qkv_ || x.device() == Device::CPU || batch_graph_capturing() ||
+      !attention_detail::prefill_direct_enabled() || !lora::group_fusable(qkv_group(), x))
+    return Tensor();
+  const size_t B = caches.size();
+  const Tensor like = Tensor::empty({1, spec_.kv_heads, spec_.head_dim}, x.dtype(), x.device());
+  std::vector<int64_t> pos(B);
+  std::vector<AppendSlot> slots;
+  slots.reserve(static_cast<size_t>(x.dim(0)));
+  for (size_t r = 0; r < B; ++r) {
+    pos[r] = caches[r]->offset();
+    // Room reserved here but not used (a later row cannot take direct writes) stays free: update() reuses it.
+    const auto d = caches[r]->direct_rows(like, len[r]);
+    if (!d) return Tensor();
+    for (int64_t t = 0; t < len[r]; ++t) slots.push_back({d->keys, d->values, d->row + t, pos[r] + t});
+  }
+  const Tensor y = qkv_fused(x);
+  const Tensor q_all = qkv_rope_append_rows(y, direct_step_, spec_.rope, slots);
+  if (!q_all.defined()) return Tensor();
+  std::vector<Tensor> heads;
+  heads.reserve(B);
+  if (kv_out) kv_out->assign(B, KVView());
+  int64_t start = 0;
+  for (size_t r = 0; r < B; ++r) {
+    const KVView kv = caches[r]->commit_direct_rows(len[r]);
+    heads.push_back(attend_heads(q_all.slice(0, start, start + len[r]), Tensor(), kv, pos[r]));
+    if (kv_out) (*kv_out)[r] = kv;
+    start += len[r];
+  }
+  return B == 1 ? heads[0] : concat_rows(heads);
 }
 
 Tensor Attention::forward_shared_rows(const Tensor& x, const RowSpans& s, const std::vector<KVView>& kv) const {

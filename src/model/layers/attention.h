@@ -83,6 +83,13 @@ class Attention {
   // its decode_heads() result. Returns [B, heads · head_dim].
   Tensor decode_rows(const Tensor& y, const std::vector<LayerCache*>& caches, std::vector<KVView>* kv_out) const;
   AttentionParams params() const;  // scale, softcap and window of this layer's attention
+  // Rows of any length (prefill chunks, decode tokens) on a device whose caches take direct writes: one q|k|v
+  // projection over x [N, hidden], one fused norm + RoPE + K/V write for every token of every row (the decode
+  // step's kernel, so a row's cache holds the same bits whichever way it was fed), then each row's attention.
+  // A 64-prompt admission step otherwise ran ~6 launches a row a layer. Returns the attended heads
+  // [N, heads · head_dim]; undefined where it does not apply (nothing changed then).
+  Tensor prefill_direct(const Tensor& x, const std::vector<int64_t>& len, const std::vector<LayerCache*>& caches,
+                        std::vector<KVView>* kv_out) const;
   // A device decode step (solo or batched) over quantized caches: one batched norm + RoPE into staging rows,
   // one quantization, one batched copy into every cache's next row. Undefined where it does not apply (nothing
   // changed then).
