@@ -125,8 +125,6 @@ class PagedKVCache : public LayerCache {
   size_t bytes() const override;  // the blocks this cache maps (shared ones included)
   const void* replay_buffer() const override;
   void replay_append() override;
-  std::optional<DirectRow> direct_row(const Tensor& like) override;
-  KVView commit_direct() override;
   std::optional<DirectRow> direct_rows(const Tensor& like, int64_t n) override;
   KVView commit_direct_rows(int64_t n) override;
   bool graph_appendable() const override { return !rows_ && dense_ && dense_->graph_appendable(); }

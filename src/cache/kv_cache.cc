@@ -74,11 +74,6 @@ bool kv_fork_copies() {
   return on;
 }
 
-KVView LayerCache::commit_direct() {
-  throw Error(ErrorKind::Internal,
-              std::string("commit_direct on a '") + kind() + "' cache, which takes no direct rows");
-}
-
 KVView LayerCache::commit_direct_rows(int64_t n) {
   (void)n;
   throw Error(ErrorKind::Internal,
@@ -128,16 +123,6 @@ KVView KVCache::view() const {
   v.v = values_.slice(0, 0, offset_);
   v.pos0 = 0;
   return v;
-}
-
-std::optional<DirectRow> KVCache::direct_row(const Tensor& like) {
-  reserve(offset_ + 1, like, like);
-  return DirectRow{&keys_, &values_, offset_};
-}
-
-KVView KVCache::commit_direct() {
-  ++offset_;
-  return view();
 }
 
 std::optional<DirectRow> KVCache::direct_rows(const Tensor& like, int64_t n) {
@@ -393,26 +378,15 @@ void PagedKVCache::replay_append() {
   if (dense_) dense_->replay_append();
 }
 
-std::optional<DirectRow> PagedKVCache::direct_row(const Tensor& like) {
-  // The CPU writes through update() (which sees K and V and picks the blocks); a device cache is contiguous.
-  if (rows_ || (!dense_ && like.device() == Device::CPU)) return std::nullopt;
-  if (!dense_) dense_ = std::make_unique<KVCache>();
-  return dense_->direct_row(like);
-}
-
 std::optional<DirectRow> PagedKVCache::graph_append(const Tensor& like) {
   if (rows_ || like.device() == Device::CPU) return std::nullopt;
   if (!dense_) dense_ = std::make_unique<KVCache>();
   return dense_->graph_append(like);
 }
 
-KVView PagedKVCache::commit_direct() {
-  if (dense_) return dense_->commit_direct();
-  return LayerCache::commit_direct();
-}
-
 std::optional<DirectRow> PagedKVCache::direct_rows(const Tensor& like, int64_t n) {
-  if (rows_ || (!dense_ && like.device() == Device::CPU)) return std::nullopt;  // as direct_row
+  // The CPU writes through update() (which sees K and V and picks the blocks); a device cache is contiguous.
+  if (rows_ || (!dense_ && like.device() == Device::CPU)) return std::nullopt;
   if (!dense_) dense_ = std::make_unique<KVCache>();
   return dense_->direct_rows(like, n);
 }

@@ -75,22 +75,19 @@ class LayerCache {
   virtual const void* replay_buffer() const { return nullptr; }
   // ...and the host-side bookkeeping of one token whose rows a replayed step wrote.
   virtual void replay_append() {}
-  // Decode fast path (ops_extra.h qkv_rope_append): room for one more token and where it goes, for a caller
-  // that writes the row itself; nullopt when this kind cannot take direct writes (then use update()). like:
-  // [1, Hkv, D] in the K/V type. commit_direct() then counts the token and returns what update() would have.
-  virtual std::optional<DirectRow> direct_row(const Tensor& like) {
-    (void)like;
-    return std::nullopt;
-  }
-  virtual KVView commit_direct();
-  // The same for n tokens at once (prefill rows, Attention::prefill_direct): room for them, the first one's row
-  // (the others follow it); commit_direct_rows(n) then counts them.
+  // Direct writes (ops_extra.h qkv_rope_append and its batched forms): room for n more tokens and the row the
+  // first goes to (the others follow it), for a caller that writes the rows itself; nullopt when this kind cannot
+  // take direct writes (then use update()). like: [1, Hkv, D] in the K/V type. commit_direct_rows(n) then counts
+  // the tokens and returns what update() would have. One token: a decode step; several: prefill rows
+  // (Attention::prefill_direct).
   virtual std::optional<DirectRow> direct_rows(const Tensor& like, int64_t n) {
     (void)like;
     (void)n;
     return std::nullopt;
   }
   virtual KVView commit_direct_rows(int64_t n);
+  std::optional<DirectRow> direct_row(const Tensor& like) { return direct_rows(like, 1); }
+  KVView commit_direct() { return commit_direct_rows(1); }
   // Batched decode graphs (model/batch_graph.h): room for one more token, counted at once, and where its row
   // goes (what direct_row then commit_direct do, without building the view: attention reads rows [0, row]
   // of the same buffers); nullopt when this kind cannot. graph_appendable(): whether it can now.
@@ -153,8 +150,6 @@ class KVCache : public LayerCache {
   size_t bytes() const override;
   const void* replay_buffer() const override;
   void replay_append() override { ++offset_; }
-  std::optional<DirectRow> direct_row(const Tensor& like) override;
-  KVView commit_direct() override;
   std::optional<DirectRow> direct_rows(const Tensor& like, int64_t n) override;
   KVView commit_direct_rows(int64_t n) override;
   bool graph_appendable() const override { return keys_.defined() && keys_.device() != Device::CPU; }
