@@ -602,13 +602,10 @@ void Scheduler::step() {
         }
       }
     }
-    // Every row sampled and none needing the host between steps: the ids are read at the next step().
-    bool async = sampled.size() == in_batch.size();
-    for (const Row* r : sampled) {
-      const GenerateOptions& o = r->seq->options();
-      async = async && async_sampling_row(o.sampling, o.top_logprobs, o.logprob);
-    }
-    if (!async || !launch_async_sample(logits, sampled, 0, inflight_)) sample_rows(logits, sampled);
+    // Every row sampled and none needing the host between steps (sample_on_device_async declines the others
+    // before launching anything): the ids are read at the next step().
+    const bool async = sampled.size() == in_batch.size() && launch_async_sample(logits, sampled, 0, inflight_);
+    if (!async) sample_rows(logits, sampled);
   } catch (...) {
     inflight_ = InFlight();
     fail_rows(in_batch, std::current_exception());

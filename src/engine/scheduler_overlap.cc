@@ -11,7 +11,7 @@ namespace lathe {
 
 bool Scheduler::launch_async_sample(const Tensor& logits, const std::vector<Row*>& rows, uint64_t steps_ahead,
                                     InFlight& into) {
-  if (!overlap_ || rows.empty()) return false;
+  if (!overlap_ || rows.empty() || logits.device() == Device::CPU) return false;  // the CPU samples on the host
   const auto t0 = Clock::now();
   DeviceReadback& rb = readbacks_[next_readback_];
   if (!sample_on_device_async(logits, device_rows(rows, steps_ahead), rb, into.sample)) return false;
