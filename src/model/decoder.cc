@@ -100,12 +100,15 @@ Tensor DecoderModel::forward(const std::vector<int32_t>& ids, CacheList& caches,
 }
 
 bool DecoderModel::replays_decode(const Batch& batch) {
+  return replays_decode(batch, layout_rows(batch, layers_.size()));
+}
+
+bool DecoderModel::replays_decode(const Batch& batch, const RowSpans& s) {
   if (batch.rows.size() < 2 || !batched_decode_enabled()) return false;  // one row takes the solo path
   for (const BatchRow& r : batch.rows)
     if (r.adapter_slot >= 0 || r.ids.size() != 1 || !r.want_logits) return false;
   const lora::GraphUse use = lora::graph_use();
   if (!use.ok || use.key) return false;
-  const RowSpans s = layout_rows(batch, layers_.size());
   return BatchGraphs::eligible(s) && batch_graphs_.replays(s);
 }
 
@@ -113,7 +116,7 @@ Tensor DecoderModel::forward(const Batch& batch) {
   const lora::BatchScope adapters(batch);  // each row's adapter set, over the table the engine installed
   RowSpans s = layout_rows(batch, layers_.size());
   if (batch.device_ids) {  // the caller asked replays_decode() first
-    LATHE_CHECK(replays_decode(batch), "forward: tokens on the device need a captured decode graph");
+    LATHE_CHECK(replays_decode(batch, s), "forward: tokens on the device need a captured decode graph");
     return batch_graphs_.run(
         s, [this](const RowSpans& rows) { return forward_rows(rows); },
         [this](const CacheOptions& o) { return make_cache(o); });

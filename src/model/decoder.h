@@ -35,6 +35,7 @@ class DecoderModel : public Model {
   bool replays_decode(const Batch& batch) override;
 
  private:
+  bool replays_decode(const Batch& batch, const RowSpans& s);  // s: the batch laid out
   struct Layer {
     RMSNorm input_norm, post_attn_norm, pre_ff_norm, post_ff_norm;
     Attention attn;
