@@ -336,7 +336,10 @@ void softcap_inplace(Tensor& x, float cap) {
 }
 
 std::vector<int32_t> argmax_rows(const Tensor& x_in) {
-  LATHE_ON_CUDA(x_in, gpu::argmax_rows(x_in));
+  if (x_in.device() == Device::CUDA) {  // one launch; only the ids come back
+    const Tensor host = argmax_rows_device(x_in).to(Device::CPU);
+    return std::vector<int32_t>(host.data<int32_t>(), host.data<int32_t>() + host.numel());
+  }
   const Tensor x = x_in.device() == Device::CPU ? x_in.contiguous() : x_in.to(Device::CPU);
   LATHE_CHECK(x.ndim() == 2 && x.dtype() == DType::F32, "argmax_rows: expects F32 [rows, cols]");
   std::vector<int32_t> out(static_cast<size_t>(x.dim(0)));
@@ -397,11 +400,12 @@ Tensor sample_rows_device(const Tensor& x, const std::vector<RowSampling>& rows)
 }
 
 std::vector<int32_t> sample_rows(const Tensor& x, const std::vector<RowSampling>& rows, std::vector<float>& logprobs) {
-  LATHE_CHECK(
-      x.ndim() == 2 && x.dtype() == DType::F32 && x.is_contiguous() && x.dim(0) == static_cast<int64_t>(rows.size()),
-      "sample_rows: expects contiguous F32 [rows, vocab] and one setting a row");
-  LATHE_ON_CUDA(x, gpu::sample_rows(x, rows, logprobs));
-  throw Error(ErrorKind::Unsupported, "sample_rows: CUDA only (the CPU samples with engine/sampler.h)");
+  const Tensor host = sample_rows_device(x, rows).to(Device::CPU);  // the ids [n], then the logprobs' bits [n]
+  const int64_t n = x.dim(0);
+  const int32_t* h = host.data<int32_t>();
+  logprobs.resize(static_cast<size_t>(n));
+  std::memcpy(logprobs.data(), h + n, static_cast<size_t>(n) * sizeof(float));
+  return std::vector<int32_t>(h, h + n);
 }
 
 void copy_rows(Tensor& dst, int64_t dst_row, const Tensor& src_in, int64_t src_row, int64_t n) {

@@ -338,11 +338,6 @@ Tensor argmax_rows_device(const Tensor& x_in) {
   return idx;
 }
 
-std::vector<int32_t> argmax_rows(const Tensor& x) {
-  const Tensor host = gpu::argmax_rows_device(x).to(Device::CPU);
-  return std::vector<int32_t>(host.data<int32_t>(), host.data<int32_t>() + host.numel());
-}
-
 void apply_logit_edits(Tensor& x, const std::vector<LogitEdit>& edits) {
   LATHE_CHECK(x.dtype() == DType::F32 && x.is_contiguous(), "apply_logit_edits: expects contiguous F32");
   for (const LogitEdit& e : edits)
@@ -380,15 +375,6 @@ Tensor sample_rows_device(const Tensor& x, const std::vector<RowSampling>& rows)
   cuda::sample_rows(x.data<float>(), n, x.dim(1), static_cast<const RowSampling*>(params.raw()), ids,
                     reinterpret_cast<float*>(ids + n));
   return picked;
-}
-
-std::vector<int32_t> sample_rows(const Tensor& x, const std::vector<RowSampling>& rows, std::vector<float>& logprobs) {
-  const int64_t n = x.dim(0);
-  const Tensor host = gpu::sample_rows_device(x, rows).to(Device::CPU);
-  const int32_t* h = host.data<int32_t>();
-  logprobs.resize(static_cast<size_t>(n));
-  std::memcpy(logprobs.data(), h + n, static_cast<size_t>(n) * sizeof(float));
-  return std::vector<int32_t>(h, h + n);
 }
 
 void copy_segments(const std::vector<CopySegment>& segs, const GraphTable* table) {
