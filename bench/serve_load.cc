@@ -92,22 +92,25 @@ Stream run_client(int port, const std::string& body) {
   return s;
 }
 
-// The engine's step-time counters from /metrics: steps, then seconds in steps, forward, sample, emit, then the
-// steps queued before the previous step's ids were read (step overlap).
-std::array<double, 6> engine_counters(int port) {
+// The values of the given /metrics lines (their names with labels and a trailing space), 0 where absent.
+template <size_t N>
+std::array<double, N> metric_values(int port, const std::array<const char*, N>& keys) {
   const std::string text = bench::http_get(port, "/metrics");
-  std::array<double, 6> c{};
-  const char* keys[] = {"lathe_engine_steps_total ",
-                        "lathe_engine_seconds_total{phase=\"step\"} ",
-                        "lathe_engine_seconds_total{phase=\"forward\"} ",
-                        "lathe_engine_seconds_total{phase=\"sample\"} ",
-                        "lathe_engine_seconds_total{phase=\"emit\"} ",
-                        "lathe_engine_overlapped_steps_total "};
-  for (size_t k = 0; k < c.size(); ++k) {
+  std::array<double, N> c{};
+  for (size_t k = 0; k < N; ++k) {
     const size_t at = text.find(std::string("\n") + keys[k]);
     if (at != std::string::npos) c[k] = std::atof(text.c_str() + at + 1 + std::strlen(keys[k]));
   }
   return c;
+}
+
+// The engine's step-time counters from /metrics: steps, then seconds in steps, forward, sample, emit, then the
+// steps queued before the previous step's ids were read (step overlap).
+std::array<double, 6> engine_counters(int port) {
+  return metric_values<6>(
+      port, {"lathe_engine_steps_total ", "lathe_engine_seconds_total{phase=\"step\"} ",
+             "lathe_engine_seconds_total{phase=\"forward\"} ", "lathe_engine_seconds_total{phase=\"sample\"} ",
+             "lathe_engine_seconds_total{phase=\"emit\"} ", "lathe_engine_overlapped_steps_total "});
 }
 
 // Mean engine-thread milliseconds per step over a run, by phase (other = planning, admission, bookkeeping).
@@ -126,15 +129,8 @@ json engine_split(const std::array<double, 6>& a, const std::array<double, 6>& b
 
 // The RAM tier's hits and reused tokens (/metrics).
 std::array<double, 2> prompt_cache_counters(int port) {
-  const std::string text = bench::http_get(port, "/metrics");
-  std::array<double, 2> c{};
-  const char* keys[] = {"lathe_prompt_cache_hits_total{tier=\"ram\"} ",
-                        "lathe_prompt_cache_reused_tokens_total{tier=\"ram\"} "};
-  for (size_t k = 0; k < c.size(); ++k) {
-    const size_t at = text.find(std::string("\n") + keys[k]);
-    if (at != std::string::npos) c[k] = std::atof(text.c_str() + at + 1 + std::strlen(keys[k]));
-  }
-  return c;
+  return metric_values<2>(
+      port, {"lathe_prompt_cache_hits_total{tier=\"ram\"} ", "lathe_prompt_cache_reused_tokens_total{tier=\"ram\"} "});
 }
 
 std::vector<int> eos_ids(const std::string& dir) {
