@@ -14,6 +14,7 @@
 
 #include "cache/kv_block_pool.h"
 #include "cache/layer_cache.h"
+#include "common/env.h"
 #include "common/error.h"
 #include "tensor/device_memory.h"
 #include "tensor/ops.h"
@@ -67,10 +68,7 @@ Tensor kv_rows_as(const Tensor& x, DType cpu_store) {
 }
 
 bool kv_fork_copies() {
-  static const bool on = [] {
-    const char* v = std::getenv("LATHE_KV_FORK_COPY");
-    return !(v && std::string(v) == "0");
-  }();
+  static const bool on = env_switch("LATHE_KV_FORK_COPY");
   return on;
 }
 

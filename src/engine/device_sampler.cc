@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "common/env.h"
 #include "common/error.h"
 #include "engine/logits_processors.h"
 #include "tensor/ops.h"
@@ -13,10 +14,7 @@ namespace {
 
 // LATHE_DEVICE_SAMPLING=0 sends sampled rows (and greedy rows that want their logprob) back to the host Sampler,
 // as before the sampling kernel existed. Read each step, so a test or a running server's environment decides.
-bool device_sampling_on() {
-  const char* e = std::getenv("LATHE_DEVICE_SAMPLING");
-  return !e || std::strcmp(e, "0") != 0;
-}
+bool device_sampling_on() { return env_switch("LATHE_DEVICE_SAMPLING"); }
 
 // A row the device serves: any temperature, top-p, min-p and top-k; XTC on a step where its draw leaves it off;
 // any logits processors (logit_bias, penalties); a grammar whose live state it was given; its token's logprob but

@@ -4,6 +4,7 @@
 #include <cstdlib>
 
 #include "cache/kv_block_pool.h"
+#include "common/env.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "engine/device_sampler.h"
@@ -31,7 +32,7 @@ Scheduler::Scheduler(ModelBundle& bundle, SchedulerOptions options)
   stats_.kv_bytes_budget = options_.kv_cache_bytes;
   // Rings and SSM states fork only at their own length, and a donor row has fed past the shared prefix by then.
   const CacheList probe = bundle_.make_cache();
-  if (const char* e = std::getenv("LATHE_STEP_OVERLAP")) overlap_ = std::string(e) != "0";
+  overlap_ = env_switch("LATHE_STEP_OVERLAP", overlap_);
   forks_any_prefix_ = !probe.empty();
   for (const auto& c : probe) {
     const std::string kind = c->kind();

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #ifdef LATHE_HAVE_CUDA
+#include "common/env.h"
 #include "tensor/cuda/kernels.h"
 #endif
 
@@ -25,10 +26,7 @@ void StepGraph::reset() {
 Tensor StepGraph::run(int32_t token, CacheList& caches, const std::function<Tensor()>& step, const void* extra_key,
                       std::shared_ptr<const void> hold) {
 #ifdef LATHE_HAVE_CUDA
-  static const bool enabled = [] {
-    const char* e = std::getenv("LATHE_CUDA_GRAPHS");
-    return !(e && std::strcmp(e, "0") == 0);
-  }();
+  static const bool enabled = env_switch("LATHE_CUDA_GRAPHS");
   std::vector<const void*> key;
   for (const auto& c : caches) key.push_back(c->replay_buffer());
   const bool replayable = enabled && !caches.empty() && std::find(key.begin(), key.end(), nullptr) == key.end();

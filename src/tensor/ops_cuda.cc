@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "common/env.h"
 #include "common/error.h"
 #include "tensor/cuda/decode_attention.h"
 #include "tensor/cuda/gemm_q4.h"
@@ -39,12 +40,9 @@ const int32_t* upload_ids(const std::vector<int32_t>& ids, int64_t vocab, Tensor
   return holder.data<int32_t>();
 }
 
-// LATHE_CUDA_GEMV_ROWS, or 0 when unset.
+// LATHE_CUDA_GEMV_ROWS, or 0 when unset (or not positive).
 int64_t gemv_rows_env() {
-  static const int64_t env = [] {
-    const char* e = std::getenv("LATHE_CUDA_GEMV_ROWS");
-    return e ? std::max<int64_t>(1, std::atoll(e)) : int64_t{0};
-  }();
+  static const int64_t env = std::max<int64_t>(0, env_int("LATHE_CUDA_GEMV_ROWS", 0));
   return env;
 }
 
@@ -68,10 +66,7 @@ constexpr int64_t kGemvRowsWithDenseCopy = 8;
 // default 32, 0 turns it off. H100, Qwen3-4B 4-bit decode step against cuBLAS over dense copies: faster up to 32
 // rows, slower at 64 (docs/benchmarks/cuda.md, session 29). Up to the limit no dense copy is made.
 int64_t q4_rows_limit() {
-  static const int64_t limit = [] {
-    const char* e = std::getenv("LATHE_CUDA_Q4_ROWS");
-    return e ? std::max<int64_t>(0, std::atoll(e)) : int64_t{32};
-  }();
+  static const int64_t limit = std::max<int64_t>(0, env_int("LATHE_CUDA_Q4_ROWS", 32));
   return limit;
 }
 

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <numeric>
 
+#include "common/env.h"
 #include "common/error.h"
 #include "quant/affine.h"
 #ifdef LATHE_HAVE_CUDA
@@ -105,8 +106,7 @@ std::atomic<int> g_batched_decode{-1};
 bool batched_decode_enabled() {
   int v = g_batched_decode.load(std::memory_order_relaxed);
   if (v < 0) {
-    const char* e = std::getenv("LATHE_BATCHED_DECODE");
-    v = e && e[0] == '0' ? 0 : 1;  // on unless LATHE_BATCHED_DECODE=0
+    v = env_switch("LATHE_BATCHED_DECODE") ? 1 : 0;
     g_batched_decode.store(v, std::memory_order_relaxed);
   }
   return v == 1;

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "cache/quantized_kv_cache.h"
+#include "common/env.h"
 #include "common/error.h"
 #include "model/batch_graph.h"
 #include "tensor/ops_extra.h"
@@ -439,10 +440,7 @@ Tensor Attention::forward_rows(const Tensor& x, const RowSpans& s, const std::ve
 namespace attention_detail {
 // LATHE_PREFILL_DIRECT=0 sends prefill rows through the per-row ops instead (comparisons).
 bool prefill_direct_enabled() {
-  static const bool on = [] {
-    const char* e = std::getenv("LATHE_PREFILL_DIRECT");
-    return !e || std::string(e) != "0";
-  }();
+  static const bool on = env_switch("LATHE_PREFILL_DIRECT");
   return on;
 }
 }  // namespace attention_detail

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdlib>
 
+#include "common/env.h"
 #include "tensor/cuda/common.cuh"
 #include "tensor/cuda/decode_attention.h"
 #include "tensor/cuda/kernels.h"
@@ -157,18 +158,12 @@ __global__ void combine_kernel(const float* __restrict__ part, int splits, int64
 }  // namespace
 
 bool decode_attention_off() {  // LATHE_CUDA_DECODE_ATTN=0: the per-head kernel below, for comparisons
-  static const bool off = [] {
-    const char* e = std::getenv("LATHE_CUDA_DECODE_ATTN");
-    return e && e[0] == '0';
-  }();
+  static const bool off = !env_switch("LATHE_CUDA_DECODE_ATTN");
   return off;
 }
 
 bool kv_in_place_on() {
-  static const bool on = [] {
-    const char* e = std::getenv("LATHE_CUDA_KV_IN_PLACE");
-    return !(e && e[0] == '0');
-  }();
+  static const bool on = env_switch("LATHE_CUDA_KV_IN_PLACE");
   return on;
 }
 

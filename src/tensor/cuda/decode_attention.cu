@@ -20,6 +20,7 @@
 #include <cstdlib>
 #include <type_traits>
 
+#include "common/env.h"
 #include "tensor/cuda/common.cuh"
 #include "tensor/cuda/decode_attention.h"
 #include "tensor/cuda/kv_dequant.cuh"
@@ -38,10 +39,7 @@ constexpr int kMaxCounters = 1 << 16;
 // Keys a pass holds at most to take the lean (less unrolled) loops, see score_keys: 64, or
 // LATHE_CUDA_DECODE_LEAN_KEYS (0: never), read once.
 int lean_keys() {
-  static const int v = [] {
-    const char* e = std::getenv("LATHE_CUDA_DECODE_LEAN_KEYS");
-    return e ? std::max(0, std::atoi(e)) : 64;
-  }();
+  static const int v = static_cast<int>(std::clamp<int64_t>(env_int("LATHE_CUDA_DECODE_LEAN_KEYS", 64), 0, 1 << 30));
   return v;
 }  // split counters: kv heads × rows of one launch
 

@@ -17,6 +17,7 @@
 #include <cstdlib>
 #include <type_traits>
 
+#include "common/env.h"
 #include "tensor/cuda/common.cuh"
 #include "tensor/cuda/gemv_mma.h"
 #include "tensor/cuda/gemv_mma_common.cuh"
@@ -249,10 +250,7 @@ constexpr int64_t kMaxRows8 = 8192;
 }  // namespace
 
 bool gemv_q_mma(const QuantView& q, const void* x, DType xt, void* y, DType yt, const float* bias, int64_t tokens) {
-  static const bool off = [] {  // LATHE_CUDA_GEMV_MMA=0: the SIMT kernel, for comparisons
-    const char* e = std::getenv("LATHE_CUDA_GEMV_MMA");
-    return e && e[0] == '0';
-  }();
+  static const bool off = !env_switch("LATHE_CUDA_GEMV_MMA");  // =0: the SIMT kernel, for comparisons
   // Measured on the H200 against the SIMT kernel: faster on every 4-bit shape and on 8-bit matrices of few rows;
   // 8-bit on 8192+ rows is mixed (14336×4096: 63% of copy bandwidth against the SIMT kernel's 74%; 19456×2560:
   // 67% against 63%), so 8-bit stays SIMT there.
@@ -261,10 +259,7 @@ bool gemv_q_mma(const QuantView& q, const void* x, DType xt, void* y, DType yt, 
     return false;
   // Several tokens of 4-bit weights: unpacked once per block for up to 8 tokens (gemv_mma_tokens.cu), each
   // token's result still bitwise its one-token call's. LATHE_CUDA_GEMV_TOKENS=1: one token per block, as before.
-  static const int per_block = [] {
-    const char* e = std::getenv("LATHE_CUDA_GEMV_TOKENS");
-    return e ? std::atoi(e) : 8;
-  }();
+  static const int per_block = static_cast<int>(std::clamp<int64_t>(env_int("LATHE_CUDA_GEMV_TOKENS", 8), 0, 64));
   if (tokens > 1 && per_block > 1 && gemv_q_mma_tokens(q, x, y, yt, bias, tokens, per_block)) return true;
   const auto* xb = static_cast<const __nv_bfloat16*>(x);
   const int n = static_cast<int>(tokens);

@@ -5,6 +5,7 @@
 // output rounded once. A token's result depends only on its own row and factors, never on the batch beside it.
 #include <cstdlib>
 
+#include "common/env.h"
 #include "tensor/cuda/common.cuh"
 #include "tensor/cuda/kernels.h"
 
@@ -167,10 +168,7 @@ SideStream& side_stream() {
   return v;
 }
 bool fork_enabled() {
-  static const bool on = [] {
-    const char* e = std::getenv("LATHE_LORA_FORK");
-    return !(e && e[0] == '0');
-  }();
+  static const bool on = env_switch("LATHE_LORA_FORK");
   return on;
 }
 }  // namespace

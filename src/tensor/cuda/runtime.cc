@@ -14,6 +14,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "common/env.h"
 #include "common/error.h"
 #include "common/os_error.h"
 #include "tensor/cuda/allocator.h"
@@ -304,10 +305,7 @@ class CachingAllocator {
   std::unordered_map<size_t, std::vector<void*>> captured_free_;  // reuse_capture_: freed, free to take again
   std::unordered_set<void*> reused_;                              // blocks already listed in captured_
   // LATHE_CUDA_CARVE=0: every new block its own cudaMalloc (the allocator before segments, for comparisons).
-  const bool carving_ = [] {
-    const char* v = std::getenv("LATHE_CUDA_CARVE");
-    return !(v && std::string(v) == "0");
-  }();
+  const bool carving_ = env_switch("LATHE_CUDA_CARVE");
   std::map<char*, Segment> segments_;
   std::unordered_map<void*, char*> carved_;  // carved block -> its segment
   char* tail_ = nullptr;                     // the segment being carved
@@ -368,8 +366,7 @@ std::recursive_mutex& capture_mutex() {
 
 bool pdl_enabled() {
   static const bool on = [] {
-    const char* e = std::getenv("LATHE_CUDA_PDL");
-    if (e && e[0] == '0') return false;
+    if (!env_switch("LATHE_CUDA_PDL")) return false;
     int dev = 0, major = 0;
     return cudaGetDevice(&dev) == cudaSuccess &&
            cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess && major >= 9;
