@@ -14,6 +14,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/env.h"
 #include "common/error.h"
 #include "common/os_error.h"
 
@@ -32,10 +33,7 @@ size_t size_class(size_t bytes) {
 }
 
 size_t default_cap() {
-  if (const char* env = std::getenv("LATHE_HOST_BUFFER_CACHE_MB")) {
-    const long mb = std::atol(env);
-    if (mb >= 0) return static_cast<size_t>(mb) << 20;
-  }
+  if (const int64_t mb = env_int("LATHE_HOST_BUFFER_CACHE_MB", -1); mb >= 0) return static_cast<size_t>(mb) << 20;
   const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
   const size_t phys = pages > 0 && page > 0 ? static_cast<size_t>(pages) * static_cast<size_t>(page) : size_t{4} << 30;
   return std::clamp(phys / 16, size_t{64} << 20, size_t{4} << 30);

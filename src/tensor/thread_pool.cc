@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdint>
 #include <cstdlib>
 #include <exception>
 #include <memory>
@@ -15,6 +16,8 @@
 #include <string_view>
 #include <thread>
 #include <vector>
+
+#include "common/env.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -32,11 +35,8 @@ using Clock = std::chrono::steady_clock;
 
 int64_t spin_us() {
   static const int64_t us = [] {
-    if (const char* env = std::getenv("LATHE_SPIN_US")) {
-      const long v = std::atol(env);
-      if (v >= 0) return static_cast<int64_t>(v);
-    }
-    return int64_t{2000};
+    const int64_t v = env_int("LATHE_SPIN_US", -1);
+    return v >= 0 ? v : int64_t{2000};
   }();
   return us;
 }
@@ -225,10 +225,7 @@ ThreadPool& pool() {
 }  // namespace
 
 int default_num_threads() {
-  if (const char* env = std::getenv("LATHE_THREADS")) {
-    const int v = std::atoi(env);
-    if (v > 0) return v;
-  }
+  if (const int64_t v = env_int("LATHE_THREADS", 0); v > 0) return static_cast<int>(std::min<int64_t>(v, INT32_MAX));
   cpu_set_t mask;
   CPU_ZERO(&mask);
   if (sched_getaffinity(0, sizeof(mask), &mask) == 0) return std::max(1, CPU_COUNT(&mask));

@@ -18,8 +18,8 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
-#include <cstdlib>
 
+#include "common/env.h"
 #include "tensor/cuda/common.cuh"
 #include "tensor/cuda/gemm_q4.h"
 #include "tensor/cuda/gemv_mma_common.cuh"
@@ -259,13 +259,9 @@ __global__ void sum_splits_kernel(const float* __restrict__ ws, int splits, int6
   y[i] = from_f<TY>(v);
 }
 
-// LATHE_CUDA_Q4_SPLITS: a fixed split count, for comparisons.
-int env_int(const char* name, int fallback) {
-  const char* e = std::getenv(name);
-  return e ? std::max(1, std::atoi(e)) : fallback;
-}
+// LATHE_CUDA_Q4_SPLITS: a fixed split count, for comparisons (0 or unset: as planned).
 int split_env() {
-  static const int v = std::getenv("LATHE_CUDA_Q4_SPLITS") ? env_int("LATHE_CUDA_Q4_SPLITS", 1) : 0;
+  static const int v = static_cast<int>(std::clamp<int64_t>(env_int("LATHE_CUDA_Q4_SPLITS", 0), 0, 1 << 20));
   return v;
 }
 
