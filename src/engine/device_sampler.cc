@@ -1,7 +1,6 @@
 #include "engine/device_sampler.h"
 
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 
 #include "common/env.h"

@@ -1,7 +1,6 @@
 #include "engine/scheduler.h"
 
 #include <algorithm>
-#include <cstdlib>
 
 #include "cache/kv_block_pool.h"
 #include "common/env.h"

@@ -1,8 +1,6 @@
 #include "model/step_graph.h"
 
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
 
 #ifdef LATHE_HAVE_CUDA
 #include "common/env.h"

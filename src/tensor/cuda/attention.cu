@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
-#include <cstdlib>
 
 #include "common/env.h"
 #include "tensor/cuda/common.cuh"

@@ -17,7 +17,6 @@
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
-#include <cstdlib>
 #include <type_traits>
 
 #include "common/env.h"

@@ -14,7 +14,6 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <type_traits>
 
 #include "common/env.h"

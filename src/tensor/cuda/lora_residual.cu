@@ -3,7 +3,6 @@
 // one shrink and one expand launch per group of sites sharing an input (q|k|v, gate|up), whatever the mix.
 // shrink: u[t, g, r] = scale_r · (x_t · A_g[r]); expand: y[t, col0_g + n] += Σ_r u[t, g, r] · B_g[n, r], each
 // output rounded once. A token's result depends only on its own row and factors, never on the batch beside it.
-#include <cstdlib>
 
 #include "common/env.h"
 #include "tensor/cuda/common.cuh"

@@ -5,7 +5,6 @@
 // buffers a row on a 36-layer model) costs one cudaMalloc a segment, not one a block.
 #include <cerrno>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
