@@ -242,10 +242,15 @@ function actionButton(node, m, attrs, label, run, errorPrefix = "") {
   const onclick = async (ev) => {
     ev.target.disabled = true;
     m.actionError = null;
+    let failed = null;
     try {
       await run();
     } catch (e) {
-      m.actionError = errorPrefix + e.message;
+      failed = e;
+    }
+    ev.target.disabled = false; // the page keeps this button across redraws (renderJob)
+    if (failed) {
+      m.actionError = errorPrefix + failed.message;
       renderJob(node, m);
     }
   };
@@ -320,6 +325,14 @@ function renderJob(node, m) {
     actions.append(
       el("a", { class: "button", href: `#/jobs/new/finetune?model_dir=${encodeURIComponent(j.output_path)}` }, "Fine-tune it"),
     );
+  // A running job redraws on every event: the same buttons are kept, not rebuilt, so a click that lands while
+  // the page redraws (mouse down on one button, up on its replacement) is not lost, and a button whose request
+  // is in flight stays disabled.
+  const actionsKey = `${j.status}|${[...actions.children].map((b) => b.id || b.textContent).join(",")}`;
+  if (m.actionsKey !== actionsKey || !m.actionsEl) {
+    m.actionsKey = actionsKey;
+    m.actionsEl = actions;
+  }
   const config = typeof j.config === "string" ? j.config : JSON.stringify(j.config, null, 2);
   const facts = el(
     "dl",
@@ -344,7 +357,7 @@ function renderJob(node, m) {
     m.actionError ? el("p", { class: "error", id: "job-action-error" }, m.actionError) : null,
     m.actionNote ? el("p", { class: "hint", id: "job-action-note" }, m.actionNote) : null,
     m.streamError ? el("p", { class: "error" }, `events: ${m.streamError}`) : null,
-    actions,
+    m.actionsEl,
     m.train.length || m.val.length ? lossChart(m.train, m.val) : null,
     summary,
     el("details", { open: true }, el("summary", {}, `Log (${m.log.length} lines)`), el("pre", { class: "log", id: "job-log" }, m.log.join("\n"))),
