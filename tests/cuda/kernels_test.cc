@@ -238,6 +238,50 @@ TEST(CudaOps, QkvRopeAppendMatchesCpu) {
   }
 }
 
+// The fused append (a warp per head for head sizes 64/128/256, a block per head otherwise) is bitwise the
+// separate ops on the device: rms_norm_rope (or rope_inplace) for the q and k heads, the v heads copied.
+TEST(CudaOps, QkvRopeAppendEqualsUnfusedBitwise) {
+  LATHE_REQUIRE_GPU();
+  const int64_t Hq = 8, Hkv = 2, cap = 5, row = 3, pos0 = 777;
+  for (const int64_t D : {64, 96, 128, 256}) {
+    for (const int64_t dims : {D, D / 2}) {
+      RopeTable rope;
+      rope.dims = static_cast<int>(dims);
+      for (int64_t i = 0; i < dims / 2; ++i)
+        rope.inv_freq.push_back(std::pow(10000.f, -static_cast<float>(2 * i) / static_cast<float>(dims)));
+      const Tensor y = bf16_kernel_tensor(random_floats(static_cast<size_t>((Hq + 2 * Hkv) * D), 31, -3.f, 3.f),
+                                          {1, (Hq + 2 * Hkv) * D})
+                           .to(Device::CUDA);
+      for (bool norm : {false, true}) {
+        const QkvStep st{Hq,
+                         Hkv,
+                         D,
+                         norm,
+                         Tensor::from_floats(random_floats(static_cast<size_t>(D), 32), {D}).to(Device::CUDA),
+                         Tensor::from_floats(random_floats(static_cast<size_t>(D), 33), {D}).to(Device::CUDA)};
+        Tensor kd = Tensor::zeros({cap, Hkv, D}, DType::BF16, Device::CUDA);
+        Tensor vd = Tensor::zeros({cap, Hkv, D}, DType::BF16, Device::CUDA);
+        const Tensor q = qkv_rope_append(y, st, rope, pos0, kd, vd, row);
+        Tensor qh = y.slice(1, 0, Hq * D).contiguous().reshape({1, Hq, D});
+        Tensor kh = y.slice(1, Hq * D, (Hq + Hkv) * D).contiguous().reshape({1, Hkv, D});
+        const Tensor vh = y.slice(1, (Hq + Hkv) * D, (Hq + 2 * Hkv) * D).contiguous().reshape({1, Hkv, D});
+        if (norm) {
+          qh = rms_norm_rope(qh, st.q_w, st.eps, st.plus_one, rope, pos0);
+          kh = rms_norm_rope(kh, st.k_w, st.eps, st.plus_one, rope, pos0);
+        } else {
+          rope_inplace(qh, rope, pos0);
+          rope_inplace(kh, rope, pos0);
+        }
+        const std::string at =
+            "D " + std::to_string(D) + " dims " + std::to_string(dims) + " norm " + std::to_string(norm);
+        EXPECT_EQ(q.to_floats(), qh.to_floats()) << at;
+        EXPECT_EQ(kd.slice(0, row, row + 1).to_floats(), kh.to_floats()) << at;
+        EXPECT_EQ(vd.slice(0, row, row + 1).to_floats(), vh.to_floats()) << at;
+      }
+    }
+  }
+}
+
 TEST(CudaOps, RowOpsMatchCpu) {
   LATHE_REQUIRE_GPU();
   const int64_t T = 5, H = 4, D = 64;

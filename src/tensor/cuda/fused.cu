@@ -2,7 +2,9 @@
 // pass over a head row, and the residual add + the next RMSNorm in one pass over the hidden row. Same f32
 // arithmetic as the separate kernels, with one rounding to the output type instead of two.
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <type_traits>
 
 #include "tensor/cuda/common.cuh"
 #include "tensor/cuda/kernels_models.h"
@@ -40,6 +42,18 @@ __global__ void norm_rope_kernel(const T* __restrict__ x, T* __restrict__ out, i
   out[r * D + i] = from_f<T>(o);
 }
 
+// Value i of a head row (buf, after its norm) rotated at position pos: one expression for every layout, so the
+// fused kernels agree bitwise.
+__device__ __forceinline__ float rope_value(const float* buf, int i, const Freqs& f, int half, float scaling,
+                                            int64_t pos) {
+  const int j = i < half ? i : i - half;
+  float s, c;
+  sincosf(static_cast<float>(pos) * f.inv_freq[j], &s, &c);
+  c *= scaling;
+  s *= scaling;
+  return i < half ? buf[i] * c - buf[i + half] * s : buf[i] * c + buf[i - half] * s;
+}
+
 // A q or k head's value i after the RMSNorm (w: its gain; null: no norm) and RoPE at position pos, as the decode
 // steps compute it. Every thread of the block calls it (a block sum and a barrier); buf: shared, ≥ D floats.
 __device__ __forceinline__ float norm_rope_value(float v, int i, int D, const float* w, float eps, bool plus_one,
@@ -51,14 +65,7 @@ __device__ __forceinline__ float norm_rope_value(float v, int i, int D, const fl
   }
   if (i < D) buf[i] = o;
   __syncthreads();
-  if (i < 2 * half) {
-    const int j = i < half ? i : i - half;
-    float s, c;
-    sincosf(static_cast<float>(pos) * f.inv_freq[j], &s, &c);
-    c *= scaling;
-    s *= scaling;
-    o = i < half ? buf[i] * c - buf[i + half] * s : buf[i] * c + buf[i - half] * s;
-  }
+  if (i < 2 * half) o = rope_value(buf, i, f, half, scaling, pos);
   return o;
 }
 
@@ -97,6 +104,106 @@ __global__ void qkv_rope_append_kernel(const T* __restrict__ y, T* __restrict__ 
   if (i >= D) return;
   T* dst = is_q ? q_out + static_cast<int64_t>(b) * D : keys + ((row + dl) * Hkv + (b - Hq)) * D;
   dst[i] = from_f<T>(o);
+}
+
+// qkv_rope_append_kernel with a warp per head and kHeadWarps heads a block (head sizes 32·kPer): at prefill
+// widths the block-per-head form launched 48 blocks a token, 393k for 64 prompts of 128 tokens (531 µs a layer,
+// latency-bound). Bitwise the same values: the block sum's two stages are five warp sums here (lane l's partial
+// of "warp" w is w's own butterfly; the second stage sums the partials as block_sum does), and the rotation is
+// rope_value. Grid x: the token (rows[x], or the one decode row), grid y: head groups.
+constexpr int kHeadWarps = 8;
+// LATHE_CUDA_WARP_APPEND=0: the block-per-head form everywhere, for comparisons.
+bool warp_append_off() {
+  static const bool off = [] {
+    const char* e = std::getenv("LATHE_CUDA_WARP_APPEND");
+    return e && e[0] == '0';
+  }();
+  return off;
+}
+template <class T, int kPer>
+__global__ void __launch_bounds__(kHeadWarps * 32)
+    qkv_rope_append_warp_kernel(const T* __restrict__ y, T* __restrict__ q_out, T* __restrict__ keys,
+                                T* __restrict__ values, int64_t row, int Hq, int Hkv, bool norm,
+                                const float* __restrict__ q_w, const float* __restrict__ k_w, float eps, bool plus_one,
+                                const Freqs f, int half, float scaling, int64_t pos0, const int64_t* __restrict__ delta,
+                                const AppendRow* __restrict__ rows) {
+  constexpr int D = 32 * kPer;
+  __shared__ float buf[kHeadWarps][D];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int b = static_cast<int>(blockIdx.y) * kHeadWarps + warp, H = Hq + 2 * Hkv;
+  if (b >= H) return;  // no block barriers below: a warp past the heads just leaves
+  int64_t dl = 0;
+  if (rows) {
+    const AppendRow& r = rows[blockIdx.x];
+    y += static_cast<int64_t>(blockIdx.x) * H * D;
+    q_out += static_cast<int64_t>(blockIdx.x) * Hq * D;
+    keys = static_cast<T*>(r.keys);
+    values = static_cast<T*>(r.values);
+    row = r.row;
+    pos0 = r.pos0;
+  } else {
+    dl = *delta;
+  }
+  const T* src = y + static_cast<int64_t>(b) * D;
+  if (b >= Hq + Hkv) {  // a v head: copied
+    T* dst = values + ((row + dl) * Hkv + (b - Hq - Hkv)) * D;
+#pragma unroll
+    for (int w = 0; w < kPer; ++w) dst[32 * w + lane] = src[32 * w + lane];
+    return;
+  }
+  const bool is_q = b < Hq;
+  float v[kPer];
+#pragma unroll
+  for (int w = 0; w < kPer; ++w) v[w] = to_f(src[32 * w + lane]);
+  const float* nw = norm ? (is_q ? q_w : k_w) : nullptr;
+  if (nw) {
+    float p[kPer];
+#pragma unroll
+    for (int w = 0; w < kPer; ++w) p[w] = v[w] * v[w];
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+#pragma unroll
+      for (int w = 0; w < kPer; ++w) p[w] += __shfl_xor_sync(0xffffffffu, p[w], o);
+    float part = 0.f;
+#pragma unroll
+    for (int w = 0; w < kPer; ++w)
+      if (lane == w) part = p[w];
+    const float inv = 1.0f / sqrtf(warp_sum(part) / static_cast<float>(D) + eps);
+#pragma unroll
+    for (int w = 0; w < kPer; ++w) v[w] = norm_gain(nw, 32 * w + lane, plus_one) * (v[w] * inv);
+  }
+  float* hb = buf[warp];
+#pragma unroll
+  for (int w = 0; w < kPer; ++w) hb[32 * w + lane] = v[w];
+  __syncwarp();
+  T* dst = is_q ? q_out + static_cast<int64_t>(b) * D : keys + ((row + dl) * Hkv + (b - Hq)) * D;
+#pragma unroll
+  for (int w = 0; w < kPer; ++w) {
+    const int i = 32 * w + lane;
+    dst[i] = from_f<T>(i < 2 * half ? rope_value(hb, i, f, half, scaling, pos0 + dl) : v[w]);
+  }
+}
+
+// The launch of the fused append: the warp form for head sizes 64, 128 and 256, the block form otherwise.
+template <class T>
+void launch_qkv_rope_append(const T* y, T* q_out, T* keys, T* values, int64_t row, int64_t n_tokens, int Hq, int Hkv,
+                            int D, bool norm, const float* q_w, const float* k_w, float eps, bool plus_one,
+                            const Freqs& f, int half, float scaling, int64_t pos0, const int64_t* delta,
+                            const AppendRow* rows) {
+  const auto warp_form = [&](auto per) {
+    constexpr int kPer = decltype(per)::value;
+    const dim3 grid(static_cast<unsigned>(n_tokens),
+                    static_cast<unsigned>((Hq + 2 * Hkv + kHeadWarps - 1) / kHeadWarps));
+    qkv_rope_append_warp_kernel<T, kPer><<<grid, kHeadWarps * 32, 0, stream()>>>(
+        y, q_out, keys, values, row, Hq, Hkv, norm, q_w, k_w, eps, plus_one, f, half, scaling, pos0, delta, rows);
+  };
+  if (D == 64 && !warp_append_off()) return warp_form(std::integral_constant<int, 2>{});
+  if (D == 128 && !warp_append_off()) return warp_form(std::integral_constant<int, 4>{});
+  if (D == 256 && !warp_append_off()) return warp_form(std::integral_constant<int, 8>{});
+  const int threads = (D + 31) / 32 * 32;
+  const dim3 grid(static_cast<unsigned>(Hq + 2 * Hkv), static_cast<unsigned>(n_tokens));
+  qkv_rope_append_kernel<T><<<grid, threads, 0, stream()>>>(y, q_out, keys, values, row, Hq, Hkv, D, norm, q_w, k_w,
+                                                            eps, plus_one, f, half, scaling, pos0, delta, rows);
 }
 
 // qkv_rope_append_kernel's batched form over quantized caches: q heads as there; a k or v head's values (normed
@@ -219,12 +326,11 @@ void qkv_rope_append(const void* y, void* q_out, void* keys, void* values, DType
     throw Error(ErrorKind::Unsupported, "qkv_rope_append: head above 1024 or rotary dims above 512 on CUDA");
   Freqs f{};
   std::memcpy(f.inv_freq, inv_freq, sizeof(float) * static_cast<size_t>(half));
-  const int threads = static_cast<int>((D + 31) / 32 * 32);
   LATHE_DISPATCH_ACT(t, "qkv_rope_append", T,
-                     qkv_rope_append_kernel<T><<<static_cast<unsigned>(Hq + 2 * Hkv), threads, 0, stream()>>>(
-                         static_cast<const T*>(y), static_cast<T*>(q_out), static_cast<T*>(keys),
-                         static_cast<T*>(values), row, static_cast<int>(Hq), static_cast<int>(Hkv), static_cast<int>(D),
-                         norm, q_w, k_w, eps, plus_one, f, half, scaling, pos0, step_delta(), nullptr));
+                     launch_qkv_rope_append<T>(static_cast<const T*>(y), static_cast<T*>(q_out), static_cast<T*>(keys),
+                                               static_cast<T*>(values), row, 1, static_cast<int>(Hq),
+                                               static_cast<int>(Hkv), static_cast<int>(D), norm, q_w, k_w, eps,
+                                               plus_one, f, half, scaling, pos0, step_delta(), nullptr));
   check_launch("qkv_rope_append");
 }
 
@@ -237,13 +343,10 @@ void qkv_rope_append_rows(const void* y, void* q_out, const AppendRow* rows, int
   if (n_rows == 0) return;
   Freqs f{};
   std::memcpy(f.inv_freq, inv_freq, sizeof(float) * static_cast<size_t>(half));
-  const int threads = static_cast<int>((D + 31) / 32 * 32);
-  const dim3 grid(static_cast<unsigned>(Hq + 2 * Hkv), static_cast<unsigned>(n_rows));
   LATHE_DISPATCH_ACT(t, "qkv_rope_append_rows", T,
-                     qkv_rope_append_kernel<T><<<grid, threads, 0, stream()>>>(
-                         static_cast<const T*>(y), static_cast<T*>(q_out), nullptr, nullptr, 0, static_cast<int>(Hq),
-                         static_cast<int>(Hkv), static_cast<int>(D), norm, q_w, k_w, eps, plus_one, f, half, scaling, 0,
-                         nullptr, rows));
+                     launch_qkv_rope_append<T>(static_cast<const T*>(y), static_cast<T*>(q_out), nullptr, nullptr, 0,
+                                               n_rows, static_cast<int>(Hq), static_cast<int>(Hkv), static_cast<int>(D),
+                                               norm, q_w, k_w, eps, plus_one, f, half, scaling, 0, nullptr, rows));
   check_launch("qkv_rope_append_rows");
 }
 
