@@ -308,6 +308,20 @@ TEST(CudaOps, RowOpsMatchCpu) {
   ASSERT_FALSE(gv.is_contiguous());
   EXPECT_EQ(silu_mul(gv, uv).to_floats(), silu_mul(gv.contiguous(), uv.contiguous()).to_floats());
   EXPECT_EQ(gelu_tanh_mul(gv, uv).to_floats(), gelu_tanh_mul(gv.contiguous(), uv.contiguous()).to_floats());
+  // Widths and strides of whole 16-byte pieces take the vectorized kernel: bitwise the one-value kernel, which
+  // takes the same values one column over (a stride of no whole pieces).
+  const int64_t V = 72;
+  const std::vector<float> gu_v = random_floats(static_cast<size_t>(T * 2 * V), 10, -4.f, 4.f);
+  std::vector<float> odd(static_cast<size_t>(T * (2 * V + 2)), 0.f);
+  for (int64_t r = 0; r < T; ++r)
+    for (int64_t c = 0; c < 2 * V; ++c)
+      odd[static_cast<size_t>(r * (2 * V + 2) + c + 1 + (c >= V ? 1 : 0))] = gu_v[static_cast<size_t>(r * 2 * V + c)];
+  const Tensor vec = Tensor::from_floats(gu_v, {T, 2 * V}).to(DType::BF16).to(Device::CUDA);
+  const Tensor one = Tensor::from_floats(odd, {T, 2 * V + 2}).to(DType::BF16).to(Device::CUDA);
+  EXPECT_EQ(silu_mul(vec.slice(1, 0, V), vec.slice(1, V, 2 * V)).to_floats(),
+            silu_mul(one.slice(1, 1, V + 1), one.slice(1, V + 2, 2 * V + 2)).to_floats());
+  EXPECT_EQ(gelu_tanh_mul(vec.slice(1, 0, V), vec.slice(1, V, 2 * V)).to_floats(),
+            gelu_tanh_mul(one.slice(1, 1, V + 1), one.slice(1, V + 2, 2 * V + 2)).to_floats());
   Tensor s = x.clone(), sd = x.to(Device::CUDA);
   softcap_inplace(s, 2.f);
   softcap_inplace(sd, 2.f);

@@ -2,6 +2,7 @@
 // (argmax is in argmax.cu). f32 arithmetic whatever the element type.
 #include <algorithm>
 #include <cfloat>
+#include <cstdint>
 #include <cstring>
 
 #include "tensor/cuda/common.cuh"
@@ -80,6 +81,26 @@ __global__ void gated_rows_kernel(const T* __restrict__ g, const T* __restrict__
   const int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x, r = blockIdx.y;
   if (c >= width) return;
   o[r * width + c] = from_f<T>(gate_act<kGelu>(to_f(g[r * stride + c])) * to_f(u[r * stride + c]));
+}
+
+// gated_rows_kernel with 16 bytes of each row a thread (loads and stores), where widths, strides and rows allow:
+// one value a thread ran a 64-prompt prefill's [8192, 9728] at ~35% of the copy rate. Same arithmetic per value.
+template <class T, bool kGelu>
+__global__ void gated_rows_vec_kernel(const T* __restrict__ g, const T* __restrict__ u, T* __restrict__ o,
+                                      int64_t width, int64_t stride) {
+  pdl_trigger();
+  constexpr int kVec = 16 / sizeof(T);
+  const int64_t c = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) * kVec, r = blockIdx.y;
+  if (c >= width) return;
+  const uint4 gv = *reinterpret_cast<const uint4*>(g + r * stride + c);
+  const uint4 uv = *reinterpret_cast<const uint4*>(u + r * stride + c);
+  uint4 ov;
+  const T* gp = reinterpret_cast<const T*>(&gv);
+  const T* up = reinterpret_cast<const T*>(&uv);
+  T* op = reinterpret_cast<T*>(&ov);
+#pragma unroll
+  for (int k = 0; k < kVec; ++k) op[k] = from_f<T>(gate_act<kGelu>(to_f(gp[k])) * to_f(up[k]));
+  *reinterpret_cast<uint4*>(o + r * width + c) = ov;
 }
 
 template <class TA, class TB>
@@ -165,7 +186,17 @@ void gated_rows(const void* gate, const void* up, void* out, DType t, int64_t ro
   if (rows == 0 || width == 0) return;
   const dim3 grid(static_cast<unsigned>((width + kThreads - 1) / kThreads), static_cast<unsigned>(rows));
   LATHE_DISPATCH_ACT(t, "gated activation", T, {
-    if (g == Gate::SiLU)
+    constexpr int64_t kVec = 16 / sizeof(T);
+    const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+    if (width % kVec == 0 && stride % kVec == 0 && aligned(gate) && aligned(up) && aligned(out)) {
+      const dim3 vgrid(static_cast<unsigned>((width / kVec + kThreads - 1) / kThreads), static_cast<unsigned>(rows));
+      if (g == Gate::SiLU)
+        gated_rows_vec_kernel<T, false><<<vgrid, kThreads, 0, stream()>>>(
+            static_cast<const T*>(gate), static_cast<const T*>(up), static_cast<T*>(out), width, stride);
+      else
+        gated_rows_vec_kernel<T, true><<<vgrid, kThreads, 0, stream()>>>(
+            static_cast<const T*>(gate), static_cast<const T*>(up), static_cast<T*>(out), width, stride);
+    } else if (g == Gate::SiLU)
       gated_rows_kernel<T, false><<<grid, kThreads, 0, stream()>>>(
           static_cast<const T*>(gate), static_cast<const T*>(up), static_cast<T*>(out), width, stride);
     else
