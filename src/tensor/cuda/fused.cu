@@ -2,10 +2,10 @@
 // pass over a head row, and the residual add + the next RMSNorm in one pass over the hidden row. Same f32
 // arithmetic as the separate kernels, with one rounding to the output type instead of two.
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
 #include <type_traits>
 
+#include "common/env.h"
 #include "tensor/cuda/common.cuh"
 #include "tensor/cuda/kernels_models.h"
 #include "tensor/cuda/kv_quant.cuh"
@@ -114,10 +114,7 @@ __global__ void qkv_rope_append_kernel(const T* __restrict__ y, T* __restrict__ 
 constexpr int kHeadWarps = 8;
 // LATHE_CUDA_WARP_APPEND=0: the block-per-head form everywhere, for comparisons.
 bool warp_append_off() {
-  static const bool off = [] {
-    const char* e = std::getenv("LATHE_CUDA_WARP_APPEND");
-    return e && e[0] == '0';
-  }();
+  static const bool off = !env_switch("LATHE_CUDA_WARP_APPEND");
   return off;
 }
 template <class T, int kPer>
