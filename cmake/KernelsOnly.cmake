@@ -3,9 +3,7 @@
 # (cmake/toolchains/aarch64-linux-gnu.cmake: an Arm build, tests run under qemu-user): the target's libraries of
 # PCRE2, ICU, SQLite and the rest are not installed, and the kernels are what differs per architecture.
 find_package(Threads REQUIRED)
-file(GLOB LATHE_KERNEL_SOURCES CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/common/*.cc
-     ${PROJECT_SOURCE_DIR}/src/tensor/*.cc ${PROJECT_SOURCE_DIR}/src/tensor/cpu/*.cc)
-list(FILTER LATHE_KERNEL_SOURCES EXCLUDE REGEX "/ops_cuda[a-z_]*\\.cc$")
+# LATHE_KERNEL_SOURCES (cmake/sources.cmake): src/common, src/tensor and src/tensor/cpu but the CUDA ops.
 list(APPEND LATHE_KERNEL_SOURCES ${PROJECT_SOURCE_DIR}/src/quant/affine.cc ${PROJECT_SOURCE_DIR}/src/model/layers/rope.cc)
 add_library(lathe_kernels STATIC ${LATHE_KERNEL_SOURCES})
 target_include_directories(lathe_kernels PUBLIC ${PROJECT_SOURCE_DIR}/src)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Runs every test CI runs: formatting, the warning-clean build with all test labels but cuda, the ASan/UBSan
-# build over the unit and parity suites, the fuzz targets for a bounded time, the CPU kernels cross-built for
-# Arm64 with their tests under qemu-user, and the engine + server tests under ThreadSanitizer.
+# Runs every test CI runs: formatting and the source lists, the warning-clean build with all test labels but cuda,
+# the ASan/UBSan build over the unit and parity suites, the fuzz targets for a bounded time, the CPU kernels
+# cross-built for Arm64 with their tests under qemu-user, and the engine + server tests under ThreadSanitizer.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh
@@ -18,6 +18,8 @@ tests/e2e/node/ensure_deps.sh
 
 stage "clang-format check"
 git ls-files '*.cc' '*.h' '*.cu' '*.cuh' | xargs -r clang-format --dry-run --Werror
+# The CMake source lists are explicit: every tracked source must be in them (scripts/check_sources.sh).
+scripts/check_sources.sh
 
 stage "build (Release, -Wall -Wextra -Werror)"
 scripts/build.sh build -DLATHE_WERROR=ON

@@ -1,0 +1,159 @@
+# The test sources, listed by hand (no GLOB): one path a line, relative to the project root, in plain byte order
+# (the order GLOB gave, which keeps the unity batches). scripts/check_sources.sh compares them with the files git
+# tracks.
+
+# One binary a directory (lathe_test_suite in tests/CMakeLists.txt).
+set(LATHE_UNIT_TEST_SOURCES
+  tests/unit/adapter_cache_key_test.cc
+  tests/unit/atomic_file_test.cc
+  tests/unit/attention_ops_test.cc
+  tests/unit/cache_kinds_test.cc
+  tests/unit/cache_test.cc
+  tests/unit/chat_template_oracle_test.cc
+  tests/unit/chat_template_test.cc
+  tests/unit/cpu_attention_pairs_test.cc
+  tests/unit/cpu_attention_prefill_test.cc
+  tests/unit/cpu_attention_quantized_test.cc
+  tests/unit/cpu_int8_matmul_test.cc
+  tests/unit/cpu_kv_bf16_test.cc
+  tests/unit/cpu_ssm_test.cc
+  tests/unit/dataset_llm_client_test.cc
+  tests/unit/dataset_test.cc
+  tests/unit/dense_weights_budget_test.cc
+  tests/unit/device_sampler_test.cc
+  tests/unit/env_settings_test.cc
+  tests/unit/generate_test.cc
+  tests/unit/grammar_fast_check_test.cc
+  tests/unit/grammar_sampled_test.cc
+  tests/unit/grammar_test.cc
+  tests/unit/hardening_jinja_test.cc
+  tests/unit/hardening_loaders_test.cc
+  tests/unit/hardening_request_test.cc
+  tests/unit/heap_test.cc
+  tests/unit/host_buffer_cache_test.cc
+  tests/unit/jinja_errors_test.cc
+  tests/unit/jinja_expressions_test.cc
+  tests/unit/jinja_filters_test.cc
+  tests/unit/jinja_statements_test.cc
+  tests/unit/job_paths_test.cc
+  tests/unit/job_store_test.cc
+  tests/unit/kv_block_pool_test.cc
+  tests/unit/kv_file_test.cc
+  tests/unit/load_errors_test.cc
+  tests/unit/lora_test.cc
+  tests/unit/mapped_file_drop_test.cc
+  tests/unit/model_bundle_test.cc
+  tests/unit/number_range_test.cc
+  tests/unit/quantized_ops_test.cc
+  tests/unit/reasoning_splitter_test.cc
+  tests/unit/regex_pattern_test.cc
+  tests/unit/restore_cost_test.cc
+  tests/unit/sampler_test.cc
+  tests/unit/scheduler_ssd_test.cc
+  tests/unit/scheduler_test.cc
+  tests/unit/sequence_state_test.cc
+  tests/unit/server_output_test.cc
+  tests/unit/server_request_test.cc
+  tests/unit/ssd_store_test.cc
+  tests/unit/storage_errors_test.cc
+  tests/unit/thread_pool_test.cc
+  tests/unit/tokenizer_cache_test.cc
+  tests/unit/tokenizer_cli_test.cc
+  tests/unit/tokenizer_errors_test.cc
+  tests/unit/tokenizer_model_test.cc
+  tests/unit/tokenizer_oracle_test.cc
+  tests/unit/tokenizer_stages_test.cc
+  tests/unit/tokenizer_stream_test.cc
+  tests/unit/tool_calls_test.cc
+  tests/unit/tool_schema_check_test.cc
+  tests/unit/train_autograd_test.cc
+  tests/unit/train_dropout_test.cc
+  tests/unit/train_engine_test.cc
+  tests/unit/train_learning_test.cc
+  tests/unit/train_loop_test.cc
+  tests/unit/train_packing_test.cc
+)
+set(LATHE_PARITY_TEST_SOURCES
+  tests/parity/batched_forward_test.cc
+  tests/parity/cpu_int8_quality_test.cc
+  tests/parity/fuse_parity_test.cc
+  tests/parity/kv_quant_test.cc
+  tests/parity/lora_parity_test.cc
+  tests/parity/parity_new_archs_test.cc
+  tests/parity/parity_test.cc
+  tests/parity/quantize_test.cc
+  tests/parity/train_grads_parity_test.cc
+)
+set(LATHE_E2E_TEST_SOURCES
+  tests/e2e/chat_session_test.cc
+  tests/e2e/dataset_job_test.cc
+  tests/e2e/engine_queue_test.cc
+  tests/e2e/finetune_job_test.cc
+  tests/e2e/generate_cli_test.cc
+  tests/e2e/jobs_http_test.cc
+  tests/e2e/jobs_runner_test.cc
+  tests/e2e/kv_file_cli_test.cc
+)
+set(LATHE_CUDA_TEST_SOURCES
+  tests/cuda/allocator_test.cc
+  tests/cuda/batch_graph_test.cc
+  tests/cuda/batched_test.cc
+  tests/cuda/cache_fork_test.cc
+  tests/cuda/decode_rows_test.cc
+  tests/cuda/dense_weights_test.cc
+  tests/cuda/kernels_test.cc
+  tests/cuda/lora_cuda_test.cc
+  tests/cuda/new_archs_test.cc
+  tests/cuda/parity_test.cc
+  tests/cuda/quantized_kv_attention_test.cc
+  tests/cuda/sample_rows_test.cc
+  tests/cuda/scheduler_overlap_test.cc
+  tests/cuda/train_grads_cuda_test.cc
+)
+
+# The SDK end-to-end tests of `lathe serve` (node:test): one CTest a file.
+set(LATHE_NODE_TESTS
+  tests/e2e/node/test/abort.test.js
+  tests/e2e/node/test/adapters.test.js
+  tests/e2e/node/test/batching.test.js
+  tests/e2e/node/test/chat.test.js
+  tests/e2e/node/test/connections.test.js
+  tests/e2e/node/test/cors.test.js
+  tests/e2e/node/test/errors.test.js
+  tests/e2e/node/test/features.test.js
+  tests/e2e/node/test/finetune_serve.test.js
+  tests/e2e/node/test/greedy.test.js
+  tests/e2e/node/test/hardening.test.js
+  tests/e2e/node/test/job_root.test.js
+  tests/e2e/node/test/metrics.test.js
+  tests/e2e/node/test/origin_host.test.js
+  tests/e2e/node/test/prompt_memory.test.js
+  tests/e2e/node/test/responses.test.js
+  tests/e2e/node/test/robustness.test.js
+  tests/e2e/node/test/ssd_cache.test.js
+  tests/e2e/node/test/ssd_cache_adapters.test.js
+  tests/e2e/node/test/ssd_kill.test.js
+  tests/e2e/node/test/structured.test.js
+  tests/e2e/node/test/tokenize.test.js
+  tests/e2e/node/test/web_ui.test.js
+)
+
+# libFuzzer targets (LATHE_FUZZ=ON): one target a file.
+set(LATHE_FUZZ_SOURCES
+  tests/fuzz/config_json_fuzz.cc
+  tests/fuzz/dataset_text_fuzz.cc
+  tests/fuzz/grammar_fuzz.cc
+  tests/fuzz/jinja_fuzz.cc
+  tests/fuzz/kv_file_header_fuzz.cc
+  tests/fuzz/reasoning_fuzz.cc
+  tests/fuzz/request_anthropic_fuzz.cc
+  tests/fuzz/request_openai_fuzz.cc
+  tests/fuzz/safetensors_header_fuzz.cc
+  tests/fuzz/tokenizer_json_fuzz.cc
+  tests/fuzz/tool_calls_fuzz.cc
+)
+
+foreach(_v LATHE_UNIT_TEST_SOURCES LATHE_PARITY_TEST_SOURCES LATHE_E2E_TEST_SOURCES LATHE_CUDA_TEST_SOURCES
+          LATHE_NODE_TESTS LATHE_FUZZ_SOURCES)
+  list(TRANSFORM ${_v} PREPEND ${PROJECT_SOURCE_DIR}/)
+endforeach()
