@@ -44,11 +44,12 @@ __global__ void norm_rope_kernel(const T* __restrict__ x, T* __restrict__ out, i
 
 // Value i of a head row (buf, after its norm) rotated at position pos: one expression for every layout, so the
 // fused kernels agree bitwise.
-__device__ __forceinline__ float rope_value(const float* buf, int i, const Freqs& f, int half, float scaling,
+// inv_freq: the Freqs' values, in kernel parameters or staged in shared memory (the same floats).
+__device__ __forceinline__ float rope_value(const float* buf, int i, const float* inv_freq, int half, float scaling,
                                             int64_t pos) {
   const int j = i < half ? i : i - half;
   float s, c;
-  sincosf(static_cast<float>(pos) * f.inv_freq[j], &s, &c);
+  sincosf(static_cast<float>(pos) * inv_freq[j], &s, &c);
   c *= scaling;
   s *= scaling;
   return i < half ? buf[i] * c - buf[i + half] * s : buf[i] * c + buf[i - half] * s;
@@ -65,7 +66,7 @@ __device__ __forceinline__ float norm_rope_value(float v, int i, int D, const fl
   }
   if (i < D) buf[i] = o;
   __syncthreads();
-  if (i < 2 * half) o = rope_value(buf, i, f, half, scaling, pos);
+  if (i < 2 * half) o = rope_value(buf, i, f.inv_freq, half, scaling, pos);
   return o;
 }
 
@@ -126,6 +127,11 @@ __global__ void __launch_bounds__(kHeadWarps * 32)
                                 const AppendRow* __restrict__ rows) {
   constexpr int D = 32 * kPer;
   __shared__ float buf[kHeadWarps][D];
+  // The frequencies staged once a block: read from the kernel parameters, lanes wanting different values take
+  // turns (a 32-way replay a read), and each warp's head would read all of them again.
+  __shared__ float freq[D / 2];
+  for (int k = static_cast<int>(threadIdx.x); k < half; k += kHeadWarps * 32) freq[k] = f.inv_freq[k];
+  __syncthreads();
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int b = static_cast<int>(blockIdx.y) * kHeadWarps + warp, H = Hq + 2 * Hkv;
   if (b >= H) return;  // no block barriers below: a warp past the heads just leaves
@@ -177,7 +183,7 @@ __global__ void __launch_bounds__(kHeadWarps * 32)
 #pragma unroll
   for (int w = 0; w < kPer; ++w) {
     const int i = 32 * w + lane;
-    dst[i] = from_f<T>(i < 2 * half ? rope_value(hb, i, f, half, scaling, pos0 + dl) : v[w]);
+    dst[i] = from_f<T>(i < 2 * half ? rope_value(hb, i, freq, half, scaling, pos0 + dl) : v[w]);
   }
 }
 
