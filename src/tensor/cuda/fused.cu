@@ -70,6 +70,28 @@ __device__ __forceinline__ float norm_rope_value(float v, int i, int D, const fl
   return o;
 }
 
+// The row an append block writes: with `rows` (a batched step), token t's slice of y and q_out, its cache
+// buffers, cache row and position from rows[t], no delta; else the one decode row, shifted by the graph replay's
+// delta. Both append forms call it, so they place every value alike.
+template <class T>
+__device__ __forceinline__ void append_row(const AppendRow* rows, int64_t t, int Hq, int Hkv, int D,
+                                           const T* __restrict__& y, T* __restrict__& q_out, T* __restrict__& keys,
+                                           T* __restrict__& values, int64_t& row, int64_t& pos0, int64_t& dl,
+                                           const int64_t* delta) {
+  dl = 0;
+  if (rows) {
+    const AppendRow& r = rows[t];
+    y += t * (Hq + 2 * Hkv) * D;
+    q_out += t * Hq * D;
+    keys = static_cast<T*>(r.keys);
+    values = static_cast<T*>(r.values);
+    row = r.row;
+    pos0 = r.pos0;
+  } else {
+    dl = *delta;
+  }
+}
+
 // Decode step: one block per head of the stacked q|k|v row (q heads, k heads, v heads), one thread per value.
 // q and k heads: optional RMSNorm, then RoPE (as norm_rope_kernel); q goes to q_out, k and v to row
 // row + delta of the caches (delta: the graph replay's shift, as copy_rows). With `rows` (a batched step),
@@ -82,18 +104,8 @@ __global__ void qkv_rope_append_kernel(const T* __restrict__ y, T* __restrict__ 
                                        const int64_t* __restrict__ delta, const AppendRow* __restrict__ rows) {
   __shared__ float buf[1024];
   const int b = blockIdx.x, i = threadIdx.x;
-  int64_t dl = 0;
-  if (rows) {
-    const AppendRow& r = rows[blockIdx.y];
-    y += static_cast<int64_t>(blockIdx.y) * (Hq + 2 * Hkv) * D;
-    q_out += static_cast<int64_t>(blockIdx.y) * Hq * D;
-    keys = static_cast<T*>(r.keys);
-    values = static_cast<T*>(r.values);
-    row = r.row;
-    pos0 = r.pos0;
-  } else {
-    dl = *delta;
-  }
+  int64_t dl;
+  append_row(rows, blockIdx.y, Hq, Hkv, D, y, q_out, keys, values, row, pos0, dl, delta);
   const T* src = y + static_cast<int64_t>(b) * D;
   if (b >= Hq + Hkv) {  // a v head: copied
     if (i < D) values[((row + dl) * Hkv + (b - Hq - Hkv)) * D + i] = src[i];
@@ -135,18 +147,8 @@ __global__ void __launch_bounds__(kHeadWarps * 32)
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int b = static_cast<int>(blockIdx.y) * kHeadWarps + warp, H = Hq + 2 * Hkv;
   if (b >= H) return;  // no block barriers below: a warp past the heads just leaves
-  int64_t dl = 0;
-  if (rows) {
-    const AppendRow& r = rows[blockIdx.x];
-    y += static_cast<int64_t>(blockIdx.x) * H * D;
-    q_out += static_cast<int64_t>(blockIdx.x) * Hq * D;
-    keys = static_cast<T*>(r.keys);
-    values = static_cast<T*>(r.values);
-    row = r.row;
-    pos0 = r.pos0;
-  } else {
-    dl = *delta;
-  }
+  int64_t dl;
+  append_row(rows, blockIdx.x, Hq, Hkv, D, y, q_out, keys, values, row, pos0, dl, delta);
   const T* src = y + static_cast<int64_t>(b) * D;
   if (b >= Hq + Hkv) {  // a v head: copied
     T* dst = values + ((row + dl) * Hkv + (b - Hq - Hkv)) * D;
