@@ -325,14 +325,12 @@ function renderJob(node, m) {
     actions.append(
       el("a", { class: "button", href: `#/jobs/new/finetune?model_dir=${encodeURIComponent(j.output_path)}` }, "Fine-tune it"),
     );
-  // A running job redraws on every event: the same buttons are kept, not rebuilt, so a click that lands while
-  // the page redraws (mouse down on one button, up on its replacement) is not lost, and a button whose request
-  // is in flight stays disabled.
+  // A running job redraws on every event. The page is a fixed row of parts, each refilled in place, and the
+  // buttons' part is refilled only when the buttons change: a button must stay in the document across redraws,
+  // since one taken out between a click's mouse-down and mouse-up loses the click even when the same element is
+  // put back (what CI's loaded runs of the web UI test kept hitting), and one whose request is in flight stays
+  // disabled.
   const actionsKey = `${j.status}|${[...actions.children].map((b) => b.id || b.textContent).join(",")}`;
-  if (m.actionsKey !== actionsKey || !m.actionsEl) {
-    m.actionsKey = actionsKey;
-    m.actionsEl = actions;
-  }
   const config = typeof j.config === "string" ? j.config : JSON.stringify(j.config, null, 2);
   const facts = el(
     "dl",
@@ -348,8 +346,7 @@ function renderJob(node, m) {
     m.lastMetric ? [el("dt", {}, "Last step"), el("dd", {}, metricLine(m.lastMetric))] : null,
   );
   const summary = m.ended && m.ended.summary ? el("details", { open: true }, el("summary", {}, "Summary"), el("pre", { id: "job-summary" }, JSON.stringify(m.ended.summary, null, 2))) : null;
-  clear(
-    node,
+  const before = [
     el("h2", {}, `${j.kind} `, el("code", {}, j.id)),
     progressBar(m.progress),
     facts,
@@ -357,12 +354,24 @@ function renderJob(node, m) {
     m.actionError ? el("p", { class: "error", id: "job-action-error" }, m.actionError) : null,
     m.actionNote ? el("p", { class: "hint", id: "job-action-note" }, m.actionNote) : null,
     m.streamError ? el("p", { class: "error" }, `events: ${m.streamError}`) : null,
-    m.actionsEl,
+  ];
+  const after = [
     m.train.length || m.val.length ? lossChart(m.train, m.val) : null,
     summary,
     el("details", { open: true }, el("summary", {}, `Log (${m.log.length} lines)`), el("pre", { class: "log", id: "job-log" }, m.log.join("\n"))),
     el("details", {}, el("summary", {}, "Config"), el("pre", {}, config)),
-  );
+  ];
+  if (!m.parts || m.parts.before.parentNode !== node) {
+    m.parts = { before: el("div", { class: "part" }), actions: el("div", { class: "part" }), after: el("div", { class: "part" }) };
+    m.actionsKey = null;
+    clear(node, m.parts.before, m.parts.actions, m.parts.after);
+  }
+  clear(m.parts.before, ...before);
+  if (m.actionsKey !== actionsKey) {
+    m.actionsKey = actionsKey;
+    clear(m.parts.actions, actions);
+  }
+  clear(m.parts.after, ...after);
   const log = node.querySelector("#job-log");
   if (log) log.scrollTop = log.scrollHeight;
 }
