@@ -5,6 +5,7 @@
 #include <sys/file.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -34,6 +35,25 @@ std::string self_executable() {
   std::error_code ec;
   const auto p = std::filesystem::read_symlink("/proc/self/exe", ec);
   return ec ? std::string("lathe") : p.string();
+}
+
+// The highest descriptor number a child may have inherited, read before the fork (getrlimit is not on the
+// async-signal-safe list).
+int descriptor_limit() {
+  rlimit rl{};
+  if (::getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) return 1 << 20;
+  return static_cast<int>(std::min<rlim_t>(rl.rlim_cur, rlim_t{1} << 20));
+}
+
+// In the child before exec: every descriptor above stderr ends. The server's sockets are not close-on-exec (Asio
+// accepts without it): a child holding a copy of a client's kept-alive connection keeps it open after the server
+// closes it, no FIN goes out, and the client's next request on it waits until the job ends (a browser's Cancel
+// button hung that way for as long as the job ran). The same for the listening socket and open files.
+void close_inherited_descriptors(int limit) {
+#ifdef SYS_close_range
+  if (::syscall(SYS_close_range, 3U, ~0U, 0U) == 0) return;  // Linux 5.9 and later
+#endif
+  for (int fd = 3; fd < limit; ++fd) ::close(fd);
 }
 
 std::string exit_description(int status) {
@@ -263,6 +283,7 @@ void JobRunner::run_one(const std::string& id) {
   int out[2];
   if (::pipe2(out, O_CLOEXEC) != 0) throw OsError("pipe", errno);
   const pid_t parent = ::getpid();
+  const int fd_limit = descriptor_limit();
   // SIGUSR1 (a stop request) is blocked from the fork on: a request sent the moment the pid is known must find it
   // blocked in the child, never its default action (which kills). The child keeps it blocked across exec.
   sigset_t usr1, before;
@@ -291,6 +312,7 @@ void JobRunner::run_one(const std::string& id) {
     ::dup2(out[1], 2);
     const int devnull = ::open("/dev/null", O_RDONLY);
     if (devnull >= 0) ::dup2(devnull, 0);
+    close_inherited_descriptors(fd_limit);
     ::execve(argv[0], argv.data(), envp.data());
     ::_exit(127);
   }

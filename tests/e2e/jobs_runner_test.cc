@@ -2,7 +2,10 @@
 // events in order, a crash fails the job and leaves the runner working, cancel stops a running job, queued
 // jobs run first in first out, and a second runner on the same data directory is refused.
 #include <gtest/gtest.h>
+#include <poll.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <csignal>
@@ -84,6 +87,31 @@ TEST(JobRunner, CancelStopsARunningJobAndAQueuedOne) {
   EXPECT_EQ(events.back()["status"], "cancelled");
   EXPECT_EQ(read_events(r.store()->get(queued.id)->log_path).events.back()["status"], "cancelled");
   EXPECT_THROW(r.cancel("job_nope"), Error);
+}
+
+// A job process holds none of the server's descriptors: a client connection the server closes while a job runs
+// ends at once (with a copy in the child, no FIN went out and the client's next request on the connection waited
+// for the job to end). A socket pair stands in for the connection: its end is open, without close-on-exec, when
+// the child starts.
+TEST(JobRunner, AJobProcessHoldsNoneOfTheServersDescriptors) {
+  offer_test_job_kinds();
+  TempDir d("fds");
+  int pair[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, pair), 0);
+  JobRunner r(options(d));
+  const JobRow slow = r.submit("noop", {{"steps", 1000}, {"step_ms", 50}});
+  wait_started(*r.store(), slow.id);
+  ::close(pair[0]);  // the server closes the connection
+  pollfd p{pair[1], POLLIN, 0};
+  const int ready = ::poll(&p, 1, 5000);
+  char byte = 0;
+  const ssize_t got = ready > 0 ? ::read(pair[1], &byte, 1) : -1;
+  EXPECT_EQ(ready, 1) << "the other end saw nothing within 5 s: the job process holds a copy";
+  EXPECT_EQ(got, 0) << "end of stream expected";
+  EXPECT_EQ(r.store()->get(slow.id)->status, JobStatus::Running) << "the job is still running";
+  ::close(pair[1]);
+  r.cancel(slow.id);
+  EXPECT_EQ(wait_terminal(*r.store(), slow.id).status, JobStatus::Cancelled);
 }
 
 TEST(JobRunner, FiftyQueuedJobsCompleteFirstInFirstOut) {

@@ -87,8 +87,19 @@ export async function getText(path, opts) {
 }
 
 // Reads a text/event-stream response; calls onEvent({id, event, data}) per event. Resolves at the stream's end.
+// When onEvent throws, the stream is cancelled (its connection closed) before the error goes on: a reader left
+// locked would keep the response, and one of the browser's few connections to this server, open.
 export async function readEvents(res, onEvent) {
   const reader = res.body.getReader();
+  try {
+    await readFrames(reader, onEvent);
+  } catch (e) {
+    reader.cancel().catch(() => {});
+    throw e;
+  }
+}
+
+async function readFrames(reader, onEvent) {
   const decoder = new TextDecoder();
   let buffer = "";
   let frame = { id: null, event: "message", data: [] };

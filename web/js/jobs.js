@@ -5,14 +5,19 @@ import { clear, el, fmtNumber, svg } from "./dom.js";
 import { showJobForm } from "./job_forms.js";
 
 let view = 0; // bumped on every navigation: a poll or stream of a page no longer shown stops itself
-let following = null; // aborts the event stream of the job page left
+// Aborts the requests of the page left: its event stream and any read still in flight. Made here, before the
+// page's first await, so a page whose first read answers after the next page opened cannot take the next
+// page's place (its stream would then outlive both pages and hold one of the browser's six connections).
+let following = null;
 
 export function showJobs(container, parts, query) {
   leaveJobs();
   const token = view;
+  following = new AbortController();
+  const { signal } = following;
   if (parts[0] === "new") return showJobForm(container, parts[1] || "quantize", query);
-  if (parts[0]) return showJob(container, parts[0], token);
-  return showList(container, token, query);
+  if (parts[0]) return showJob(container, parts[0], token, signal);
+  return showList(container, token, query, signal);
 }
 
 export function leaveJobs() {
@@ -61,7 +66,7 @@ function filterSelect(id, label, values, chosen, query, key) {
   return select;
 }
 
-async function showList(container, token, query = {}) {
+async function showList(container, token, query, signal) {
   const kind = KINDS.includes(query.kind) ? query.kind : "";
   const status = STATUSES.includes(query.status) ? query.status : "";
   const table = el("tbody", { id: "jobs-rows" });
@@ -96,7 +101,7 @@ async function showList(container, token, query = {}) {
   if (status) params.set("status", status);
   while (live(token)) {
     try {
-      const { jobs } = await getJson(`/api/jobs?${params}`);
+      const { jobs } = await getJson(`/api/jobs?${params}`, { signal });
       if (!live(token)) return;
       clear(
         table,
@@ -162,14 +167,15 @@ function applyEvent(m, e) {
   }
 }
 
-async function showJob(container, id, token) {
+async function showJob(container, id, token, signal) {
   let m;
   try {
-    m = jobModel((await getJson(`/api/jobs/${encodeURIComponent(id)}`)).job);
+    m = jobModel((await getJson(`/api/jobs/${encodeURIComponent(id)}`, { signal })).job);
   } catch (e) {
-    clear(container, el("p", { class: "error" }, e.message), el("a", { href: "#/jobs" }, "All jobs"));
+    if (live(token)) clear(container, el("p", { class: "error" }, e.message), el("a", { href: "#/jobs" }, "All jobs"));
     return;
   }
+  if (!live(token)) return; // another page opened while this one's job was read
   const body = el("div", { id: "job-view" });
   clear(container, el("p", {}, el("a", { href: "#/jobs" }, "← All jobs")), body);
   let scheduled = false;
@@ -186,13 +192,11 @@ async function showJob(container, id, token) {
   draw();
   // Follow the events; on a dropped stream, resume after the last event seen (Last-Event-ID).
   let lastId = null;
-  const controller = new AbortController();
-  following = controller;
   for (let attempt = 0; live(token) && attempt < 50; attempt++) {
     let ended = false;
     try {
       const init = lastId === null ? {} : { headers: { "Last-Event-ID": lastId } };
-      const res = await streamEvents(id, init, controller.signal);
+      const res = await streamEvents(id, init, signal);
       await readEvents(res, (ev) => {
         if (!live(token)) throw new DOMException("left", "AbortError");
         if (ev.event === "end") {
@@ -218,7 +222,7 @@ async function showJob(container, id, token) {
   }
   // The row has the final word (status, output, error) once the stream ends.
   try {
-    const { job } = await getJson(`/api/jobs/${encodeURIComponent(id)}`);
+    const { job } = await getJson(`/api/jobs/${encodeURIComponent(id)}`, { signal });
     m.job = { ...m.job, ...job };
     m.progress = job.status === "done" ? 1 : m.progress;
     m.streamError = null;
