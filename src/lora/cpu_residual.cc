@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdlib>
 
+#include "common/env.h"
 #include "common/error.h"
 #include "tensor/cpu/simd.h"
 #include "tensor/dtype.h"
@@ -90,10 +91,9 @@ std::atomic<int64_t> g_inline_macs{-1};
 int64_t cpu_residual_inline_macs() {
   int64_t v = g_inline_macs.load(std::memory_order_relaxed);
   if (v < 0) {
-    const char* e = std::getenv("LATHE_LORA_INLINE_MACS");
-    v = e && *e ? std::strtoll(e, nullptr, 10) : int64_t{1} << 14;
-    if (const char* r = std::getenv("LATHE_LORA_SHARED_DOT_MACS"); r && *r)
-      g_redundant_dot_macs.store(std::strtoll(r, nullptr, 10), std::memory_order_relaxed);
+    v = std::max<int64_t>(0, env_int("LATHE_LORA_INLINE_MACS", int64_t{1} << 14));
+    if (const int64_t r = env_int("LATHE_LORA_SHARED_DOT_MACS", -1); r >= 0)
+      g_redundant_dot_macs.store(r, std::memory_order_relaxed);
     g_inline_macs.store(v, std::memory_order_relaxed);
   }
   return v;

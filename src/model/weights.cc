@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 
+#include "common/env.h"
 #include "common/error.h"
 #include "io/finite_check.h"
 #include "io/mapped_file.h"
@@ -40,10 +41,7 @@ void pack_and_drop_source(QuantizedMatrix& q, int act_bits) {
 // int8 gives next-token KL 6.6e-2 against the exact path (~1e-3 for attention-only models), and keeping only
 // the linear-attention projections exact still 1.4e-2. LATHE_CPU_ACT_BITS=8|16 overrides (measurements).
 int cpu_act_bits(const ModelConfig& c) {
-  if (const char* env = std::getenv("LATHE_CPU_ACT_BITS")) {
-    const std::string v = env;
-    if (v == "8" || v == "16") return std::stoi(v);
-  }
+  if (const int64_t bits = env_int("LATHE_CPU_ACT_BITS", 0); bits == 8 || bits == 16) return static_cast<int>(bits);
   for (const std::string& t : c.layer_types)
     if (t == "linear_attention") return 16;
   return 8;
