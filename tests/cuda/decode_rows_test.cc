@@ -122,16 +122,9 @@ TEST(CudaDecodeRows, WideAttentionCloseToSolo) {
 TEST(CudaDecodeRows, QkvRopeAppendEqualsSoloBitwise) {
   LATHE_REQUIRE_GPU();
   const int64_t Hq = 8, Hkv = 2, D = 128, cap = 9, B = 3;
-  RopeTable rope;
-  rope.dims = 96;  // partial rotation
-  for (int i = 0; i < 48; ++i) rope.inv_freq.push_back(std::pow(10000.f, -static_cast<float>(2 * i) / 96.f));
+  const RopeTable rope = test_rope(96);  // partial rotation
   for (bool norm : {false, true}) {
-    const QkvStep st{Hq,
-                     Hkv,
-                     D,
-                     norm,
-                     Tensor::from_floats(random_floats(static_cast<size_t>(D), 22), {D}).to(Device::CUDA),
-                     Tensor::from_floats(random_floats(static_cast<size_t>(D), 23), {D}).to(Device::CUDA)};
+    const QkvStep st = test_qkv_step(Hq, Hkv, D, norm, 22);
     const Tensor y =
         dev_bf16(random_floats(static_cast<size_t>(B * (Hq + 2 * Hkv) * D), 21, -3.f, 3.f), {B, (Hq + 2 * Hkv) * D});
     std::vector<Tensor> kb, vb, ks, vs;
@@ -162,20 +155,13 @@ TEST(CudaDecodeRows, QkvRopeAppendEqualsSoloBitwise) {
 TEST(CudaDecodeRows, FusedQuantizedAppendEqualsStagedBitwise) {
   LATHE_REQUIRE_GPU();
   const int64_t Hq = 8, Hkv = 2, D = 128, B = 5;
-  RopeTable rope;
-  rope.dims = 96;
-  for (int i = 0; i < 48; ++i) rope.inv_freq.push_back(std::pow(10000.f, -static_cast<float>(2 * i) / 96.f));
+  const RopeTable rope = test_rope(96);
   for (bool norm : {false, true})
     for (int bits : {4, 8})
       for (int gs : {32, 64}) {
         SCOPED_TRACE(testing::Message() << "norm " << norm << ", " << bits << "-bit group " << gs);
         ASSERT_TRUE(quantized_append_covers(Device::CUDA, D, bits, gs));
-        const QkvStep st{Hq,
-                         Hkv,
-                         D,
-                         norm,
-                         Tensor::from_floats(random_floats(static_cast<size_t>(D), 32), {D}).to(Device::CUDA),
-                         Tensor::from_floats(random_floats(static_cast<size_t>(D), 33), {D}).to(Device::CUDA)};
+        const QkvStep st = test_qkv_step(Hq, Hkv, D, norm, 32);
         const Tensor y = dev_bf16(random_floats(static_cast<size_t>(B * (Hq + 2 * Hkv) * D), 31 + bits + gs, -3.f, 3.f),
                                   {B, (Hq + 2 * Hkv) * D});
         std::vector<int64_t> pos;

@@ -214,16 +214,9 @@ TEST(CudaOps, QkvRopeAppendMatchesCpu) {
   const int64_t Hq = 8, Hkv = 2, D = 128, cap = 6, row = 4;
   const Tensor y = Tensor::from_floats(random_floats(static_cast<size_t>((Hq + 2 * Hkv) * D), 21, -3.f, 3.f),
                                        {1, (Hq + 2 * Hkv) * D});
-  RopeTable rope;
-  rope.dims = 96;  // partial rotation
-  for (int i = 0; i < 48; ++i) rope.inv_freq.push_back(std::pow(10000.f, -static_cast<float>(2 * i) / 96.f));
+  const RopeTable rope = test_rope(96);  // partial rotation
   for (bool norm : {false, true}) {
-    const QkvStep st{Hq,
-                     Hkv,
-                     D,
-                     norm,
-                     Tensor::from_floats(random_floats(static_cast<size_t>(D), 22), {D}),
-                     Tensor::from_floats(random_floats(static_cast<size_t>(D), 23), {D})};
+    const QkvStep st = test_qkv_step(Hq, Hkv, D, norm, 22, Device::CPU);
     QkvStep sd = st;
     sd.q_w = st.q_w.to(Device::CUDA);
     sd.k_w = st.k_w.to(Device::CUDA);
@@ -245,20 +238,12 @@ TEST(CudaOps, QkvRopeAppendEqualsUnfusedBitwise) {
   const int64_t Hq = 8, Hkv = 2, cap = 5, row = 3, pos0 = 777;
   for (const int64_t D : {64, 96, 128, 256}) {
     for (const int64_t dims : {D, D / 2}) {
-      RopeTable rope;
-      rope.dims = static_cast<int>(dims);
-      for (int64_t i = 0; i < dims / 2; ++i)
-        rope.inv_freq.push_back(std::pow(10000.f, -static_cast<float>(2 * i) / static_cast<float>(dims)));
+      const RopeTable rope = test_rope(dims);
       const Tensor y = bf16_kernel_tensor(random_floats(static_cast<size_t>((Hq + 2 * Hkv) * D), 31, -3.f, 3.f),
                                           {1, (Hq + 2 * Hkv) * D})
                            .to(Device::CUDA);
       for (bool norm : {false, true}) {
-        const QkvStep st{Hq,
-                         Hkv,
-                         D,
-                         norm,
-                         Tensor::from_floats(random_floats(static_cast<size_t>(D), 32), {D}).to(Device::CUDA),
-                         Tensor::from_floats(random_floats(static_cast<size_t>(D), 33), {D}).to(Device::CUDA)};
+        const QkvStep st = test_qkv_step(Hq, Hkv, D, norm, 32);
         Tensor kd = Tensor::zeros({cap, Hkv, D}, DType::BF16, Device::CUDA);
         Tensor vd = Tensor::zeros({cap, Hkv, D}, DType::BF16, Device::CUDA);
         const Tensor q = qkv_rope_append(y, st, rope, pos0, kd, vd, row);
@@ -289,9 +274,7 @@ TEST(CudaOps, RowOpsMatchCpu) {
   const Tensor w = Tensor::from_floats(random_floats(static_cast<size_t>(D), 6), {D});
   const Tensor xd = x.to(Device::CUDA), wd = w.to(Device::CUDA);
   EXPECT_LE(max_abs_diff(rms_norm(xd, wd, 1e-6f, true).to_floats(), rms_norm(x, w, 1e-6f, true).to_floats()), 1e-5f);
-  RopeTable rope;
-  rope.dims = 48;
-  for (int i = 0; i < 24; ++i) rope.inv_freq.push_back(std::pow(10000.f, -static_cast<float>(2 * i) / 48.f));
+  const RopeTable rope = test_rope(48);
   Tensor xc = x.clone(), xg = x.to(Device::CUDA);
   rope_inplace(xc, rope, 4000);
   rope_inplace(xg, rope, 4000);
