@@ -1,9 +1,10 @@
 // The embedded web UI (web/, served at GET /), driven in a real headless Chromium against a real server with an
 // API key: the page and its files load without the key and under a strict CSP, the page asks for the key, chat
 // streams an answer, a fine-tune job started from its form is followed live to the end (progress, log, loss
-// chart), a noop job is cancelled from its page (and a failed cancel shows why), a long fine-tune stops and saves,
-// the job list filters, bad configs show the server's message and queue nothing, and nothing a model says becomes
-// markup. Skipped when no Chromium is installed.
+// chart), a job page whose read answers late stays out of the next page, a noop job is cancelled from its page
+// (and a failed cancel shows why), a long fine-tune stops and saves, the job list filters, bad configs show the
+// server's message and queue nothing, and nothing a model says becomes markup. Skipped when no Chromium is
+// installed.
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import os from 'node:os';
