@@ -168,6 +168,8 @@ function applyEvent(m, e) {
 }
 
 async function showJob(container, id, token, signal) {
+  // The page left goes at once: its badges and buttons must not stand under this job's address while it loads.
+  clear(container, el("p", { class: "hint" }, "loading…"));
   let m;
   try {
     m = jobModel((await getJson(`/api/jobs/${encodeURIComponent(id)}`, { signal })).job);

@@ -212,6 +212,8 @@ describe('in Chromium', { skip: CHROMIUM ? false : 'no chromium installed' }, ()
     await tab.goto(finetuneJobUrl);
     await tab.click('#job-fuse');
     await tab.waitForURL((u) => u.toString() !== finetuneJobUrl && /#\/jobs\/job_[0-9a-f]{16}$/.test(u.toString()));
+    const fuseId = tab.url().split('/').pop();
+    await tab.waitForFunction((id) => document.querySelector('#job-view h2 code')?.textContent === id, fuseId);
     await tab.waitForSelector('#job-status .badge.done', { timeout: 120000 });
     const fused = path.join(dir, 'adapter-fused');
     assert.match(await tab.textContent('#job-output'), /adapter-fused/);
