@@ -4,29 +4,24 @@ import { ApiError, call, getJson, postJson, readEvents } from "./api.js";
 import { clear, el, fmtNumber, svg } from "./dom.js";
 import { showJobForm } from "./job_forms.js";
 
-let view = 0; // bumped on every navigation: a poll or stream of a page no longer shown stops itself
-// Aborts the requests of the page left: its event stream and any read still in flight. Made here, before the
-// page's first await, so a page whose first read answers after the next page opened cannot take the next
-// page's place (its stream would then outlive both pages and hold one of the browser's six connections).
-let following = null;
+// The shown page's AbortController, aborted on leaving it: its reads and event stream stop, and its polls and
+// redraws see signal.aborted. Made before the page's first await, so a page whose first read answers after the
+// next page opened cannot take the next page's place.
+let shown = null;
 
 export function showJobs(container, parts, query) {
   leaveJobs();
-  const token = view;
-  following = new AbortController();
-  const { signal } = following;
+  shown = new AbortController();
+  const { signal } = shown;
   if (parts[0] === "new") return showJobForm(container, parts[1] || "quantize", query);
-  if (parts[0]) return showJob(container, parts[0], token, signal);
-  return showList(container, token, query, signal);
+  if (parts[0]) return showJob(container, parts[0], signal);
+  return showList(container, query, signal);
 }
 
 export function leaveJobs() {
-  view++;
-  following?.abort();
-  following = null;
+  shown?.abort();
+  shown = null;
 }
-
-const live = (token) => token === view;
 
 function statusBadge(status) {
   return el("span", { class: `badge ${status}` }, status);
@@ -66,7 +61,7 @@ function filterSelect(id, label, values, chosen, query, key) {
   return select;
 }
 
-async function showList(container, token, query, signal) {
+async function showList(container, query, signal) {
   const kind = KINDS.includes(query.kind) ? query.kind : "";
   const status = STATUSES.includes(query.status) ? query.status : "";
   const table = el("tbody", { id: "jobs-rows" });
@@ -99,10 +94,10 @@ async function showList(container, token, query, signal) {
   const params = new URLSearchParams({ limit: "100" });
   if (kind) params.set("kind", kind);
   if (status) params.set("status", status);
-  while (live(token)) {
+  while (!signal.aborted) {
     try {
       const { jobs } = await getJson(`/api/jobs?${params}`, { signal });
-      if (!live(token)) return;
+      if (signal.aborted) return;
       clear(
         table,
         jobs.map((j) =>
@@ -121,7 +116,7 @@ async function showList(container, token, query, signal) {
       note.textContent = jobs.length ? "" : kind || status ? "No jobs match." : "No jobs yet.";
       note.className = "hint";
     } catch (e) {
-      if (!live(token)) return;
+      if (signal.aborted) return;
       note.textContent = e.message;
       note.className = "error";
     }
@@ -167,23 +162,23 @@ function applyEvent(m, e) {
   }
 }
 
-async function showJob(container, id, token, signal) {
+async function showJob(container, id, signal) {
   // The page left goes at once: its badges and buttons must not stand under this job's address while it loads.
   clear(container, el("p", { class: "hint" }, "loading…"));
   let m;
   try {
     m = jobModel((await getJson(`/api/jobs/${encodeURIComponent(id)}`, { signal })).job);
   } catch (e) {
-    if (live(token)) clear(container, el("p", { class: "error" }, e.message), el("a", { href: "#/jobs" }, "All jobs"));
+    if (!signal.aborted) clear(container, el("p", { class: "error" }, e.message), el("a", { href: "#/jobs" }, "All jobs"));
     return;
   }
-  if (!live(token)) return; // another page opened while this one's job was read
+  if (signal.aborted) return; // another page opened while this one's job was read
   const body = el("div", { id: "job-view" });
   clear(container, el("p", {}, el("a", { href: "#/jobs" }, "← All jobs")), body);
   let scheduled = false;
   const draw = () => {
     scheduled = false;
-    if (live(token)) renderJob(body, m);
+    if (!signal.aborted) renderJob(body, m);
   };
   const redraw = () => {
     if (!scheduled) {
@@ -194,13 +189,13 @@ async function showJob(container, id, token, signal) {
   draw();
   // Follow the events; on a dropped stream, resume after the last event seen (Last-Event-ID).
   let lastId = null;
-  for (let attempt = 0; live(token) && attempt < 50; attempt++) {
+  for (let attempt = 0; !signal.aborted && attempt < 50; attempt++) {
     let ended = false;
     try {
       const init = lastId === null ? {} : { headers: { "Last-Event-ID": lastId } };
       const res = await streamEvents(id, init, signal);
       await readEvents(res, (ev) => {
-        if (!live(token)) throw new DOMException("left", "AbortError");
+        if (signal.aborted) throw new DOMException("left", "AbortError");
         if (ev.event === "end") {
           ended = true;
           return;
@@ -214,7 +209,7 @@ async function showJob(container, id, token, signal) {
         redraw();
       });
     } catch (e) {
-      if (e.name === "AbortError" || !live(token)) return;
+      if (e.name === "AbortError" || signal.aborted) return;
       m.streamError = e.message;
       redraw();
       if (e instanceof ApiError && e.status >= 400 && e.status < 500 && e.status !== 429) return;
